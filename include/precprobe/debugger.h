@@ -1,0 +1,118 @@
+// PrecisionDebugger: observes every ATen op of the chosen steps, forward and backward, and
+// streams per-op tensor statistics to a compressed, crash-safe dump (one stream per rank).
+//
+// **Example**:
+//
+//     auto opts = precprobe::DebuggerOptions::from_json_file("config.json");
+//     precprobe::PrecisionDebugger dbg(opts);
+//     dbg.start(model);              // parameter names; dropout forced to p=0
+//     for (auto& batch : loader) {
+//       auto loss = torch::nll_loss(model->forward(batch.data), batch.target);
+//       loss.backward(); opt.step(); opt.zero_grad();
+//       dbg.step();                  // ends the step: flushes a frame
+//     }
+//     dbg.stop();                    // also done by the destructor
+//
+// Threads: construct, start(), stop() and step() from one controlling thread (the training
+// loop). Ops are observed on every thread (autograd engine threads, user threads). At most
+// one debugger is started in a process at a time; start() on a second throws.
+// Nothing here throws into a training step: errors while observing are reported through
+// precprobe::report_error() and counted.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "precprobe/options.h"
+#include "precprobe/writer.h"
+
+namespace torch {
+namespace nn {
+class Module;
+}
+}  // namespace torch
+
+namespace precprobe {
+
+/// Counters of a debugger, readable at any time.
+struct DebuggerCounters {
+  uint64_t ops_seen = 0;        ///< op calls observed while started
+  uint64_t ops_recorded = 0;    ///< op records submitted to the writer
+  uint64_t tensors_summarised = 0;  ///< statistics computed (cache misses)
+  uint64_t tensors_cached = 0;      ///< statistics reused from an earlier op this step
+  uint64_t errors = 0;          ///< problems reported while observing
+  WriterCounters writer;        ///< of this rank's writer
+};
+
+class PrecisionDebugger {
+ public:
+  /// Uses $PRECPROBE_CONFIG when set, else `options`. Throws precprobe::Error on a bad
+  /// configuration; creates nothing on disk yet.
+  explicit PrecisionDebugger(DebuggerOptions options = {});
+  /// Reads a config.json ($PRECPROBE_CONFIG overrides). Throws precprobe::Error.
+  explicit PrecisionDebugger(const std::string& config_path);
+  /// Stops (flushes, closes the dump); never throws.
+  ~PrecisionDebugger();
+  PrecisionDebugger(const PrecisionDebugger&) = delete;
+  PrecisionDebugger& operator=(const PrecisionDebugger&) = delete;
+
+  /// Starts observing. The first start() creates dump_path/rank<R>/ (throws
+  /// precprobe::Error when it is unwritable or not empty without "overwrite") and writes
+  /// meta.json. Later start()s continue the same dump.
+  void start();
+  /// As start(), and names parameters (records show "param": "fc1.weight") and enables
+  /// the gradient monitor. The model must outlive stop().
+  void start(const std::shared_ptr<torch::nn::Module>& model);
+  template <typename ModuleHolderT>
+  void start(const ModuleHolderT& holder) {
+    start(std::static_pointer_cast<torch::nn::Module>(holder.ptr()));
+  }
+
+  /// Stops observing; flushes. Idempotent.
+  void stop() noexcept;
+
+  /// Ends the current step: gradient monitor, frame flush, step counter + 1.
+  void step();
+
+  /// The step being recorded (0 before the first step()).
+  int64_t current_step() const noexcept;
+  bool started() const noexcept;
+  int rank() const noexcept;
+
+  /// Logs a scalar (e.g. the loss) for this step to events.jsonl.zst.
+  void log_scalar(const std::string& name, double value) noexcept;
+
+  /// The parameter name of `t` when it is a parameter of the started model, else "".
+  std::string parameter_name(const at::Tensor& t) const;
+
+  /// This rank's writer (nullptr before the first start()): GradScaler writes here.
+  DumpWriter* writer() noexcept;
+
+  DebuggerCounters counters() const noexcept;
+  const DebuggerOptions& options() const noexcept;
+
+  /// The started debugger of this process, or nullptr.
+  static PrecisionDebugger* current() noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Names a region of code; records made while it lives carry the scope path ("a/b").
+/// Thread-local; nest freely. Non-copyable, non-movable.
+class Scope {
+ public:
+  explicit Scope(std::string name);
+  ~Scope();
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+
+  /// The current thread's scope path, "" outside any Scope.
+  static const std::string& current_path() noexcept;
+};
+
+}  // namespace precprobe

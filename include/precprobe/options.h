@@ -1,0 +1,143 @@
+// DebuggerOptions: what the PrecisionDebugger records, from C++ or an msprobe-style
+// config.json. Torch-free (the config parser is fuzzed without LibTorch).
+//
+// Keys shared with msprobe mean the same thing there; our own keys are documented in
+// docs/config.md beside them. Parsing and validate() throw precprobe::Error naming the key,
+// the bad value and what is allowed; an unknown key gets a "did you mean" suggestion.
+// A DebuggerOptions is a plain value: copy it freely; the matchers are const and
+// thread-safe once built.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "precprobe/writer.h"
+
+namespace precprobe {
+
+/// "task": what is dumped.
+enum class Task : uint8_t {
+  kStatistics,     ///< "statistics": per-tensor health counts and statistics (default)
+  kTensor,         ///< "tensor": statistics, plus full tensors of the ops `list`/`scope` select
+  kOverflowCheck,  ///< "overflow_check": only calls whose outputs turn non-finite
+};
+
+/// "level": which ops are observed.
+enum class Level : uint8_t {
+  kL1,  ///< "L1": the outermost ATen op of each call from user code (depth 0 only)
+  kL2,  ///< "L2": every ATen op, nested ones included
+};
+
+/// "summary_mode": what is computed per tensor.
+enum class SummaryMode : uint8_t {
+  kStatistics,  ///< "statistics": counts, min, max, mean, norm
+  kHash,        ///< "hash" (alias "md5"): statistics plus an xxh64 of the values
+};
+
+/// A set of integers from msprobe's syntax: [1, 3, "5-7"]; empty = all.
+class IntSet {
+ public:
+  IntSet() = default;
+  /// Adds [lo, hi] inclusive.
+  void add(int64_t lo, int64_t hi);
+  bool empty() const noexcept { return ranges_.empty(); }
+  /// True when empty (meaning "all") or when v is inside a range.
+  bool contains(int64_t v) const noexcept;
+  /// Largest value, or nullopt when empty.
+  std::optional<int64_t> max() const noexcept;
+  /// msprobe-style text, e.g. `[1, "5-7"]`.
+  std::string to_json() const;
+  const std::vector<std::pair<int64_t, int64_t>>& ranges() const noexcept { return ranges_; }
+
+ private:
+  std::vector<std::pair<int64_t, int64_t>> ranges_;
+};
+
+struct DebuggerOptions {
+  // ---- msprobe keys ----
+  /// "task"
+  Task task = Task::kStatistics;
+  /// "dump_path": the dump directory; rank<R>/ subdirectories are created inside.
+  std::string dump_path = "./precprobe_dump";
+  /// "rank": ranks that record; empty = all.
+  IntSet rank;
+  /// "step": steps that record; empty = all.
+  IntSet step;
+  /// "level"
+  Level level = Level::kL1;
+  /// "seed": when set, start() calls seed_all(seed, is_deterministic).
+  std::optional<uint64_t> seed;
+  /// "is_deterministic": deterministic algorithms (with "seed").
+  bool is_deterministic = false;
+  /// "<task>.scope": two op names bounding a range of records (inclusive), or one scope
+  /// path prefix ("encoder/block1"); empty = no restriction.
+  std::vector<std::string> scope;
+  /// "<task>.list": names to record: exact ("aten::addmm.0.forward"), substrings
+  /// ("addmm"), or regexes written "name-regex(...)"; empty = all.
+  std::vector<std::string> list;
+  /// "<task>.data_mode": any of "all", "forward", "backward", "input", "output".
+  bool dump_forward = true;
+  bool dump_backward = true;
+  bool dump_inputs = true;
+  bool dump_outputs = true;
+  /// "<task>.summary_mode"
+  SummaryMode summary_mode = SummaryMode::kStatistics;
+  /// "overflow_check.overflow_nums": stop after this many overflow records; -1 = unlimited.
+  int64_t overflow_nums = 1;
+
+  // ---- precprobe keys (documented in docs/config.md) ----
+  /// "keep_dropout": do not force dropout to p=0 while started.
+  bool keep_dropout = false;
+  /// "overwrite": allow a non-empty dump directory (its files are replaced).
+  bool overwrite = false;
+  /// "async_stats": compute statistics on a worker thread from held references.
+  bool async_stats = true;
+  /// "grad_monitor": record per-parameter gradient statistics each step (needs a model).
+  bool grad_monitor = true;
+  /// "queue_capacity", "overflow_policy" ("block" | "drop"), "flush_every_records",
+  /// "flush_interval_ms", "zstd_level", "fsync": passed to the DumpWriter.
+  size_t queue_capacity = 65536;
+  OverflowPolicy overflow_policy = OverflowPolicy::kBlock;
+  size_t flush_every_records = 4096;
+  int flush_interval_ms = 1000;
+  int zstd_level = 3;
+  bool fsync = false;
+  /// "max_tensor_bytes": the tensor task saves no tensor larger than this.
+  int64_t max_tensor_bytes = int64_t{256} << 20;
+
+  /// Parses config.json text. Throws precprobe::Error (key, value, what is allowed).
+  static DebuggerOptions from_json(const std::string& json_text);
+  /// Reads and parses a file; errors name the file.
+  static DebuggerOptions from_json_file(const std::string& path);
+  /// from_json_file($PRECPROBE_CONFIG) when that variable is set, else `fallback`.
+  static DebuggerOptions from_env_or(const DebuggerOptions& fallback);
+
+  /// Throws precprobe::Error when fields contradict each other or are out of range.
+  void validate() const;
+  /// The effective configuration as JSON (msprobe layout), written to meta.json.
+  std::string to_json() const;
+};
+
+/// Decides from an op's name whether `list` selects it. Build once, then call from any
+/// thread. Empty list: everything matches.
+class NameMatcher {
+ public:
+  NameMatcher() = default;
+  /// Throws precprobe::Error on a bad "name-regex(...)".
+  explicit NameMatcher(const std::vector<std::string>& list);
+  ~NameMatcher();
+  NameMatcher(NameMatcher&&) noexcept;
+  NameMatcher& operator=(NameMatcher&&) noexcept;
+  /// `full_name` like "aten::addmm.0.forward", `op` like "aten::addmm".
+  bool matches(const std::string& full_name) const;
+  bool empty() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace precprobe

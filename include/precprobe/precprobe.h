@@ -1,0 +1,5 @@
+// Everything precprobe offers a LibTorch training program. Include this one header.
+#pragma once
+
+#include "precprobe/core.h"
+#include "precprobe/debugger.h"

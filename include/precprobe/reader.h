@@ -1,0 +1,85 @@
+// DumpReader: reads a dump directory back (all ranks), torch-free.
+//
+// A dump directory holds rank<R>/ subdirectories (or is itself one rank directory). Each
+// rank has meta.json and streams of independent zstd frames holding JSON Lines. The reader
+// decodes frame by frame; a truncated or corrupt tail (a process killed mid-write) ends
+// the stream there and is reported in StreamStatus, never thrown. Opening a directory that
+// is not a dump, or of an unsupported format version, throws precprobe::Error.
+//
+// A DumpReader is not thread-safe; use one per thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "precprobe/records.h"
+#include "precprobe/writer.h"
+
+namespace precprobe {
+
+/// What was found reading one stream of one rank.
+struct StreamStatus {
+  std::string path;
+  bool present = false;
+  uint64_t frames = 0;
+  uint64_t records = 0;
+  uint64_t bad_lines = 0;      ///< lines that did not parse (skipped)
+  bool truncated = false;      ///< the file ended inside a frame, or a frame was corrupt
+  uint64_t truncated_bytes = 0;
+  std::string message;         ///< what was wrong, for people
+};
+
+struct RankInfo {
+  int rank = 0;
+  int world_size = 1;
+  std::string dir;
+  std::string meta_json;  ///< meta.json as written (empty if missing)
+};
+
+/// Selects records; empty fields select everything.
+struct RecordFilter {
+  std::optional<int64_t> step_min, step_max;  ///< inclusive bounds
+  std::vector<int> ranks;
+  std::string name_contains;                  ///< substring of OpRecord::name()
+  std::optional<Direction> dir;
+};
+
+class DumpReader {
+ public:
+  /// Opens `path` (a dump directory or one rank directory). Throws precprobe::Error.
+  explicit DumpReader(const std::string& path);
+
+  const std::vector<RankInfo>& ranks() const noexcept { return ranks_; }
+  const std::string& path() const noexcept { return path_; }
+
+  /// Calls fn for every matching record in file order, rank by rank. fn returns false to
+  /// stop early. The status of each stream read is appended to statuses().
+  void for_each_op(const RecordFilter& filter, const std::function<bool(const OpRecord&)>& fn);
+  void for_each_scaler(const RecordFilter& filter,
+                       const std::function<bool(const ScalerRecord&)>& fn);
+  void for_each_grad(const RecordFilter& filter, const std::function<bool(const GradRecord&)>& fn);
+  void for_each_scalar(const RecordFilter& filter,
+                       const std::function<bool(const ScalarRecord&)>& fn);
+
+  /// Convenience: all matching records in memory.
+  std::vector<OpRecord> ops(const RecordFilter& filter = {});
+  std::vector<ScalerRecord> scaler(const RecordFilter& filter = {});
+  std::vector<GradRecord> grads(const RecordFilter& filter = {});
+  std::vector<ScalarRecord> scalars(const RecordFilter& filter = {});
+
+  /// Status of every stream read so far (one entry per rank and stream, latest read).
+  const std::vector<StreamStatus>& statuses() const noexcept { return statuses_; }
+
+  /// Path of a stream file of a rank directory, e.g. "<dir>/ops.jsonl.zst".
+  static std::string stream_path(const std::string& rank_dir, StreamKind kind);
+
+ private:
+  std::string path_;
+  std::vector<RankInfo> ranks_;
+  std::vector<StreamStatus> statuses_;
+};
+
+}  // namespace precprobe

@@ -1,0 +1,141 @@
+// The records a dump holds, shared by the probe (which fills them), the writer (which
+// encodes them as JSON Lines) and the reader (which decodes them). Torch-free.
+//
+// Field names on disk are specified in docs/dump-format.md; the comments here give the
+// key each field is written under. Plain value types: safe to copy between threads.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace precprobe {
+
+/// Dump format version, written to meta.json; the reader refuses other major versions.
+inline constexpr int kDumpFormatVersion = 1;
+
+/// Whether an op ran in the forward pass or inside autograd's backward.
+enum class Direction : uint8_t {
+  kForward,   ///< "forward": called from user code (or the optimizer)
+  kBackward,  ///< "backward": run by the autograd engine
+};
+
+std::string_view to_string(Direction d) noexcept;
+
+/// Health and statistics of one tensor. Counts are exact; min/max/mean/norm are over the
+/// finite values only (NaN when there are none) and accumulated in float64.
+struct TensorStats {
+  std::string dtype;            ///< "dtype": c10 name, e.g. "Float", "BFloat16", "Long"
+  std::vector<int64_t> shape;   ///< "shape"
+  std::string device = "cpu";   ///< "device": e.g. "cpu", "cuda:0"
+  bool requires_grad = false;   ///< "rg" (written only when true)
+  int64_t numel = 0;            ///< "numel"
+  int64_t nan = 0;              ///< "nan": NaN elements
+  int64_t pinf = 0;             ///< "pinf": +Inf elements
+  int64_t ninf = 0;             ///< "ninf": -Inf elements
+  int64_t zero = 0;             ///< "zero": elements == 0 (both signs)
+  int64_t neg = 0;              ///< "neg": finite elements < 0
+  int64_t pos = 0;              ///< "pos": finite elements > 0
+  double min = 0;               ///< "min" over finite values
+  double max = 0;               ///< "max" over finite values
+  double mean = 0;              ///< "mean" over finite values
+  double norm = 0;              ///< "norm": L2 norm over finite values
+  std::optional<uint64_t> hash; ///< "hash": xxh64 of values+dtype+shape (summary_mode=hash)
+  std::string param;            ///< "param": parameter name when the tensor is a parameter
+  int64_t list_index = -1;      ///< "li": position inside a TensorList argument, else -1
+
+  int64_t non_finite() const noexcept { return nan + pinf + ninf; }
+  bool all_finite() const noexcept { return non_finite() == 0; }
+  /// Largest |x| over the finite values (derived from min and max, not stored).
+  double abs_max() const noexcept;
+};
+
+/// One input or output of an op call: a tensor, or a non-tensor value kept as JSON text
+/// (e.g. `1`, `0.5`, `[1,2]`, `"mean"`, `null`, `true`).
+struct Arg {
+  std::optional<TensorStats> tensor;  ///< set for tensors
+  std::string value;                  ///< JSON text for everything else
+  bool is_tensor() const noexcept { return tensor.has_value(); }
+};
+
+/// One op call, as written to ops.jsonl.zst (one JSON line each).
+struct OpRecord {
+  int64_t step = 0;             ///< "step": the value of PrecisionDebugger::step() count
+  int64_t seq = 0;              ///< "seq": execution order within the step (this rank)
+  std::string op;               ///< "op": e.g. "aten::addmm"
+  std::string overload;         ///< "ovl": overload name, e.g. "Tensor" (written if any)
+  int64_t call = 0;             ///< "call": per-(op, direction) call index, reset each step
+  Direction dir = Direction::kForward;  ///< "dir": "forward" | "backward"
+  uint32_t thread = 0;          ///< "thr": small thread index (0 = first thread seen)
+  int32_t depth = 0;            ///< "depth": nesting depth of observed ops (0 = outermost)
+  int64_t seqnr = -1;           ///< "sn": autograd sequence number linking fwd op and bwd node
+  std::string scope;            ///< "scope": precprobe::Scope path, "a/b/c" (written if any)
+  std::string node;             ///< "node": backward only: autograd node, e.g. "MulBackward0"
+  std::vector<Arg> inputs;      ///< "in"
+  std::vector<Arg> outputs;     ///< "out"
+  int rank = 0;                 ///< not stored per line: the reader fills it from rank<R>/
+
+  /// msprobe-style name: "aten::addmm.3.forward".
+  std::string name() const;
+  /// True when any output tensor holds NaN/Inf.
+  bool outputs_non_finite() const noexcept;
+  /// True when any input tensor holds NaN/Inf.
+  bool inputs_non_finite() const noexcept;
+};
+
+/// One GradScaler event per optimizer parameter group per step (scaler.jsonl.zst).
+struct ScalerRecord {
+  int64_t step = 0;           ///< "step": the scaler's own update count
+  int optimizer = 0;          ///< "opt": index of the optimizer in order of first use
+  int group = 0;              ///< "group": parameter-group index within that optimizer
+  bool found_inf = false;     ///< "found_inf"
+  int64_t nonfinite_params = 0;         ///< "n_bad": parameters with non-finite grads
+  std::vector<std::string> bad_params;  ///< "bad": names of the first few of them
+  double grad_norm_scaled = 0;          ///< "gn_scaled": L2 norm before unscale
+  double grad_norm = 0;                 ///< "gn": L2 norm after unscale (finite part)
+  double scale_before = 0;              ///< "scale"
+  double scale_after = 0;               ///< "scale_next"
+  int64_t growth_tracker = 0;           ///< "tracker": after update
+  bool skipped = false;                 ///< "skipped": optimizer.step() was not run
+  std::string event;                    ///< "event": "" | "backoff" | "growth" | "collapse"
+  int rank = 0;                         ///< filled by the reader
+};
+
+/// One parameter per step from the gradient monitor (grads.jsonl.zst).
+struct GradRecord {
+  int64_t step = 0;           ///< "step"
+  std::string param;          ///< "param"
+  double grad_norm = 0;       ///< "gn": L2 norm of the gradient (finite part)
+  double grad_abs_max = 0;    ///< "gmax"
+  double grad_abs_mean = 0;   ///< "gmean": mean |g|
+  int64_t grad_nan = 0;       ///< "gnan"
+  int64_t grad_inf = 0;       ///< "ginf"
+  bool has_grad = true;       ///< "has_grad": false when the parameter had no gradient
+  double weight_norm = 0;     ///< "wn"
+  double update_ratio = 0;    ///< "ur": ||w_t - w_{t-1}|| / ||w_{t-1}|| (0 on the first step)
+  std::vector<std::string> watch;  ///< "watch": names of watchpoints hit this step
+  int rank = 0;               ///< filled by the reader
+};
+
+/// A scalar the user logs with PrecisionDebugger::log_scalar (events.jsonl.zst).
+struct ScalarRecord {
+  int64_t step = 0;      ///< "step"
+  std::string name;      ///< "name"
+  double value = 0;      ///< "value"
+  int rank = 0;          ///< filled by the reader
+};
+
+// JSON Lines encoding. append_* write one line including the trailing '\n'.
+// parse_* return false and set *error (when given) on malformed input; never throw.
+void append_json(const OpRecord& r, std::string& out);
+void append_json(const ScalerRecord& r, std::string& out);
+void append_json(const GradRecord& r, std::string& out);
+void append_json(const ScalarRecord& r, std::string& out);
+bool parse_record(std::string_view line, OpRecord& out, std::string* error = nullptr);
+bool parse_record(std::string_view line, ScalerRecord& out, std::string* error = nullptr);
+bool parse_record(std::string_view line, GradRecord& out, std::string* error = nullptr);
+bool parse_record(std::string_view line, ScalarRecord& out, std::string* error = nullptr);
+
+}  // namespace precprobe

@@ -1,0 +1,100 @@
+// DumpWriter: one rank directory of a dump, written by a background thread.
+//
+// Producers (the op observer, GradScaler, the gradient monitor) call submit() from any
+// thread; submit() only moves the record into a bounded queue. The writer thread encodes
+// records as JSON Lines and compresses each stream as a sequence of independent zstd
+// frames, so a process killed at any point leaves every complete frame readable. A frame
+// is closed at every flush() (the debugger calls it at each step), every
+// `flush_every_records` records and every `flush_interval_ms`.
+//
+// I/O errors never throw into the caller: they are reported once through
+// precprobe::report_error(), writing stops, and later submits are counted as dropped.
+// The constructor throws precprobe::Error when the directory cannot be created or is
+// not empty (unless `overwrite`).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "precprobe/records.h"
+
+namespace precprobe {
+
+/// What submit() does when the queue is full.
+enum class OverflowPolicy : uint8_t {
+  kBlock,  ///< wait for the writer thread (no record is lost; the step slows down)
+  kDrop,   ///< drop the record and count it in meta.json ("dropped")
+};
+
+/// The streams of a rank directory.
+enum class StreamKind : uint8_t {
+  kOps,     ///< ops.jsonl.zst
+  kScaler,  ///< scaler.jsonl.zst
+  kGrads,   ///< grads.jsonl.zst
+  kEvents,  ///< events.jsonl.zst (scalars logged by the user, markers)
+};
+
+struct WriterOptions {
+  /// The rank directory, e.g. "dump/rank0"; created (with parents) if missing.
+  std::string dir;
+  /// Replace the files of an existing non-empty directory instead of refusing it.
+  bool overwrite = false;
+  /// Records the queue holds before `policy` applies.
+  size_t queue_capacity = 65536;
+  OverflowPolicy policy = OverflowPolicy::kBlock;
+  /// Close the current frame after this many records of a stream.
+  size_t flush_every_records = 4096;
+  /// ... and at least this often (milliseconds) while records arrive.
+  int flush_interval_ms = 1000;
+  /// zstd compression level (1 = fastest).
+  int zstd_level = 3;
+  /// fsync(2) the files at every flush() (slower; survives power loss, not only kills).
+  bool fsync = false;
+};
+
+/// Counters, readable at any time from any thread.
+struct WriterCounters {
+  uint64_t records_written = 0;
+  uint64_t records_dropped = 0;
+  uint64_t bytes_uncompressed = 0;
+  uint64_t bytes_compressed = 0;
+  uint64_t frames = 0;
+  bool failed = false;  ///< an I/O error stopped writing
+};
+
+class DumpWriter {
+ public:
+  /// Creates the directory and opens the streams lazily. Throws precprobe::Error.
+  explicit DumpWriter(WriterOptions options);
+  /// Flushes and closes; never throws.
+  ~DumpWriter();
+  DumpWriter(const DumpWriter&) = delete;
+  DumpWriter& operator=(const DumpWriter&) = delete;
+
+  /// Writes meta.json atomically (temp file + rename). Called at start and at close with
+  /// the counters added under "writer". Throws precprobe::Error on failure.
+  void write_meta(const std::string& json_text);
+
+  /// Enqueue a record; false when it was dropped (full queue with kDrop, or failed).
+  bool submit(OpRecord&& r) noexcept;
+  bool submit(ScalerRecord&& r) noexcept;
+  bool submit(GradRecord&& r) noexcept;
+  bool submit(ScalarRecord&& r) noexcept;
+
+  /// Ask the writer thread to close the current frame of every stream. With `wait`, return
+  /// only when everything submitted before the call is on disk (write(2) done).
+  void flush(bool wait = false) noexcept;
+
+  /// Drain the queue, close every stream and join the thread. Idempotent; never throws.
+  void close() noexcept;
+
+  WriterCounters counters() const noexcept;
+  const std::string& dir() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace precprobe

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs everything precprobe needs from Debian bookworm's packages. Idempotent: packages
+# already present are not downloaded again. Needs root (or sudo).
+#   --core   only what the torch-free core, the CLI and their tests need
+set -euo pipefail
+
+core_pkgs=(build-essential cmake pkg-config ccache git zstd
+           libfmt-dev nlohmann-json3-dev libzstd-dev libxxhash-dev catch2 libcli11-dev
+           libbenchmark-dev)
+torch_pkgs=(libtorch-dev libgloo-dev libopenblas0-pthread dataset-fashion-mnist)
+
+pkgs=("${core_pkgs[@]}")
+[[ "${1:-}" == "--core" ]] || pkgs+=("${torch_pkgs[@]}")
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps: all ${#pkgs[@]} packages present"
+  exit 0
+fi
+SUDO=""
+[[ $(id -u) -eq 0 ]] || SUDO="sudo"
+echo "install-deps: installing ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

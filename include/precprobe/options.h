@@ -125,7 +125,8 @@ struct DebuggerOptions {
 /// thread. Empty list: everything matches.
 class NameMatcher {
  public:
-  NameMatcher() = default;
+  /// Matches everything. Defined out of line: Impl is incomplete here.
+  NameMatcher();
   /// Throws precprobe::Error on a bad "name-regex(...)".
   explicit NameMatcher(const std::vector<std::string>& list);
   ~NameMatcher();

@@ -53,6 +53,7 @@ NameMatcher::NameMatcher(const std::vector<std::string>& list) {
   impl_ = std::move(impl);
 }
 
+NameMatcher::NameMatcher() = default;
 NameMatcher::~NameMatcher() = default;
 NameMatcher::NameMatcher(NameMatcher&&) noexcept = default;
 NameMatcher& NameMatcher::operator=(NameMatcher&&) noexcept = default;

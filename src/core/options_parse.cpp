@@ -134,6 +134,10 @@ IntSet get_int_set(const json& v, const std::string& key) {
 
 // ---- values with msprobe-specific explanations ----
 
+constexpr const char* kNoOnlineCheck =
+    "precprobe has no online accuracy checker; dump two runs and compare them with the "
+    "precprobe command line tool";
+
 void parse_task(const json& v, DebuggerOptions& o) {
   struct Unsupported {
     const char* name;
@@ -141,29 +145,22 @@ void parse_task(const json& v, DebuggerOptions& o) {
   };
   static const Unsupported kUnsupported[] = {
       {"grad_probe",
-       "precprobe's \"grad_monitor\" (on by default) records per-parameter "
-       "gradient statistics every step"},
-      {"free_benchmark",
-       "precprobe has no online accuracy checker; dump two runs and "
-       "compare them with the precprobe command line tool"},
-      {"run_ut",
-       "precprobe has no online accuracy checker; dump two runs and compare "
-       "them with the precprobe command line tool"},
-      {"acc_check",
-       "precprobe has no online accuracy checker; dump two runs and compare "
-       "them with the precprobe command line tool"},
+       "precprobe's \"grad_monitor\", on by default, records per-parameter gradient "
+       "statistics every step"},
+      {"free_benchmark", kNoOnlineCheck},
+      {"run_ut", kNoOnlineCheck},
+      {"acc_check", kNoOnlineCheck},
       {"structure", "precprobe records no model structure; records carry their Scope path"},
       {"exception_dump", "use task \"overflow_check\""},
       {"nan_check",
-       "use task \"overflow_check\", which records the calls whose outputs "
-       "turn non-finite"},
+       "use task \"overflow_check\", which records the calls whose outputs turn non-finite"},
   };
   if (v.is_string()) {
     for (const Unsupported& u : kUnsupported) {
       if (v.get_ref<const std::string&>() == u.name) {
         fail_key("task", std::string("\"") + u.name +
-                             "\" is an msprobe task not supported by precprobe (" + u.hint +
-                             "); allowed: \"statistics\", \"tensor\", \"overflow_check\"");
+                             "\" is an msprobe task not supported by precprobe: " + u.hint +
+                             ". Allowed: \"statistics\", \"tensor\", \"overflow_check\"");
       }
     }
   }
@@ -354,12 +351,8 @@ const Rejected kRejected[] = {
     {"tensor", "file_format",
      "precprobe saves tensors in its own dump streams "
      "(docs/dump-format.md), not as .npy/.bin files"},
-    {"tensor", "bench_path",
-     "online comparison with a benchmark dump is not supported; "
-     "compare two dumps with the precprobe command line tool"},
-    {"tensor", "diff_nums",
-     "online comparison with a benchmark dump is not supported; "
-     "compare two dumps with the precprobe command line tool"},
+    {"tensor", "bench_path", kNoOnlineCheck},
+    {"tensor", "diff_nums", kNoOnlineCheck},
     {"overflow_check", "check_mode", "a MindSpore-only msprobe key"},
 };
 
@@ -418,15 +411,16 @@ std::string join(const std::vector<std::string>& names) {
   if (!suggestion.empty()) {
     message += ": did you mean '" + suggestion + "'?";
   } else if (section.empty() && find_key(kSectionKeys, name)) {
-    message += ": it belongs inside the task section, e.g. \"statistics\": {\"" + name + "\": ...}";
+    message += ": it belongs inside the section named like the task, e.g. \"statistics\": {\"" +
+               name + "\": ...}";
   } else if (!section.empty() && find_key(kTopKeys, name)) {
     message += ": it is a top-level key, not part of section '" + section + "'";
   } else if (name == "overflow_nums" || name == "tensor_list") {
     message += std::string(": it belongs in section '") +
                (name == "overflow_nums" ? "overflow_check" : "statistics") + "'";
   }
-  message += ". Valid keys " +
-             (section.empty() ? std::string("at the top level") : "in '" + section + "'") + ": " +
+  message += message.back() == '?' ? " Valid keys " : ". Valid keys ";
+  message += (section.empty() ? std::string("at the top level") : "in '" + section + "'") + ": " +
              join(valid);
   throw Error(message);
 }

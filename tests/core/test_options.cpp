@@ -1,10 +1,9 @@
 // DebuggerOptions, IntSet, NameMatcher and the "did you mean" helper.
-#include <catch2/catch.hpp>
-#include <nlohmann/json.hpp>
-
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 #include <string>
@@ -114,8 +113,8 @@ TEST_CASE("every key rejects wrong types and values, naming the key and what is 
   const std::vector<BadCase> cases = {
       // top level
       {R"([1, 2])", {"top level must be a JSON object", "array"}},
-      {R"({"task": 5})", {"'task'", "one of \"statistics\", \"tensor\", \"overflow_check\"",
-                          "found integer 5"}},
+      {R"({"task": 5})",
+       {"'task'", "one of \"statistics\", \"tensor\", \"overflow_check\"", "found integer 5"}},
       {R"({"task": "stats"})", {"'task'", "\"statistics\"", "found string \"stats\""}},
       {R"({"task": "grad_probe"})", {"'task'", "not supported by precprobe", "grad_monitor"}},
       {R"({"task": "free_benchmark"})", {"'task'", "not supported by precprobe"}},
@@ -155,8 +154,8 @@ TEST_CASE("every key rejects wrong types and values, naming the key and what is 
       {R"({"async_stats": 1})", {"'async_stats'", "boolean"}},
       {R"({"grad_monitor": []})", {"'grad_monitor'", "boolean", "found array"}},
       {R"({"fsync": {}})", {"'fsync'", "boolean", "found object"}},
-      {R"({"queue_capacity": 8})", {"'queue_capacity'", "an integer in 16..1073741824",
-                                    "found integer 8"}},
+      {R"({"queue_capacity": 8})",
+       {"'queue_capacity'", "an integer in 16..1073741824", "found integer 8"}},
       {R"({"queue_capacity": "64"})", {"'queue_capacity'", "16..", "found string"}},
       {R"({"queue_capacity": -1})", {"'queue_capacity'", "16.."}},
       {R"({"overflow_policy": "wait"})", {"'overflow_policy'", "\"block\", \"drop\""}},
@@ -200,8 +199,9 @@ TEST_CASE("every key rejects wrong types and values, naming the key and what is 
       {R"({"task": "tensor", "tensor": {"list": ["addmm"], "file_format": "npy"}})",
        {"'tensor.file_format'", "not supported by precprobe", ".npy"}},
       // validate(): the tensor task never dumps every op by default
-      {R"({"task": "tensor"})", {"task 'tensor' saves full tensors only for ops named in "
-                                 "'list' or 'scope'; add one"}},
+      {R"({"task": "tensor"})",
+       {"task 'tensor' saves full tensors only for ops named in "
+        "'list' or 'scope'; add one"}},
       {R"({"task": "tensor", "tensor": {"list": [], "scope": []}})", {"'list' or 'scope'"}},
   };
   for (const BadCase& c : cases) {
@@ -221,8 +221,9 @@ TEST_CASE("unknown keys get a suggestion and the list of valid keys", "[options]
   m = parse_error(R"({"statistics": {"data_modes": ["all"]}})");
   CHECK_THAT(m, Catch::Contains("'statistics.data_modes'"));
   CHECK_THAT(m, Catch::Contains("did you mean 'data_mode'?"));
-  CHECK_THAT(m, Catch::Contains(
-                    "Valid keys in 'statistics': scope, list, data_mode, summary_mode, tensor_list"));
+  CHECK_THAT(m,
+             Catch::Contains(
+                 "Valid keys in 'statistics': scope, list, data_mode, summary_mode, tensor_list"));
 
   // Case and swapped letters count as small edits.
   CHECK_THAT(parse_error(R"({"Task": "tensor"})"), Catch::Contains("did you mean 'task'?"));
@@ -237,7 +238,7 @@ TEST_CASE("unknown keys get a suggestion and the list of valid keys", "[options]
 
   // Right key, wrong place.
   CHECK_THAT(parse_error(R"({"list": ["addmm"]})"),
-             Catch::Contains("belongs inside the task section"));
+             Catch::Contains("belongs inside the section named like the task"));
   CHECK_THAT(parse_error(R"({"statistics": {"seed": 1}})"),
              Catch::Contains("'statistics.seed': it is a top-level key"));
   CHECK_THAT(parse_error(R"({"statistics": {"overflow_nums": 3}})"),
@@ -543,7 +544,8 @@ TEST_CASE("invalid JSON and unreadable files are reported with the file and posi
   CHECK_THAT(m, Catch::Contains("not valid JSON"));
   CHECK_THAT(m, Catch::Contains("line 1, column 10"));
 
-  const std::string bad = write_file("bad.json", "{\n  \"task\": \"tensor\",\n  \"rank\": [1,,]\n}\n");
+  const std::string bad =
+      write_file("bad.json", "{\n  \"task\": \"tensor\",\n  \"rank\": [1,,]\n}\n");
   m = error_of([&] { DebuggerOptions::from_json_file(bad); });
   CHECK_THAT(m, Catch::Contains("config file '" + bad + "'"));
   CHECK_THAT(m, Catch::Contains("line 3, column"));
@@ -665,7 +667,7 @@ TEST_CASE("edit distance and closest match", "[suggest]") {
   CHECK(edit_distance("kitten", "sitting") == 3);
   CHECK(edit_distance("", "abc") == 3);
   CHECK(edit_distance("abc", "abc") == 0);
-  CHECK(edit_distance("ab", "ba") == 1);  // one swap
+  CHECK(edit_distance("ab", "ba") == 1);   // one swap
   CHECK(edit_distance("ca", "abc") == 3);  // optimal string alignment, not full Damerau
   CHECK(edit_distance("dump_pth", "dump_path") == 1);
   const std::vector<std::string> keys = {"scope", "list", "data_mode", "summary_mode"};

@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
@@ -676,4 +678,35 @@ TEST_CASE("edit distance and closest match", "[suggest]") {
   CHECK(closest_match("SCOPE", keys) == "scope");
   CHECK(closest_match("xyz", keys).empty());
   CHECK(closest_match("", keys).empty());
+}
+
+TEST_CASE("the complete example of docs/config.md is accepted", "[options][docs]") {
+  std::ifstream in(std::string(PRECPROBE_SOURCE_DIR) + "/docs/config.md");
+  REQUIRE(in);
+  const std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t section = doc.find("## A complete example");
+  REQUIRE(section != std::string::npos);
+  const size_t begin = doc.find("```json\n", section);
+  REQUIRE(begin != std::string::npos);
+  const size_t end = doc.find("```", begin + 8);
+  const std::string example = doc.substr(begin + 8, end - begin - 8);
+
+  const DebuggerOptions o = DebuggerOptions::from_json(example);
+  CHECK(o.task == Task::kStatistics);
+  CHECK(o.step.to_json() == R"([0, "5-7"])");
+  CHECK(o.seed == std::optional<uint64_t>(1234));
+  CHECK(o.list.empty());
+
+  nlohmann::json j = nlohmann::json::parse(example);
+  j["task"] = "tensor";
+  const DebuggerOptions t = DebuggerOptions::from_json(j.dump());
+  CHECK(t.list.size() == 2);
+  CHECK(t.dump_forward);
+  CHECK_FALSE(t.dump_backward);
+  CHECK_FALSE(t.dump_inputs);
+  CHECK(t.dump_outputs);
+  const NameMatcher m(t.list);
+  CHECK(m.matches("aten::addmm.0.forward"));
+  CHECK(m.matches("aten::gelu.3.forward"));
+  CHECK_FALSE(m.matches("aten::mm.0.forward"));
 }

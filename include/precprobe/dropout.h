@@ -18,11 +18,13 @@
 // precprobe::Error instead.
 //
 // Threads: the key is thread-local state. A guard covers the thread that created it and the
-// threads LibTorch hands work to with a copy of that state: the autograd engine's threads
-// (backward) and at::launch / intra-op parallel_for workers. A plain std::thread started by
-// user code does NOT inherit it: create a DropoutGuard in that thread too. A guard must be
-// destroyed on the thread that created it (it cannot be copied or moved). Guards nest: each
-// thread counts its live guards and dropout comes back when the last one is destroyed.
+// threads LibTorch hands work to with a copy of that state: the autograd engine's device
+// threads (backward on CUDA; on CPU backward runs on the calling thread) and at::launch
+// (inter-op pool). Threads that do not copy it: a plain std::thread started by user code
+// (create a DropoutGuard in that thread too) and OpenMP intra-op workers (at::parallel_for;
+// they run kernel loops below the dispatcher, so no dropout op is dispatched there). A guard
+// must be destroyed on the thread that created it (it cannot be copied or moved). Guards
+// nest: each thread counts its live guards; dropout comes back when the last one is gone.
 #pragma once
 
 namespace precprobe {

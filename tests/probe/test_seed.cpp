@@ -57,6 +57,8 @@ TEST_CASE(
   REQUIRE(a.params.size() == 4);  // fc1/fc2 weight and bias
   CHECK(a.losses == b.losses);
   CHECK(a.params == b.params);
+  REQUIRE(a.module_hash.size() == 16);
+  CHECK(a.module_hash == b.module_hash);
   // The run trains: the loss moves.
   CHECK(a.losses.front() != a.losses.back());
 }
@@ -70,6 +72,7 @@ TEST_CASE("a different seed, or dropout left on, changes the run", "[seed][proce
   REQUIRE(with_dropout.losses.size() == 20);
   CHECK(base.losses.front() != other_seed.losses.front());
   CHECK(base.params != other_seed.params);
+  CHECK(base.module_hash != other_seed.module_hash);
   // Same seed, same initial parameters and batch order: only the dropout masks differ.
   CHECK(base.losses.front() != with_dropout.losses.front());
   CHECK(base.params != with_dropout.params);
@@ -92,6 +95,7 @@ TEST_CASE("without seed_all two processes train differently", "[seed][process]")
   CHECK(a.initial_seed != b.initial_seed);
   CHECK(a.losses.front() != b.losses.front());
   CHECK(a.params != b.params);
+  CHECK(a.module_hash != b.module_hash);
 }
 
 TEST_CASE("within one process, draws repeat only after re-seeding", "[seed]") {

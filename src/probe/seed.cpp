@@ -92,17 +92,24 @@ void set_cublas_env(SeedReport& r) {
 
 void set_distributed_env(const SeedOptions& o, SeedReport& r) {
   if (o.deterministic) {
-    // Ascend's HCCL: deterministic reduction order (what msprobe sets).
-    ::setenv("HCCL_DETERMINISTIC", "true", 1);
-    r.applied.push_back({"env HCCL_DETERMINISTIC", "true"});
+    // Ascend's HCCL: deterministic reductions (what msprobe sets). A user's "strict"
+    // (order-preserving as well) is stronger than "true" and is kept.
+    const char* old = std::getenv("HCCL_DETERMINISTIC");
+    if (old != nullptr && (std::string(old) == "strict" || std::string(old) == "true")) {
+      r.applied.push_back({"env HCCL_DETERMINISTIC", std::string(old) + " (already set; kept)"});
+    } else {
+      ::setenv("HCCL_DETERMINISTIC", "true", 1);
+      r.applied.push_back({"env HCCL_DETERMINISTIC", "true"});
+    }
   } else {
     r.skipped.push_back({"env HCCL_DETERMINISTIC", "deterministic=false: left as it is"});
   }
   r.skipped.push_back(
       {"env NCCL_*",
-       "NCCL has no documented determinism switch; its reductions repeat bitwise for the "
-       "same ranks, topology, NCCL version and algorithm/protocol choice. NCCL_ALGO / "
-       "NCCL_PROTO can pin the choice at a cost: not set"});
+       "not set: NCCL has no determinism switch. Its algorithm and protocol depend on "
+       "message size and topology, and NVLS reductions can vary between calls; pin "
+       "NCCL_ALGO=Ring and NCCL_NVLS_ENABLE=0 yourself if needed (slower); see "
+       "docs/reproducibility.md"});
 }
 
 void seed_generators(const SeedOptions& o, SeedReport& r) {

@@ -154,6 +154,7 @@ TEST_CASE("the report lists every setting made and skipped", "[seed][report]") {
   ContextRestorer restore;
   const int threads_before = at::get_num_threads();
   ::unsetenv("CUBLAS_WORKSPACE_CONFIG");
+  ::unsetenv("HCCL_DETERMINISTIC");
   precprobe::SeedOptions o;
   o.seed = 42;
   o.deterministic = true;
@@ -236,6 +237,12 @@ TEST_CASE("seed_all keeps a deterministic CUBLAS_WORKSPACE_CONFIG the user chose
   ::setenv("CUBLAS_WORKSPACE_CONFIG", ":1:1", 1);  // not deterministic: replaced
   r = precprobe::seed_all(1);
   CHECK(r.find_applied("env CUBLAS_WORKSPACE_CONFIG")->value == ":4096:8 (replaced :1:1)");
+  ::setenv("HCCL_DETERMINISTIC", "strict", 1);
+  r = precprobe::seed_all(1, /*deterministic=*/true);
+  CHECK(r.find_applied("env HCCL_DETERMINISTIC")->value == "strict (already set; kept)");
+  CHECK(std::string(std::getenv("HCCL_DETERMINISTIC")) == "strict");
+  at::globalContext().setDeterministicAlgorithms(false, false);
+  r = precprobe::seed_all(1);
   // Without `deterministic` nothing of the context is touched, and the report says so.
   CHECK(r.find_applied("torch.use_deterministic_algorithms") == nullptr);
   CHECK(r.find_skipped("torch.use_deterministic_algorithms") != nullptr);

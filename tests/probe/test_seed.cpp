@@ -83,8 +83,8 @@ TEST_CASE("a different seed, or dropout left on, changes the run", "[seed][proce
 }
 
 TEST_CASE("without seed_all two processes train differently", "[seed][process]") {
-  // LibTorch (unlike Python torch, which seeds 67280421310721 at import) seeds its default
-  // CPU generator from c10::detail::getNonDeterministicRandom() at first use.
+  // LibTorch seeds its default CPU generator from c10::detail::getNonDeterministicRandom()
+  // at first use, so an unseeded program differs from run to run.
   TrainRun a = run_helper("--no-seed --guard --steps 5");
   TrainRun b = run_helper("--no-seed --guard --steps 5");
   REQUIRE(a.status == 0);

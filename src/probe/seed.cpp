@@ -114,9 +114,17 @@ void set_distributed_env(const SeedOptions& o, SeedReport& r) {
 
 void seed_generators(const SeedOptions& o, SeedReport& r) {
   // Seeds CPU, then every CUDA generator (at::manual_seed skips CUDA without devices).
-  at::manual_seed(o.seed);
+  // The CPU generator is seeded first, so a CUDA failure leaves it seeded.
+  std::string cuda_failure;
+  try {
+    at::manual_seed(o.seed);
+  } catch (const c10::Error& e) {
+    cuda_failure = e.what_without_backtrace();
+  }
   r.applied.push_back({"torch.manual_seed (CPU generator)", std::to_string(o.seed)});
-  if (r.cuda_available && r.cuda_devices > 0) {
+  if (!cuda_failure.empty()) {
+    r.skipped.push_back({"torch.cuda.manual_seed_all", "failed: " + cuda_failure});
+  } else if (r.cuda_available && r.cuda_devices > 0) {
     r.applied.push_back(
         {"torch.cuda.manual_seed_all", fmt::format("{} on {} device(s)", o.seed, r.cuda_devices)});
   } else {

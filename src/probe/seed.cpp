@@ -72,7 +72,8 @@ void set_cublas_env(SeedReport& r) {
     r.applied.push_back({key, std::string(old) + " (already set; kept)"});
   } else {
     ::setenv(name, ":4096:8", 1);
-    r.applied.push_back({key, old ? ":4096:8 (replaced " + std::string(old) + ")" : ":4096:8"});
+    r.applied.push_back(
+        {key, old != nullptr ? ":4096:8 (replaced " + std::string(old) + ")" : ":4096:8"});
   }
   if (!r.cuda_available) {
     return;  // No cuBLAS here; the variable still reaches child processes.

@@ -134,8 +134,7 @@ std::string Cursor::error_message() const {
   return fmt::format("{} at byte {}", error_, error_pos_);
 }
 
-bool Cursor::expect(char c) noexcept {
-  if (consume(c)) return true;
+bool Cursor::expect_failed(char c) noexcept {
   switch (c) {
     case '{':
       return fail("expected '{'");
@@ -152,7 +151,7 @@ bool Cursor::expect(char c) noexcept {
   }
 }
 
-bool Cursor::key(std::string_view& k) {
+bool Cursor::key_slow(std::string_view& k) {
   skip_ws();
   if (p_ >= end_ || *p_ != '"') return fail("expected a key");
   const char* start = p_ + 1;
@@ -168,22 +167,10 @@ bool Cursor::key(std::string_view& k) {
   return expect(':');
 }
 
-bool Cursor::string(std::string& out) {
+// Strings with escapes or after blanks.
+bool Cursor::string_slow(std::string& out) {
   skip_ws();
   if (p_ >= end_ || *p_ != '"') return fail("expected a string");
-  const char* start = p_ + 1;
-  const char* q = start;
-  while (q < end_ && !needs_escape(static_cast<unsigned char>(*q))) ++q;
-  if (q < end_ && *q == '"') {
-    out.assign(start, static_cast<size_t>(q - start));
-    p_ = q + 1;
-    return true;
-  }
-  return string_slow(out);
-}
-
-// Strings with escapes; p_ is at the opening quote.
-bool Cursor::string_slow(std::string& out) {
   out.clear();
   ++p_;
   while (p_ < end_) {
@@ -256,7 +243,7 @@ bool Cursor::string_slow(std::string& out) {
   return fail("unterminated string");
 }
 
-bool Cursor::int64(int64_t& v) noexcept {
+bool Cursor::int64_slow(int64_t& v) noexcept {
   skip_ws();
   const char* q = p_;
   bool neg = q < end_ && *q == '-';
@@ -322,7 +309,7 @@ bool Cursor::number_token(std::string_view& tok) noexcept {
   return true;
 }
 
-bool Cursor::number(double& v) noexcept {
+bool Cursor::number_slow(double& v) noexcept {
   skip_ws();
   if (p_ < end_ && *p_ == '"') {
     // Non-finite values are strings (JSON has no NaN); compare without allocating.

@@ -49,6 +49,10 @@ class Cursor {
   }
   /// Consumes `c` (after whitespace) when it is next.
   bool consume(char c) noexcept {
+    if (p_ < end_ && *p_ == c) {  // the writer puts no blanks between tokens
+      ++p_;
+      return true;
+    }
     skip_ws();
     if (p_ < end_ && *p_ == c) {
       ++p_;
@@ -56,7 +60,7 @@ class Cursor {
     }
     return false;
   }
-  bool expect(char c) noexcept;
+  bool expect(char c) noexcept { return consume(c) || expect_failed(c); }
   /// True when only whitespace is left.
   bool at_end() noexcept {
     skip_ws();
@@ -69,13 +73,13 @@ class Cursor {
   }
 
   /// An object key followed by ':'; the view is valid until the next call.
-  bool key(std::string_view& k);
-  bool string(std::string& out);
-  bool int64(int64_t& v) noexcept;
+  inline bool key(std::string_view& k);
+  inline bool string(std::string& out);
+  inline bool int64(int64_t& v) noexcept;
   bool int32(int32_t& v) noexcept;
   bool uint32(uint32_t& v) noexcept;
   /// A number, or one of the strings "nan", "inf", "-inf".
-  bool number(double& v) noexcept;
+  inline bool number(double& v) noexcept;
   /// Like number(), then rounded to float32 when that is finite (see append_float32).
   bool number_float32(double& v) noexcept;
   bool boolean(bool& v) noexcept;
@@ -110,7 +114,13 @@ class Cursor {
   }
 
  private:
+  // The inline functions below handle the common case (what our writer produces) and
+  // leave everything else, errors included, to these.
+  bool expect_failed(char c) noexcept;
+  bool key_slow(std::string_view& k);
   bool string_slow(std::string& out);
+  bool int64_slow(int64_t& v) noexcept;
+  bool number_slow(double& v) noexcept;
   bool number_token(std::string_view& tok) noexcept;
 
   const char* p_;
@@ -120,5 +130,85 @@ class Cursor {
   size_t error_pos_ = 0;
   std::string key_scratch_;
 };
+
+namespace detail {
+inline bool is_digit(char c) noexcept { return static_cast<unsigned char>(c - '0') < 10; }
+inline bool is_plain(char c) noexcept {
+  return c != '"' && c != '\\' && static_cast<unsigned char>(c) >= 0x20;
+}
+}  // namespace detail
+
+inline bool Cursor::key(std::string_view& k) {
+  if (p_ < end_ && *p_ == '"') {
+    const char* q = p_ + 1;
+    while (q < end_ && detail::is_plain(*q)) ++q;
+    if (end_ - q >= 2 && q[0] == '"' && q[1] == ':') {
+      k = std::string_view(p_ + 1, static_cast<size_t>(q - p_ - 1));
+      p_ = q + 2;
+      return true;
+    }
+  }
+  return key_slow(k);
+}
+
+inline bool Cursor::string(std::string& out) {
+  if (p_ < end_ && *p_ == '"') {
+    const char* q = p_ + 1;
+    while (q < end_ && detail::is_plain(*q)) ++q;
+    if (q < end_ && *q == '"') {
+      out.assign(p_ + 1, static_cast<size_t>(q - p_ - 1));
+      p_ = q + 1;
+      return true;
+    }
+  }
+  return string_slow(out);
+}
+
+inline bool Cursor::int64(int64_t& v) noexcept {
+  const char* q = p_;
+  bool neg = q < end_ && *q == '-';
+  if (neg) ++q;
+  const char* digits = q;
+  uint64_t u = 0;
+  while (q < end_ && detail::is_digit(*q) && q - digits < 18) u = u * 10 + (*q++ - '0');
+  auto n = q - digits;
+  bool ends = q == end_ || (*q != '.' && *q != 'e' && *q != 'E' && !detail::is_digit(*q));
+  if (n > 0 && ends && (n == 1 || *digits != '0')) {
+    v = neg ? -static_cast<int64_t>(u) : static_cast<int64_t>(u);
+    p_ = q;
+    return true;
+  }
+  return int64_slow(v);
+}
+
+// Clinger's fast path: up to 19 digits whose value is below 2^53, without exponent, and at
+// most 22 decimals is exact with one division (both operands are exact doubles).
+inline bool Cursor::number(double& v) noexcept {
+  static constexpr double kPow10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                      1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                                      1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+  const char* q = p_;
+  bool neg = q < end_ && *q == '-';
+  if (neg) ++q;
+  const char* int_start = q;
+  uint64_t m = 0;
+  int nd = 0;
+  while (q < end_ && detail::is_digit(*q) && nd < 19) m = m * 10 + (*q++ - '0'), ++nd;
+  if (nd == 0 || (nd > 1 && *int_start == '0')) return number_slow(v);
+  int frac = 0;
+  if (q < end_ && *q == '.') {
+    ++q;
+    while (q < end_ && detail::is_digit(*q) && nd < 19) m = m * 10 + (*q++ - '0'), ++nd, ++frac;
+    if (frac == 0) return number_slow(v);
+  }
+  if (q < end_ && (*q == 'e' || *q == 'E' || *q == '.' || detail::is_digit(*q))) {
+    return number_slow(v);
+  }
+  if (m > (uint64_t{1} << 53)) return number_slow(v);
+  double d = static_cast<double>(m) / kPow10[frac];
+  v = neg ? -d : d;
+  p_ = q;
+  return true;
+}
 
 }  // namespace precprobe::json

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 
@@ -72,6 +73,28 @@ class Cursor {
     return p_ < end_ ? *p_ : '\0';
   }
 
+  /// Consumes `text` when it comes next, byte for byte; nothing otherwise.
+  bool literal(std::string_view text) noexcept {
+    if (static_cast<size_t>(end_ - p_) < text.size() ||
+        std::memcmp(p_, text.data(), text.size()) != 0) {
+      return false;
+    }
+    p_ += text.size();
+    return true;
+  }
+  /// Consumes `"name":` when it comes next, byte for byte; nothing otherwise.
+  bool quoted_key(std::string_view name) noexcept {
+    size_t n = name.size();
+    if (static_cast<size_t>(end_ - p_) < n + 3 || p_[0] != '"' || p_[n + 1] != '"' ||
+        p_[n + 2] != ':') {
+      return false;
+    }
+    for (size_t i = 0; i < n; ++i) {  // names are short: a loop beats a memcmp call
+      if (p_[i + 1] != name[i]) return false;
+    }
+    p_ += n + 3;
+    return true;
+  }
   /// An object key followed by ':'; the view is valid until the next call.
   inline bool key(std::string_view& k);
   inline bool string(std::string& out);

@@ -34,6 +34,24 @@ bool is_valid_value(std::string_view text);
 
 // ---- reading ----
 
+/// `"name":` prepared for matching with one 8-byte load (see Cursor::match).
+struct KeyLiteral {
+  constexpr explicit KeyLiteral(std::string_view name) noexcept : size(name.size() + 3) {
+    text[0] = '"';
+    for (size_t i = 0; i < name.size() && i < 12; ++i) text[i + 1] = name[i];
+    text[name.size() + 1] = '"';
+    text[name.size() + 2] = ':';
+    for (size_t i = 0; i < 8 && i < size; ++i) {
+      head |= uint64_t{static_cast<unsigned char>(text[i])} << (8 * i);
+      mask |= uint64_t{0xff} << (8 * i);
+    }
+  }
+  char text[16] = {};
+  size_t size;
+  uint64_t head = 0;  // the first 8 bytes, little-endian
+  uint64_t mask = 0;
+};
+
 class Cursor {
  public:
   explicit Cursor(std::string_view text) noexcept
@@ -93,6 +111,18 @@ class Cursor {
       if (p_[i + 1] != name[i]) return false;
     }
     p_ += n + 3;
+    return true;
+  }
+  /// Consumes the key literal when it comes next; nothing otherwise.
+  bool match(const KeyLiteral& k) noexcept {
+    if (end_ - p_ < 16) return literal(std::string_view(k.text, k.size));
+    uint64_t w;
+    std::memcpy(&w, p_, 8);
+    if ((w & k.mask) != k.head) return false;
+    for (size_t i = 8; i < k.size; ++i) {
+      if (p_[i] != k.text[i]) return false;
+    }
+    p_ += k.size;
     return true;
   }
   /// An object key followed by ':'; the view is valid until the next call.

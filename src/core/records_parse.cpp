@@ -73,6 +73,14 @@ constexpr std::string_view kTensorKeyNames[kTensorKeys] = {
     "dtype", "shape", "device", "rg",  "numel", "nan",  "pinf", "ninf",  "zero",
     "neg",   "pos",   "min",    "max", "mean",  "norm", "hash", "param", "li"};
 
+constexpr json::KeyLiteral kTensorKeyLiterals[kTensorKeys] = {
+    json::KeyLiteral("dtype"), json::KeyLiteral("shape"), json::KeyLiteral("device"),
+    json::KeyLiteral("rg"),    json::KeyLiteral("numel"), json::KeyLiteral("nan"),
+    json::KeyLiteral("pinf"),  json::KeyLiteral("ninf"),  json::KeyLiteral("zero"),
+    json::KeyLiteral("neg"),   json::KeyLiteral("pos"),   json::KeyLiteral("min"),
+    json::KeyLiteral("max"),   json::KeyLiteral("mean"),  json::KeyLiteral("norm"),
+    json::KeyLiteral("hash"),  json::KeyLiteral("param"), json::KeyLiteral("li")};
+
 int tensor_key_id(std::string_view k) {
   for (int i = 0; i < kTensorKeys; ++i) {
     if (k == kTensorKeyNames[i]) return i;
@@ -84,7 +92,7 @@ int tensor_key_id(std::string_view k) {
 // expected key is matched without scanning; anything else takes the generic path.
 bool next_tensor_key(Cursor& c, int& expected, int& id, std::string_view& k) {
   for (int i = expected; i < kTensorKeys && i < expected + 4; ++i) {
-    if (c.quoted_key(kTensorKeyNames[i])) {
+    if (c.match(kTensorKeyLiterals[i])) {
       id = i;
       expected = i + 1;
       return true;
@@ -227,9 +235,16 @@ enum OpKey : int {
 constexpr std::string_view kOpKeyNames[kOpKeys] = {
     "step", "seq", "op", "ovl", "call", "dir", "thr", "depth", "sn", "scope", "node", "in", "out"};
 
+constexpr json::KeyLiteral kOpKeyLiterals[kOpKeys] = {
+    json::KeyLiteral("step"),  json::KeyLiteral("seq"),   json::KeyLiteral("op"),
+    json::KeyLiteral("ovl"),   json::KeyLiteral("call"),  json::KeyLiteral("dir"),
+    json::KeyLiteral("thr"),   json::KeyLiteral("depth"), json::KeyLiteral("sn"),
+    json::KeyLiteral("scope"), json::KeyLiteral("node"),  json::KeyLiteral("in"),
+    json::KeyLiteral("out")};
+
 int next_op_key(Cursor& c, int& expected) {
   for (int i = expected; i < kOpKeys && i < expected + 3; ++i) {
-    if (c.quoted_key(kOpKeyNames[i])) {
+    if (c.match(kOpKeyLiterals[i])) {
       expected = i + 1;
       return i;
     }

@@ -19,16 +19,62 @@ inline constexpr int kMaxDepth = 64;
 
 // ---- writing ----
 
-/// Appends `s` as a quoted JSON string (escapes quotes, backslashes, control bytes).
-void append_string(std::string& out, std::string_view s);
-void append_int(std::string& out, int64_t v);
-/// Shortest text that parses back to exactly `v`; NaN/±Inf as "nan", "inf", "-inf".
-void append_double(std::string& out, double v);
-/// Shortest text of `v` rounded to float32 (for statistics whose last bits carry no
-/// information). Values outside the float32 range are written as doubles.
-void append_float32(std::string& out, double v);
-/// 16 lower-case hex digits in quotes.
-void append_hex64(std::string& out, uint64_t v);
+/// Appends to a std::string through a raw pointer, so a record costs no per-field size
+/// checks: callers reserve() an upper bound for the next fields, then write them. The
+/// string has its final size after finish() (called by the destructor too).
+class TextOut {
+ public:
+  explicit TextOut(std::string& s) : s_(s) {
+    size_t used = s.size();
+    s.resize(used + 1024);
+    p_ = s.data() + used;
+    end_ = s.data() + s.size();
+  }
+  ~TextOut() { finish(); }
+  TextOut(const TextOut&) = delete;
+  TextOut& operator=(const TextOut&) = delete;
+
+  void finish() {
+    if (p_ != nullptr) s_.resize(static_cast<size_t>(p_ - s_.data()));
+    p_ = end_ = nullptr;
+  }
+  void reserve(size_t n) {
+    if (static_cast<size_t>(end_ - p_) < n) grow(n);
+  }
+  void put(char c) { *p_++ = c; }
+  template <size_t N>
+  void lit(const char (&text)[N]) {
+    std::memcpy(p_, text, N - 1);
+    p_ += N - 1;
+  }
+  void raw(std::string_view text) {
+    std::memcpy(p_, text.data(), text.size());
+    p_ += text.size();
+  }
+  /// Replaces the last character (a trailing ',' by a closing bracket).
+  void replace_last(char c) { p_[-1] = c; }
+  char last() const { return p_[-1]; }
+
+  static constexpr size_t kMaxNumber = 32;
+  void int64(int64_t v);
+  /// Shortest text that parses back to exactly `v`; NaN/±Inf as "nan", "inf", "-inf".
+  void number(double v);
+  /// Shortest text of `v` rounded to float32 (statistics whose last bits carry no
+  /// information). Values outside the float32 range are written as doubles.
+  void float32(double v);
+  /// 16 lower-case hex digits in quotes.
+  void hex64(uint64_t v);
+  /// A quoted JSON string; needs at most string_bound(s.size()) bytes.
+  void string(std::string_view s);
+  static constexpr size_t string_bound(size_t n) { return 6 * n + 2; }
+
+ private:
+  void grow(size_t n);
+  std::string& s_;
+  char* p_ = nullptr;
+  char* end_ = nullptr;
+};
+
 /// True when `text` is exactly one JSON value (surrounding whitespace allowed).
 bool is_valid_value(std::string_view text);
 

@@ -14,6 +14,10 @@ namespace {
 
 using json::Cursor;
 
+// An Arg takes ~250 bytes for 7 bytes of text (`{"v":1}`): without a bound, one hostile
+// 256 MiB line would ask for gigabytes. Real TensorLists are far shorter.
+constexpr size_t kMaxListSize = size_t{1} << 18;
+
 void reset(TensorStats& t) {
   t.dtype.clear();
   t.shape.clear();
@@ -39,6 +43,7 @@ bool parse_int_list(Cursor& c, std::vector<int64_t>& v) {
 bool parse_string_list(Cursor& c, std::vector<std::string>& v) {
   size_t n = 0;
   bool ok = c.array([&] {
+    if (n >= kMaxListSize) return c.fail("list too long");
     if (n == v.size()) v.emplace_back();
     return c.string(v[n++]);
   });
@@ -196,6 +201,7 @@ bool parse_arg(Cursor& c, Arg& a) {
 bool parse_args(Cursor& c, std::vector<Arg>& args) {
   size_t n = 0;
   bool ok = c.array([&] {
+    if (n >= kMaxListSize) return c.fail("too many arguments");
     if (n == args.size()) args.emplace_back();
     return parse_arg(c, args[n++]);
   });

@@ -206,7 +206,7 @@ TEST_CASE("format version and not-a-dump errors say what was expected", "[dump_r
   }
 }
 
-TEST_CASE("bad lines are skipped and counted; a truncated tail is reported", "[dump_reader]") {
+TEST_CASE("bad lines are skipped and counted, a truncated tail is reported", "[dump_reader]") {
   TempDir dir("bad");
   std::string rank_dir = dir / "rank0";
   fs::create_directories(rank_dir);

@@ -275,7 +275,7 @@ TEST_CASE("overwrite removes the previous dump's files", "[dump_writer]") {
   CHECK(reader.scalars().size() == 1);
 }
 
-TEST_CASE("counters as meta.json's \"writer\" object", "[dump_writer]") {
+TEST_CASE("counters as the writer object of meta.json", "[dump_writer]") {
   WriterCounters c;
   c.records_written = 10;
   c.records_dropped = 2;

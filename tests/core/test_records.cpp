@@ -399,7 +399,7 @@ TEST_CASE("hostile lines fail cleanly with a message", "[records]") {
   CHECK_FALSE(parse_record(R"({"value":1})", v));
 }
 
-TEST_CASE("every truncation of a valid line fails; random corruption never crashes", "[records]") {
+TEST_CASE("every truncation of a valid line fails, random corruption never crashes", "[records]") {
   std::mt19937_64 rng(42);
   OpRecord r = precprobe::test::sample_op(rng, 3, 9);
   r.scope = "x/y";

@@ -203,7 +203,7 @@ void walk(const T* base, const Geometry& g, Sink& sink) {
 }
 
 // Elements a tile buffer of walk_tiled holds (256 KiB of float32: L2-resident).
-constexpr int64_t kTileElements = int64_t(1) << 16;
+constexpr int64_t kTileElements = int64_t(1) << 18;
 
 // Whether the logical walk of g reads memory across its last dim while the dim before
 // it is the near one (a transposed matrix): then walk_tiled is much faster than walk.
@@ -216,23 +216,25 @@ bool wants_tiles(const Geometry& g) {
 }
 
 // Logical order for wants_tiles() geometries: copies groups of rows of the last two dims
-// into a buffer, reading along the near dim, then hands the rows on in order.
+// into a buffer, reading along the near dim, then hands the rows on in order. The buffer's
+// row pitch is padded off a power of two so that its rows do not share L1 sets.
 template <typename T, typename Sink>
 void walk_tiled(const T* base, const Geometry& g, Sink& sink) {
   const size_t nd = g.sizes.size();
   const int64_t rows = g.sizes[nd - 2], cols = g.sizes[nd - 1];
   const int64_t row_stride = g.strides[nd - 2], col_stride = g.strides[nd - 1];
-  const int64_t group = std::min<int64_t>(rows, std::min<int64_t>(64, kTileElements / cols));
-  std::unique_ptr<T[]> tile(new T[static_cast<size_t>(group * cols)]);  // not vector<bool>
+  const int64_t pitch = cols + 64 / static_cast<int64_t>(sizeof(T));
+  const int64_t group = std::min<int64_t>(rows, std::clamp<int64_t>(kTileElements / pitch, 1, 64));
+  std::unique_ptr<T[]> tile(new T[static_cast<size_t>(group * pitch)]);  // not vector<bool>
   for_each_outer(g, nd - 2, [&](int64_t offset) {
     for (int64_t r0 = 0; r0 < rows; r0 += group) {
       const int64_t nr = std::min(group, rows - r0);
       const T* src = base + offset + r0 * row_stride;
       for (int64_t c = 0; c < cols; ++c) {
         const T* col = src + c * col_stride;
-        for (int64_t r = 0; r < nr; ++r) tile[r * cols + c] = col[r * row_stride];
+        for (int64_t r = 0; r < nr; ++r) tile[r * pitch + c] = col[r * row_stride];
       }
-      sink.run(tile.get(), nr * cols);
+      for (int64_t r = 0; r < nr; ++r) sink.run(tile.get() + r * pitch, cols);
     }
   });
   sink.flush();

@@ -143,7 +143,11 @@ __attribute__((target("avx2,f16c"))) void widen_f16c(const uint16_t* p, int n, f
   }
   for (; i < n; ++i) out[i] = c10::detail::fp16_ieee_to_fp32_value(p[i]);
 }
-const bool kHaveF16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2");
+// __builtin_cpu_init first: this initializer may run before libgcc's own.
+const bool kHaveF16c = [] {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2");
+}();
 #else
 const bool kHaveF16c = false;
 void widen_f16c(const uint16_t*, int, float*) {}

@@ -411,7 +411,11 @@ at::Tensor values_view(const at::Tensor& t) {
 bool run_cpu(const at::Tensor& t, TensorStats* out, TensorHasher* hasher) {
   if (hasher) hasher->header(dtype_name(t), t.sizes());
   if (t.numel() == 0) return true;
-  return dispatch_cpu(values_view(t), out, hasher);
+  // A ZeroTensor (autograd's efficient zeros) has no data behind its pointer: rare, so
+  // materialise it.
+  const at::Tensor values = values_view(t._is_zerotensor() ? at::zeros(t.sizes(), t.options()) : t);
+  if (values.data_ptr() == nullptr) return false;
+  return dispatch_cpu(values, out, hasher);
 }
 
 }  // namespace

@@ -366,6 +366,17 @@ TEST_CASE("tensors without readable values never crash", "[stats]") {
   check_no_values(s);
 }
 
+TEST_CASE("an efficient ZeroTensor (null data pointer) reads as zeros", "[stats]") {
+  auto z = at::_efficientzerotensor({2, 3});
+  REQUIRE(z.data_ptr() == nullptr);
+  auto s = stats_of(z, true);
+  CHECK(s.zero == 6);
+  CHECK(s.min == 0);
+  CHECK(s.max == 0);
+  CHECK(s.norm == 0);
+  CHECK(s.hash == stats_of(torch::zeros({2, 3}), true).hash);
+}
+
 TEST_CASE("requires_grad and device are reported", "[stats]") {
   auto w = torch::ones({2, 2}, torch::requires_grad());
   auto s = stats_of(w);

@@ -288,8 +288,9 @@ DebuggerOptions DebuggerOptions::from_json(const std::string& json_text) {
   json root;
   try {
     root = json::parse(json_text);
-  } catch (const json::parse_error& e) {
-    // Drop nlohmann's "[json.exception.parse_error.101] " tag; keep line and column.
+  } catch (const json::exception& e) {
+    // parse_error, and out_of_range for numbers like 1e999. Drop nlohmann's
+    // "[json.exception.parse_error.101] " tag; keep line and column.
     std::string what = e.what();
     const size_t tag_end = what.find("] ");
     if (tag_end != std::string::npos && what.rfind("[json.exception", 0) == 0) {

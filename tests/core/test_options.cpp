@@ -640,6 +640,10 @@ TEST_CASE("NameMatcher rejects bad regex entries, naming them", "[namematcher]")
   CHECK_THAT(m, Catch::Contains("bad regular expression"));
   m = error_of([] { NameMatcher({"name-regex()"}); });
   CHECK_THAT(m, Catch::Contains("non-empty"));
+  m = error_of([] { NameMatcher({"name-regex(" + std::string(1025, 'a') + ")"}); });
+  CHECK_THAT(m, Catch::Contains("1025 characters; allowed: at most 1024"));
+  CHECK(
+      NameMatcher({"name-regex(" + std::string(1024, 'a') + ")"}).matches(std::string(1024, 'a')));
   m = error_of([] { NameMatcher({""}); });
   CHECK_THAT(m, Catch::Contains("empty string"));
 }

@@ -232,6 +232,23 @@ TEST_CASE("unknown keys get a suggestion and the list of valid keys", "[options]
   CHECK_THAT(parse_error(R"({"zstd_lveel": 3})"), Catch::Contains("did you mean 'zstd_level'?"));
   CHECK_THAT(parse_error(R"({"statistic": {}})"), Catch::Contains("did you mean 'statistics'?"));
 
+  // Enum values get suggestions too.
+  CHECK_THAT(parse_error(R"({"task": "statistic"})"),
+             Catch::Contains("did you mean \"statistics\"?"));
+  CHECK_THAT(parse_error(R"({"overflow_policy": "Drop"})"),
+             Catch::Contains("did you mean \"drop\"?"));
+
+  // A key written twice is an error, not a silent "last one wins".
+  m = parse_error(R"({"step": [1], "level": "L2", "step": [2]})");
+  CHECK_THAT(m, Catch::Contains("config key 'step': written twice"));
+  m = parse_error(R"({"statistics": {"list": ["a"], "scope": [], "list": ["b"]}})");
+  CHECK_THAT(m, Catch::Contains("config key 'statistics.list': written twice"));
+  m = parse_error(R"({"grad_probe": {"bounds": [{"x": 1}, {"y": 2, "y": 3}]}})");
+  CHECK_THAT(m, Catch::Contains("config key 'grad_probe.bounds.y': written twice"));
+  // The same key in different objects is fine.
+  CHECK_NOTHROW(DebuggerOptions::from_json(
+      R"({"statistics": {"list": ["a"]}, "tensor": {"list": ["b"], "x": {"list": 1}}})"));
+
   // Nothing close: no suggestion, still the list.
   m = parse_error(R"({"verbosity": 3})");
   CHECK_THAT(m, Catch::Contains("unknown config key 'verbosity'"));

@@ -113,7 +113,8 @@ struct DebuggerOptions {
   static DebuggerOptions from_json(const std::string& json_text);
   /// Reads and parses a file; errors name the file.
   static DebuggerOptions from_json_file(const std::string& path);
-  /// from_json_file($PRECPROBE_CONFIG) when that variable is set, else `fallback`.
+  /// from_json_file($PRECPROBE_CONFIG) when that variable is set and not empty, else
+  /// `fallback`. Errors say that the path came from PRECPROBE_CONFIG.
   static DebuggerOptions from_env_or(const DebuggerOptions& fallback);
 
   /// Throws precprobe::Error when fields contradict each other or are out of range.

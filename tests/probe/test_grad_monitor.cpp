@@ -7,10 +7,14 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <set>
 
+#include "precprobe/error.h"
 #include "precprobe/grad_monitor.h"
+#include "precprobe/reader.h"
+#include "precprobe/writer.h"
 
 using precprobe::GradMonitor;
 using precprobe::GradMonitorOptions;
@@ -255,8 +259,13 @@ TEST_CASE("weight_all_zero without update ratios; a throwing callback is contain
   o.update_ratio = false;
   o.on_watch = [](const precprobe::WatchHit&) { throw std::runtime_error("user bug"); };
   GradMonitor m({{"p", p}}, o);
+  std::vector<std::string> reported;
+  precprobe::set_error_handler([&](const std::string& msg) { reported.push_back(msg); });
   std::vector<GradRecord> recs;
   CHECK_NOTHROW(recs = m.observe(0));
+  precprobe::set_error_handler(nullptr);
+  REQUIRE(reported.size() == 1);
+  CHECK(reported[0].find("user bug") != std::string::npos);
   REQUIRE(recs.size() == 1);
   CHECK(watches(recs[0]) == std::set<std::string>{"weight_all_zero"});
 }
@@ -271,4 +280,34 @@ TEST_CASE("a module's parameters are named as named_parameters() names them", "[
   CHECK(recs[0].param == "0.weight");
   CHECK(recs[3].param == "2.bias");
   CHECK(recs[3].grad_norm == Approx(2.0));  // d(sum)/d(bias) = batch size
+}
+
+TEST_CASE("records submitted to a DumpWriter read back from grads.jsonl.zst", "[monitor]") {
+  const std::string dir = std::string(PRECPROBE_BINARY_DIR) + "/test_out/monitor_log/rank0";
+  std::filesystem::remove_all(dir);
+  auto p = torch::ones({4}).set_requires_grad(true);
+  GradMonitor m({{"w", p}});
+  std::vector<GradRecord> sent;
+  {
+    precprobe::WriterOptions wo;
+    wo.dir = dir;
+    precprobe::DumpWriter w(wo);
+    w.write_meta("{\"format_version\": 1}");
+    for (int step = 0; step < 3; ++step) {
+      p.mutable_grad() = torch::full({4}, step == 1 ? 0.0f : 0.5f);
+      for (auto& r : m.observe(step, &w)) sent.push_back(r);
+    }
+    w.close();
+  }
+  auto got = precprobe::DumpReader(dir).grads();
+  REQUIRE(got.size() == 3);
+  for (size_t i = 0; i < 3; ++i) {
+    CHECK(got[i].step == sent[i].step);
+    CHECK(got[i].param == "w");
+    CHECK(got[i].grad_norm == sent[i].grad_norm);
+    CHECK(got[i].weight_norm == sent[i].weight_norm);
+    CHECK(got[i].watch == sent[i].watch);
+  }
+  CHECK(got[1].watch ==
+        std::vector<std::string>{"grad_vanishing", "grad_all_zero", "weight_not_changed"});
 }

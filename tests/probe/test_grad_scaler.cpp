@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <map>
 #include <random>
@@ -14,6 +15,7 @@
 
 #include "precprobe/error.h"
 #include "precprobe/grad_scaler.h"
+#include "precprobe/reader.h"
 
 using precprobe::GradScaler;
 using precprobe::GradScalerOptions;
@@ -606,4 +608,48 @@ TEST_CASE("natural overflow under a huge scale backs off until steps succeed", "
     CHECK((n == "0.weight" || n == "0.bias" || n == "2.weight" || n == "2.bias"));
   }
   CHECK(s.history().back().found_inf == false);
+}
+
+TEST_CASE("log_path: the records go to scaler.jsonl.zst and read back equal", "[scaler]") {
+  const std::string dir = std::string(PRECPROBE_BINARY_DIR) + "/test_out/scaler_log/rank0";
+  std::filesystem::remove_all(dir);
+  GradScalerOptions o;
+  o.log_path = dir;
+  o.growth_interval = 2;
+  std::vector<ScalerRecord> hist;
+  {
+    GradScaler s(o);
+    Tiny t;
+    s.set_parameter_names({{"tiny.p", t.p}});
+    const double pattern[] = {1, kNaN, 1, 1, 1, kInf, 1};
+    for (double bad : pattern) {
+      t.backward(s, bad);
+      s.step(t.opt);
+      s.update();
+    }
+    hist = s.history();
+  }  // the destructor closes the writer
+  precprobe::DumpReader reader(dir);
+  auto recs = reader.scaler();
+  REQUIRE(recs.size() == 7);
+  REQUIRE(hist.size() == 7);
+  for (size_t i = 0; i < recs.size(); ++i) {
+    INFO("record " << i);
+    CHECK(recs[i].step == hist[i].step);
+    CHECK(recs[i].group == hist[i].group);
+    CHECK(recs[i].found_inf == hist[i].found_inf);
+    CHECK(recs[i].nonfinite_params == hist[i].nonfinite_params);
+    CHECK(recs[i].bad_params == hist[i].bad_params);
+    CHECK(recs[i].grad_norm == hist[i].grad_norm);
+    CHECK(recs[i].grad_norm_scaled == hist[i].grad_norm_scaled);
+    CHECK(recs[i].scale_before == hist[i].scale_before);
+    CHECK(recs[i].scale_after == hist[i].scale_after);
+    CHECK(recs[i].growth_tracker == hist[i].growth_tracker);
+    CHECK(recs[i].skipped == hist[i].skipped);
+    CHECK(recs[i].event == hist[i].event);
+  }
+  CHECK(recs[1].bad_params == std::vector<std::string>{"tiny.p"});
+  CHECK(recs[1].event == "backoff");
+  CHECK(recs[3].event == "growth");  // steps 2 and 3 finite: the tracker reaches 2 at step 3
+  CHECK(recs[3].scale_after == 2 * recs[3].scale_before);
 }

@@ -45,9 +45,9 @@ void print_steps(const SummaryResult& s) {
     lo = std::min(lo, n);
     hi = std::max(hi, n);
   }
-  std::cout << fmt::format(
-      "steps         {}..{} ({} with op records), {}..{} op records per step\n", *s.step_min,
-      *s.step_max, s.records_per_step.size(), lo, hi);
+  const std::string per_step = lo == hi ? num(lo) : fmt::format("{}..{}", lo, hi);
+  std::cout << fmt::format("steps         {}..{} ({} with op records), {} op records per step\n",
+                           *s.step_min, *s.step_max, s.records_per_step.size(), per_step);
 }
 
 void print_summary(const SummaryResult& s, const Terminal& term) {
@@ -62,7 +62,7 @@ void print_summary(const SummaryResult& s, const Terminal& term) {
   const ScalerSummary& sc = s.scaler;
   if (sc.records > 0) {
     std::cout << fmt::format(
-        "loss scale    final {}, {} skipped steps{}, {} backoffs, {} growths\n",
+        "loss scale    final {}, skipped steps {}{}, backoffs {}, growths {}\n",
         sc.final_scale ? num(*sc.final_scale) : "-", sc.skipped,
         sc.first_skip_step ? fmt::format(" (first at step {})", *sc.first_skip_step) : "",
         sc.backoffs, sc.growths);

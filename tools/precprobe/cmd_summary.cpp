@@ -15,27 +15,47 @@ struct SummaryArgs {
   bool json = false;
 };
 
-// Scalars of meta.json, one level deep ("versions.torch: 1.13.1"), config left to --json.
+std::string text_of(const nlohmann::json& v) {
+  return v.is_string() ? v.get<std::string>() : v.dump();
+}
+
+// An array of meta.json as one line: strings as they are, {name, value} as name=value,
+// {name, reason} as "name (reason)" (the seed report's lists).
+std::string array_line(const nlohmann::json& a) {
+  std::string s;
+  for (const nlohmann::json& e : a) {
+    std::string item = text_of(e);
+    if (e.is_object() && e.contains("name")) {
+      item = text_of(e["name"]);
+      if (e.contains("value")) item += "=" + text_of(e["value"]);
+      if (e.contains("reason")) item += " (" + text_of(e["reason"]) + ")";
+    }
+    s += (s.empty() ? "" : ", ") + item;
+  }
+  return s.empty() ? "(none)" : s;
+}
+
+// meta.json one level deep ("versions.torch  1.13.1"); the config is left to --json.
 void print_meta(const std::string& meta_text, const Terminal& term) {
   const nlohmann::json meta = nlohmann::json::parse(meta_text, nullptr, false);
   if (!meta.is_object() || meta.empty()) {
     std::cout << "  meta.json   (none)\n";
     return;
   }
+  auto line = [](const std::string& key, const nlohmann::json& v) {
+    if (v.is_primitive()) std::cout << fmt::format("  {:<22}{}\n", key, text_of(v));
+    if (v.is_array()) std::cout << fmt::format("  {:<22}{}\n", key, array_line(v));
+  };
   for (const auto& [key, value] : meta.items()) {
     if (key == "config" || key == "writer") continue;
-    if (value.is_object()) {
-      for (const auto& [k2, v2] : value.items()) {
-        if (v2.is_primitive())
-          std::cout << fmt::format("  {:<22}{}\n", key + "." + k2,
-                                   v2.is_string() ? v2.get<std::string>() : v2.dump());
-      }
-    } else if (value.is_primitive()) {
-      std::cout << fmt::format("  {:<22}{}\n", key,
-                               value.is_string() ? value.get<std::string>() : value.dump());
+    if (!value.is_object()) {
+      line(key, value);
+      continue;
     }
+    for (const auto& [k2, v2] : value.items()) line(key + "." + k2, v2);
   }
-  if (meta.contains("config")) std::cout << paint(term, Tone::kDim, "  (config: see --json)\n");
+  if (meta.contains("config"))
+    std::cout << paint(term, Tone::kDim, "  (config: see --json)") << '\n';
 }
 
 void print_steps(const SummaryResult& s) {

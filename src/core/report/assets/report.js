@@ -121,8 +121,11 @@
     applySort(); draw();
     return wrap;
   }
+  // Scalar fields of the rows, the usual identifying ones first.
+  const FIRST = ["name", "step", "rank", "seq", "event"];
   function inferColumns(rows) {
     const keys = new Map();
+    for (const k of FIRST) if (rows.length && k in rows[0]) keys.set(k, typeof rows[0][k] === "number");
     for (const r of rows.slice(0, 200))
       for (const [k, v] of Object.entries(r))
         if (v === null || typeof v !== "object") {
@@ -386,7 +389,10 @@
     if (T.by_abs_max && T.by_abs_max.length) {
       s.appendChild(el("h3", { text: "By largest |output|" }));
       s.appendChild(note(`The ${T.by_abs_max.length} op calls with the largest finite |value| in an output, of ${T.ops_total} recorded.`));
-      s.appendChild(dataTable("table-top-absmax", T.by_abs_max, { sortKey: "abs_max", sortDir: -1 }));
+      s.appendChild(dataTable("table-top-absmax", T.by_abs_max, { sortKey: "abs_max", sortDir: -1, columns: [
+        { key: "name" }, { key: "step", num: true }, { key: "rank", num: true }, { key: "seq", num: true },
+        { key: "abs_max", label: "max |output|", num: true }, { key: "out_nonfinite", label: "NaN/Inf in outputs", num: true },
+        { key: "dtype" }, { key: "shape" }, { key: "scope" }] }));
     }
     if (T.by_error && T.by_error.length) {
       s.appendChild(el("h3", { text: "By error against run B" }));

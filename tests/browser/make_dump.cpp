@@ -42,13 +42,20 @@ Args parse(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (!std::strcmp(argv[i], "--steps")) a.steps = std::atoll(next());
-    else if (!std::strcmp(argv[i], "--op-steps")) a.op_steps = std::atoll(next());
-    else if (!std::strcmp(argv[i], "--params")) a.params = std::atoi(next());
-    else if (!std::strcmp(argv[i], "--overflow-step")) a.overflow_step = std::atoll(next());
-    else if (!std::strcmp(argv[i], "--perturb")) a.perturb = std::atof(next());
-    else if (!std::strcmp(argv[i], "--diverge-seq")) a.diverge_seq = std::atoll(next());
-    else if (argv[i][0] != '-' && a.dir.empty()) a.dir = argv[i];
+    if (!std::strcmp(argv[i], "--steps"))
+      a.steps = std::atoll(next());
+    else if (!std::strcmp(argv[i], "--op-steps"))
+      a.op_steps = std::atoll(next());
+    else if (!std::strcmp(argv[i], "--params"))
+      a.params = std::atoi(next());
+    else if (!std::strcmp(argv[i], "--overflow-step"))
+      a.overflow_step = std::atoll(next());
+    else if (!std::strcmp(argv[i], "--perturb"))
+      a.perturb = std::atof(next());
+    else if (!std::strcmp(argv[i], "--diverge-seq"))
+      a.diverge_seq = std::atoll(next());
+    else if (argv[i][0] != '-' && a.dir.empty())
+      a.dir = argv[i];
     else {
       std::fprintf(stderr, "unknown argument %s\n", argv[i]);
       std::exit(2);
@@ -61,8 +68,8 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-precprobe::TensorStats stats(std::vector<int64_t> shape, double center, double spread,
-                             bool inf, bool nan) {
+precprobe::TensorStats stats(std::vector<int64_t> shape, double center, double spread, bool inf,
+                             bool nan) {
   precprobe::TensorStats t;
   t.dtype = "Float";
   t.shape = std::move(shape);

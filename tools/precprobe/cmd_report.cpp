@@ -1,10 +1,11 @@
 // `precprobe report DIR [--compare DIR_B] -o report.html`: one self-contained HTML file.
+#include "cmd_report.h"
+
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <memory>
 #include <string>
 
-#include "cmd_report.h"
 #include "precprobe/error.h"
 #include "precprobe/report.h"
 

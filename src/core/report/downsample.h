@@ -12,8 +12,8 @@
 namespace precprobe::report {
 
 struct Buckets {
-  size_t size = 1;                       ///< points per bucket (the last may hold fewer)
-  std::vector<int64_t> step;             ///< first step of each bucket
+  size_t size = 1;                         ///< points per bucket (the last may hold fewer)
+  std::vector<int64_t> step;               ///< first step of each bucket
   std::vector<std::optional<double>> min;  ///< smallest non-NaN value (none: all NaN)
   std::vector<std::optional<double>> max;  ///< largest non-NaN value
 };

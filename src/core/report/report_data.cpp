@@ -113,13 +113,13 @@ json scale_history(DumpReader& reader, const ReportOptions& o) {
     for (size_t j = i; j < std::min(pts.size(), i + b.size); ++j) n += pts[j].skipped;
     skipped.push_back(n);
   }
-  return {{"n", pts.size()},          {"rank", rank},
-          {"optimizer", 0},           {"group", 0},
-          {"bucket", b.size},         {"step", b.step},
-          {"min", opt_array(b.min)},  {"max", opt_array(b.max)},
-          {"skipped", skipped},       {"skipped_total", skipped_total},
-          {"events", events},         {"events_total", events_total},
-          {"backoffs", backoffs},     {"growths", growths}};
+  return {{"n", pts.size()},         {"rank", rank},
+          {"optimizer", 0},          {"group", 0},
+          {"bucket", b.size},        {"step", b.step},
+          {"min", opt_array(b.min)}, {"max", opt_array(b.max)},
+          {"skipped", skipped},      {"skipped_total", skipped_total},
+          {"events", events},        {"events_total", events_total},
+          {"backoffs", backoffs},    {"growths", growths}};
 }
 
 // Heat map of gradient norms: rows are parameters (order of first appearance), columns
@@ -160,7 +160,8 @@ json grads_heatmap(DumpReader& reader, const ReportOptions& o) {
   const size_t bucket = bucket_size(steps.size(), std::max<size_t>(16, o.heatmap_columns));
   const size_t cols = (steps.size() + bucket - 1) / bucket;
   const size_t rows = std::min<size_t>(params.size(), kMaxHeatmapRows);
-  std::vector<std::vector<std::optional<double>>> norm(rows, std::vector<std::optional<double>>(cols));
+  std::vector<std::vector<std::optional<double>>> norm(rows,
+                                                       std::vector<std::optional<double>>(cols));
   std::vector<std::vector<int64_t>> bad(rows, std::vector<int64_t>(cols, 0));
   for (const Cell& c : cells) {
     if (c.param >= rows) continue;
@@ -179,12 +180,16 @@ json grads_heatmap(DumpReader& reader, const ReportOptions& o) {
     jbad.push_back(bad[r]);
   }
   params.resize(rows);
-  return {{"n", cells.size()},       {"params", params},
+  return {{"n", cells.size()},
+          {"params", params},
           {"params_total", param_index.size()},
-          {"bucket", bucket},        {"steps", col_steps},
+          {"bucket", bucket},
+          {"steps", col_steps},
           {"last_step", steps.back()},
-          {"norm", jnorm},           {"bad", jbad},
-          {"watch", watch},          {"watch_total", watch_total}};
+          {"norm", jnorm},
+          {"bad", jbad},
+          {"watch", watch},
+          {"watch_total", watch_total}};
 }
 
 // The first scalar named "loss" (else the first whose name contains "loss").
@@ -202,8 +207,8 @@ json loss_curve(DumpReader& reader, const ReportOptions& o) {
   if (series.empty()) return nullptr;
   auto it = series.count("loss") ? series.find("loss") : series.begin();
   Buckets b = downsample(it->second.first, it->second.second, o.max_points);
-  return {{"name", it->first},      {"n", it->second.first.size()}, {"bucket", b.size},
-          {"step", b.step},         {"min", opt_array(b.min)},      {"max", opt_array(b.max)}};
+  return {{"name", it->first}, {"n", it->second.first.size()}, {"bucket", b.size},
+          {"step", b.step},    {"min", opt_array(b.min)},      {"max", opt_array(b.max)}};
 }
 
 double output_abs_max(const OpRecord& r) {
@@ -225,9 +230,9 @@ json op_row(const OpRecord& r, double abs_max) {
       shape = fmt::format("[{}]", fmt::join(a.tensor->shape, ","));
     }
   }
-  return {{"name", r.name()}, {"step", r.step},   {"rank", r.rank},       {"seq", r.seq},
-          {"abs_max", abs_max}, {"out_nonfinite", nonfinite}, {"dtype", dtype},
-          {"shape", shape},     {"scope", r.scope}};
+  return {{"name", r.name()}, {"step", r.step},     {"rank", r.rank},
+          {"seq", r.seq},     {"abs_max", abs_max}, {"out_nonfinite", nonfinite},
+          {"dtype", dtype},   {"shape", shape},     {"scope", r.scope}};
 }
 
 // One pass over the ops: per step, how many ops had a non-finite output; and the op calls
@@ -260,8 +265,11 @@ void ops_pass(DumpReader& reader, const ReportOptions& o, json& data) {
     steps_with += n > 0;
   }
   Buckets b = downsample(steps, counts, o.max_points);
-  data["nonfinite"] = {{"steps", steps.size()}, {"steps_with", steps_with}, {"bucket", b.size},
-                       {"step", b.step},        {"ops", opt_array(b.max)}};
+  data["nonfinite"] = {{"steps", steps.size()},
+                       {"steps_with", steps_with},
+                       {"bucket", b.size},
+                       {"step", b.step},
+                       {"ops", opt_array(b.max)}};
   json rows = json::array();
   for (; !top.empty(); top.pop()) rows.push_back(top.top().second);
   std::reverse(rows.begin(), rows.end());

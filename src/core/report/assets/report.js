@@ -151,6 +151,13 @@
   const line = (label, stroke, extra) => Object.assign({ label, stroke, width: 1.2, spanGaps: false }, extra || {});
   const dots = (label, color, size) => ({ label, stroke: color, fill: color, width: 0, paths: () => null,
                                           points: { show: true, size: size || 7, fill: color, stroke: color } });
+  // Ticks at powers of two, at most ~8 of them (uPlot puts one at every power).
+  function log2Splits(u, axis, min, max) {
+    const lo = Math.floor(Math.log2(min)), hi = Math.ceil(Math.log2(max));
+    const stride = Math.max(1, Math.ceil((hi - lo) / 8)), out = [];
+    for (let k = lo; k <= hi; k += stride) out.push(2 ** k);
+    return out;
+  }
   // Positions of a sorted x array nearest to each value of `xs` (markers onto bucketed series).
   function bucketIndex(steps, s) {
     let lo = 0, hi = steps.length - 1;
@@ -220,7 +227,9 @@
     }
     chart("chart-scale", {
       scales: { x: { time: false }, y: { distr: 3, log: 2 } },
-      axes: [{ label: "step" }, { label: "scale (log2)", values: (u, v) => v.map((x) => "2^" + Math.round(Math.log2(x))) , size: 60 }],
+      axes: [{ label: "step" }, { label: "scale (log2)", splits: log2Splits, size: 60,
+                                  space: 18,
+                                  values: (u, v) => v.map((x) => (x > 0 ? "2^" + Math.round(Math.log2(x)) : "")) }],
       series: [{ label: "step" }, line("scale max", COLORS[0]), line("scale min", COLORS[5]),
                dots("skipped", COLORS[1], 6), dots("backoff", COLORS[3], 9), dots("growth", COLORS[2], 7)],
     }, [S.step, S.max, S.min, skip, back, grow], s);
@@ -344,7 +353,8 @@
       if (os !== undefined) { const i = bucketIndex(N.step, os); origin[i] = N.ops[i] || 0; }
       chart("chart-nonfinite", {
         axes: [{ label: "step" }, { label: "ops with NaN/Inf" }],
-        series: [{ label: "step" }, line("ops with NaN/Inf", COLORS[1], { fill: "rgba(217,45,32,.12)" }), dots("origin step", "#7a5af8", 10)],
+        // Points, not a line: steps without op records (a step filter) must not look like zeros.
+        series: [{ label: "step" }, dots("ops with NaN/Inf", COLORS[1], 5), dots("origin step", "#7a5af8", 12)],
       }, [N.step, N.ops, origin], s);
     }
     if (O && O.origin) s.appendChild(opCard(O.origin, "Origin: the first op whose output went non-finite while its inputs were finite"));

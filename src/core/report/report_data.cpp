@@ -113,13 +113,21 @@ json scale_history(DumpReader& reader, const ReportOptions& o) {
     for (size_t j = i; j < std::min(pts.size(), i + b.size); ++j) n += pts[j].skipped;
     skipped.push_back(n);
   }
-  return {{"n", pts.size()},         {"rank", rank},
-          {"optimizer", 0},          {"group", 0},
-          {"bucket", b.size},        {"step", b.step},
-          {"min", opt_array(b.min)}, {"max", opt_array(b.max)},
-          {"skipped", skipped},      {"skipped_total", skipped_total},
-          {"events", events},        {"events_total", events_total},
-          {"backoffs", backoffs},    {"growths", growths}};
+  return {{"n", pts.size()},
+          {"rank", rank},
+          {"last_step", pts.back().step},
+          {"optimizer", 0},
+          {"group", 0},
+          {"bucket", b.size},
+          {"step", b.step},
+          {"min", opt_array(b.min)},
+          {"max", opt_array(b.max)},
+          {"skipped", skipped},
+          {"skipped_total", skipped_total},
+          {"events", events},
+          {"events_total", events_total},
+          {"backoffs", backoffs},
+          {"growths", growths}};
 }
 
 // Heat map of gradient norms: rows are parameters (order of first appearance), columns
@@ -297,6 +305,12 @@ std::string build_report_data(const ReportOptions& options) {
   data["grads"] = report::grads_heatmap(reader, o);
   report::ops_pass(reader, o, data);
   data["runs"][0]["streams"] = report::streams_json(reader.statuses());
+  if (!data["runs"][0].contains("steps") && data["scale"].is_object()) {
+    // No op records: the steps the scaler saw.
+    const json& s = data["scale"];
+    data["runs"][0]["steps"] = {
+        {"first", s["step"].front()}, {"last", s["last_step"]}, {"count", s["n"]}};
+  }
   report::add_analyses(o, reader, data);
   return data.dump(-1, ' ', false, json::error_handler_t::replace);
 }

@@ -8,7 +8,7 @@
 // (only), aten::mul at seq 4 (scope "model/head") produces +Inf from finite inputs and every
 // later op of that step carries NaN. The scaler backs off on that step and grows every 2000
 // clean steps; the gradient monitor's norms go non-finite on that step and a watchpoint
-// fires every 5000 steps. --perturb multiplies every statistic of ops from seq --diverge-seq
+// fires every 5000 steps. --perturb multiplies the output mean of ops from seq --diverge-seq
 // on by (1 + X·(seq - K + 1)), making a "second run" whose first divergent op is seq K.
 #include <cmath>
 #include <cstdio>
@@ -121,6 +121,7 @@ void write_ops(precprobe::DumpWriter& w, const Args& a, int64_t step) {
   const bool overflow = step == a.overflow_step;
   bool poisoned = false;
   std::map<std::pair<std::string, int>, int64_t> calls;
+  precprobe::TensorStats prev_out;
   for (int64_t seq = 0; seq < static_cast<int64_t>(std::size(kOps)); ++seq) {
     const OpSpec& spec = kOps[seq];
     precprobe::OpRecord r;
@@ -132,16 +133,20 @@ void write_ops(precprobe::DumpWriter& w, const Args& a, int64_t step) {
     r.node = spec.node;
     r.seqnr = seq < 7 ? seq : 13 - seq;
     r.call = calls[{r.op, static_cast<int>(r.dir)}]++;
-    double center = 0.1 * static_cast<double>(seq + 1) + 0.001 * static_cast<double>(step % 97);
-    if (seq >= a.diverge_seq) {
-      center *= 1 + a.perturb * static_cast<double>(seq - a.diverge_seq + 1);
-    }
+    // Each op's input is the previous op's output (the first op reads fresh data), so a
+    // perturbation introduced at --diverge-seq is inherited by every later op.
+    const double center =
+        0.1 * static_cast<double>(seq + 1) + 0.001 * static_cast<double>(step % 97);
+    const double factor =
+        seq >= a.diverge_seq ? 1 + a.perturb * static_cast<double>(seq - a.diverge_seq + 1) : 1;
     const bool makes_inf = overflow && seq == 4;
-    r.inputs.push_back(targ(stats({64, 128}, center, 0.5 + seq, false, poisoned)));
-    r.inputs.back().tensor->param = seq == 0 ? "fc1.weight" : (seq == 2 ? "fc2.weight" : "");
+    precprobe::TensorStats in = seq == 0 ? stats({64, 128}, 0.05, 0.5, false, false) : prev_out;
+    in.param = seq == 0 ? "fc1.weight" : (seq == 2 ? "fc2.weight" : "");
+    r.inputs.push_back(targ(std::move(in)));
     r.inputs.push_back({std::nullopt, "2"});
-    r.outputs.push_back(
-        targ(stats({64, 128}, center * 1.5, 1.0 + 10.0 * seq, makes_inf, poisoned)));
+    prev_out = stats({64, 128}, center * factor, 1.0 + 10.0 * static_cast<double>(seq), makes_inf,
+                     poisoned);
+    r.outputs.push_back(targ(prev_out));
     w.submit(std::move(r));
     poisoned = poisoned || makes_inf;
   }

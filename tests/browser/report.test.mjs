@@ -43,7 +43,7 @@ const run = (exe, args) => execFileSync(exe, args, { cwd: out, stdio: ["ignore",
 // Dumps from the real DumpWriter, reports from the real CLI.
 const mk = process.env.PRECPROBE_MAKE_DUMP, cli = process.env.PRECPROBE_CLI;
 run(mk, ["run_a", "--steps", "60", "--overflow-step", "30"]);
-run(mk, ["run_b", "--steps", "60", "--overflow-step", "30", "--perturb", "0.01", "--diverge-seq", "6"]);
+run(mk, ["run_b", "--steps", "60", "--overflow-step", "30", "--perturb", "0.2", "--diverge-seq", "5"]);
 run(mk, ["run_big", "--steps", "100000", "--op-steps", "20", "--params", "6", "--overflow-step", "50000"]);
 run(cli, ["report", "run_a", "-o", "report_a.html"]);
 run(cli, ["report", "run_a", "--compare", "run_b", "-o", "report_compare.html"]);
@@ -125,7 +125,8 @@ const uplotPoints = (page, id, series) =>
   check((await uplotPoints(page, "chart-compare", 2)) === 1, "exactly one first-divergent marker");
   check((await num(page, "#table-compare", "rows")) > 0, "compare table has rows");
   const first = await page.$eval("#compare .card", (e) => e.textContent).catch(() => "");
-  check(/aten::mul|aten::log_softmax/.test(first), "first divergent op shown");
+  check(/aten::log_softmax\.0\.forward/.test(first), "first divergent op aten::log_softmax.0.forward (seq 5, where run B was perturbed) shown");
+  check((await attr(page, "#chart-compare", "first")) === "5", "marker at op #5 of the step");
   await close();
 }
 

@@ -11,6 +11,7 @@
 #include <queue>
 #include <unordered_map>
 
+#include "precprobe/analysis.h"
 #include "precprobe/reader.h"
 #include "precprobe/report.h"
 #include "precprobe/version.h"
@@ -29,20 +30,6 @@ json opt_array(const std::vector<std::optional<double>>& v) {
   return a;
 }
 
-json run_header(DumpReader& reader) {
-  json run;
-  run["path"] = reader.path();
-  run["ranks"] = json::array();
-  for (const RankInfo& r : reader.ranks()) {
-    json meta = json::parse(r.meta_json.empty() ? "{}" : r.meta_json, nullptr, false);
-    run["ranks"].push_back({{"rank", r.rank},
-                            {"world_size", r.world_size},
-                            {"dir", r.dir},
-                            {"meta", meta.is_discarded() ? json(nullptr) : meta}});
-  }
-  return run;
-}
-
 json streams_json(const std::vector<StreamStatus>& statuses) {
   json a = json::array();
   for (const StreamStatus& s : statuses) {
@@ -58,66 +45,50 @@ json streams_json(const std::vector<StreamStatus>& statuses) {
   return a;
 }
 
-// The loss-scale history of the first rank's scaler (optimizer 0, group 0: every group of
-// a step shares one scale; a step counts as skipped when any group's was).
-json scale_history(DumpReader& reader, const ReportOptions& o) {
-  struct Point {
-    int64_t step;
-    double scale;
-    bool skipped;
-  };
-  std::vector<Point> pts;
-  std::map<int64_t, size_t> index;  // step -> pts position
-  json events = json::array();
-  int64_t events_total = 0, backoffs = 0, growths = 0;
-  int rank = reader.ranks().empty() ? 0 : reader.ranks().front().rank;
-  RecordFilter f;
-  f.ranks = {rank};
-  reader.for_each_scaler(f, [&](const ScalerRecord& r) {
-    auto it = index.find(r.step);
-    if (it == index.end()) {
-      index.emplace(r.step, pts.size());
-      pts.push_back({r.step, r.scale_before, r.skipped});
-    } else {
-      pts[it->second].skipped = pts[it->second].skipped || r.skipped;
-    }
-    if (!r.event.empty() && r.optimizer == 0 && r.group == 0) {
-      ++events_total;
-      backoffs += r.event == "backoff" || r.event == "collapse";
-      growths += r.event == "growth";
-      if (events.size() < o.max_rows) {
-        events.push_back({{"step", r.step},
-                          {"event", r.event},
-                          {"scale", r.scale_before},
-                          {"scale_next", r.scale_after},
-                          {"found_inf", r.found_inf},
-                          {"n_bad", r.nonfinite_params}});
-      }
-    }
-    return true;
-  });
+// The loss-scale history as `precprobe scale` computes it (parameter groups merged), of
+// the first rank's first optimizer, downsampled; events listed up to max_rows.
+json scale_section(DumpReader& reader, const ReportOptions& o) {
+  const int rank = reader.ranks().empty() ? 0 : reader.ranks().front().rank;
+  ReadOptions read;
+  read.filter.ranks = {rank};
+  const ScaleHistory h = scale_history(reader, read);
+  std::vector<const ScaleEntry*> pts;
+  for (const ScaleEntry& e : h.entries) {
+    if (e.optimizer == 0) pts.push_back(&e);
+  }
   if (pts.empty()) return nullptr;
-  std::sort(pts.begin(), pts.end(), [](const Point& a, const Point& b) { return a.step < b.step; });
   std::vector<int64_t> steps;
   std::vector<double> scale;
-  int64_t skipped_total = 0;
-  for (const Point& p : pts) {
-    steps.push_back(p.step);
-    scale.push_back(p.scale > 0 ? p.scale : NAN);  // log axis: a zero scale is not drawn
-    skipped_total += p.skipped;
+  json events = json::array();
+  int64_t skipped_total = 0, events_total = 0, backoffs = 0, growths = 0;
+  for (const ScaleEntry* e : pts) {
+    steps.push_back(e->step);
+    scale.push_back(e->scale > 0 ? e->scale : NAN);  // log axis: a zero scale is not drawn
+    skipped_total += e->skipped;
+    if (e->event.empty()) continue;
+    ++events_total;
+    backoffs += e->event == "backoff" || e->event == "collapse";
+    growths += e->event == "growth";
+    if (events.size() < o.max_rows) {
+      events.push_back({{"step", e->step},
+                        {"event", e->event},
+                        {"scale", e->scale},
+                        {"scale_next", e->scale_next},
+                        {"found_inf", e->found_inf},
+                        {"n_bad", e->nonfinite_params}});
+    }
   }
   Buckets b = downsample(steps, scale, o.max_points);
   json skipped = json::array();
   for (size_t i = 0; i < pts.size(); i += b.size) {
     int64_t n = 0;
-    for (size_t j = i; j < std::min(pts.size(), i + b.size); ++j) n += pts[j].skipped;
+    for (size_t j = i; j < std::min(pts.size(), i + b.size); ++j) n += pts[j]->skipped;
     skipped.push_back(n);
   }
   return {{"n", pts.size()},
           {"rank", rank},
-          {"last_step", pts.back().step},
+          {"last_step", pts.back()->step},
           {"optimizer", 0},
-          {"group", 0},
           {"bucket", b.size},
           {"step", b.step},
           {"min", opt_array(b.min)},
@@ -287,6 +258,21 @@ void ops_pass(DumpReader& reader, const ReportOptions& o, json& data) {
 }
 
 }  // namespace
+
+json run_header(DumpReader& reader) {
+  json run;
+  run["path"] = reader.path();
+  run["ranks"] = json::array();
+  for (const RankInfo& r : reader.ranks()) {
+    json meta = json::parse(r.meta_json.empty() ? "{}" : r.meta_json, nullptr, false);
+    run["ranks"].push_back({{"rank", r.rank},
+                            {"world_size", r.world_size},
+                            {"dir", r.dir},
+                            {"meta", meta.is_discarded() ? json(nullptr) : meta}});
+  }
+  return run;
+}
+
 }  // namespace report
 
 std::string build_report_data(const ReportOptions& options) {
@@ -301,7 +287,7 @@ std::string build_report_data(const ReportOptions& options) {
   data["precprobe_version"] = PRECPROBE_VERSION_STRING;
   data["runs"] = json::array({report::run_header(reader)});
   data["loss"] = report::loss_curve(reader, o);
-  data["scale"] = report::scale_history(reader, o);
+  data["scale"] = report::scale_section(reader, o);
   data["grads"] = report::grads_heatmap(reader, o);
   report::ops_pass(reader, o, data);
   data["runs"][0]["streams"] = report::streams_json(reader.statuses());

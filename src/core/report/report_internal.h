@@ -14,6 +14,9 @@ inline constexpr size_t kMaxHeatmapRows = 256;
 /// Rows of the "top ops by |output|" table.
 inline constexpr size_t kMaxTopOps = 1000;
 
+/// Path, ranks and meta.json (parsed) of a dump: runs[i] of the report data.
+nlohmann::json run_header(DumpReader& reader);
+
 /// Adds the CLI's analyses to `data`: runs[i].summary, overflow, compare (with --compare)
 /// and top_ops.by_error. `reader` is the reader of options.dump.
 void add_analyses(const ReportOptions& options, DumpReader& reader, nlohmann::json& data);

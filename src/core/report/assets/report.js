@@ -171,15 +171,19 @@
     (D.runs || []).forEach((run, i) => {
       s.appendChild(el("h3", { text: (D.runs.length > 1 ? (i === 0 ? "Run A: " : "Run B (reference): ") : "") + run.path }));
       const sum = run.summary || {};
-      const st = run.streams || [];
-      const dropped = (run.ranks || []).reduce((a, r) => a + (((r.meta || {}).writer || {}).dropped ||
-                                                             ((r.meta || {}).writer || {}).records_dropped || 0), 0);
+      const st = sum.streams || run.streams || [];
+      const dropped = sum.dropped || 0;
       const trunc = st.filter((x) => x.truncated);
+      const steps = sum.step_min !== undefined && sum.step_min !== null
+        ? `${sum.step_min} … ${sum.step_max}` + (sum.steps && sum.steps.count ? ` (${sum.steps.count} steps with ops)` : "")
+        : run.steps ? `${run.steps.first} … ${run.steps.last} (${run.steps.count} steps)` : "n/a";
       const facts = {
         ranks: (run.ranks || []).map((r) => r.rank).join(", "),
-        world_size: (run.ranks[0] || {}).world_size,
-        steps: run.steps ? `${run.steps.first} … ${run.steps.last} (${run.steps.count} steps)` : "n/a",
-        records: st.reduce((a, x) => a + (x.records || 0), 0),
+        world_size: ((run.ranks || [])[0] || {}).world_size,
+        steps,
+        op_records: sum.op_records, scaler_records: sum.scaler_records,
+        grad_records: sum.grad_records, scalar_records: sum.scalar_records,
+        ops_with_nonfinite_output: sum.nonfinite_op_records,
         dropped_records: dropped,
         truncated_streams: trunc.length ? trunc.map((x) => `${x.path} (${x.truncated_bytes} B: ${x.message})`).join("; ") : "none",
       };
@@ -194,9 +198,10 @@
         if (meta[key] !== undefined)
           box.appendChild(el("div", {}, el("h3", { text: key }),
                              typeof meta[key] === "object" ? kvTable(meta[key]) : el("code", { text: fmt(meta[key]) })));
-      s.appendChild(el("details", {}, el("summary", { text: "meta.json of every rank, stream status, summary" }),
-                       el("pre", { text: JSON.stringify({ ranks: run.ranks, streams: st, summary: run.summary }, null, 2) })));
-      if (sum && typeof sum === "object" && Object.keys(sum).length) s.appendChild(note("Summary as `precprobe summary --json` prints it is in the details above."));
+      s.appendChild(el("details", {}, el("summary", { text: "meta.json of every rank" }),
+                       el("pre", { text: JSON.stringify(run.ranks, null, 2) })));
+      if (run.summary) s.appendChild(el("details", {}, el("summary", { text: "precprobe summary --json" }),
+                                        el("pre", { text: JSON.stringify(run.summary, null, 2) })));
     });
   }
 
@@ -215,7 +220,7 @@
     const S = D.scale;
     if (!S || !S.step || !S.step.length) return;
     const s = section("scale", "Loss scale");
-    s.appendChild(note(`${S.n} GradScaler updates (all optimizers/groups of rank ${S.rank}, optimizer ${S.optimizer} group ${S.group}); ` +
+    s.appendChild(note(`${S.n} GradScaler updates (rank ${S.rank}, optimizer ${S.optimizer}, its parameter groups merged); ` +
       `${S.skipped_total} skipped steps, ${S.backoffs} backoffs, ${S.growths} growths.` +
       (S.bucket > 1 ? ` ${S.bucket} updates a bucket: min and max scale drawn.` : "")));
     // Markers are placed at the bucket holding the event, at that bucket's scale.
@@ -324,8 +329,8 @@
     }
   }
 
-  function opCard(o, title) {
-    const card = el("div", { class: "card", id: "origin-op" });
+  function opCard(o, title, id) {
+    const card = el("div", { class: "card", id });
     card.appendChild(el("h3", { text: title }));
     const scalars = {}, lists = [];
     for (const [k, v] of Object.entries(o)) {
@@ -335,8 +340,16 @@
     card.appendChild(kvTable(scalars));
     for (const [k, v] of lists) {
       card.appendChild(el("h3", { text: k }));
-      const rows = v.map((a, i) => Object.assign({ "#": i }, a.tensor || a));
-      card.appendChild(dataTable(`origin-${k}`, rows, { pageSize: 20, highlight: (r) => (r.nan || 0) + (r.pinf || 0) + (r.ninf || 0) > 0 }));
+      // Per-argument rows; nested statistics (compare: {n, b, diff, rel_pct}) flattened.
+      const rows = v.map((a, i) => {
+        const r = { "#": i };
+        for (const [key, val] of Object.entries(a))
+          if (val && typeof val === "object" && !Array.isArray(val))
+            for (const [k2, v2] of Object.entries(val)) r[`${key}.${k2}`] = v2;
+          else r[key] = Array.isArray(val) ? `[${val.join(",")}]` : val;
+        return r;
+      });
+      card.appendChild(dataTable(`${id}-${k}`, rows, { pageSize: 20, highlight: (r) => (r.nan || 0) + (r.pinf || 0) + (r.ninf || 0) > 0 || r.warning === true }));
     }
     return card;
   }
@@ -349,7 +362,7 @@
       s.appendChild(note(`Ops whose outputs held NaN or Inf, per step (${N.steps_with} of ${N.steps} steps have some` +
         (N.bucket > 1 ? `; ${N.bucket} steps a bucket, the largest count drawn` : "") + ")."));
       const origin = new Array(N.step.length).fill(null);
-      const os = O && O.origin ? O.origin.step : undefined;
+      const os = O && O.found ? O.step : undefined;
       if (os !== undefined) { const i = bucketIndex(N.step, os); origin[i] = N.ops[i] || 0; }
       chart("chart-nonfinite", {
         axes: [{ label: "step" }, { label: "ops with NaN/Inf" }],
@@ -357,38 +370,53 @@
         series: [{ label: "step" }, dots("ops with NaN/Inf", COLORS[1], 5), dots("origin step", "#7a5af8", 12)],
       }, [N.step, N.ops, origin], s);
     }
-    if (O && O.origin) s.appendChild(opCard(O.origin, "Origin: the first op whose output went non-finite while its inputs were finite"));
-    else if (O) s.appendChild(el("div", { class: "card ok", id: "origin-op" }, O.message || "No non-finite value was recorded."));
-    if (O) {
-      const rest = Object.assign({}, O); delete rest.origin;
-      s.appendChild(el("details", {}, el("summary", { text: "precprobe overflow --json" }), el("pre", { text: JSON.stringify(O, null, 2) })));
+    if (O && O.found) {
+      const o = Object.assign({}, O);
+      for (const k of ["found", "any_nonfinite", "ranks"]) delete o[k];
+      s.appendChild(opCard(o, "Origin: the first op whose output went non-finite while its inputs were finite", "origin-op"));
+    } else if (O) {
+      s.appendChild(el("div", { class: "card ok", id: "origin-op" }, O.any_nonfinite
+        ? "Non-finite values were recorded, but no op turned finite inputs into a non-finite output: they came from outside the observed ops (data, parameters, or code that ran before recording started)."
+        : "No non-finite value was recorded."));
     }
+    if (O) s.appendChild(el("details", {}, el("summary", { text: "precprobe overflow --json" }), el("pre", { text: JSON.stringify(O, null, 2) })));
   }
 
+  const COMPARE_COLS = [
+    { key: "name" }, { key: "step", num: true }, { key: "rank", num: true }, { key: "seq", num: true },
+    { key: "scope" }, { key: "input_error", num: true }, { key: "output_error", num: true },
+    { key: "score", label: "score (added)", num: true }, { key: "warning" }, { key: "exact" },
+    { key: "name_b", label: "name in B" }, { key: "seq_b", num: true }];
   function renderCompare() {
     const C = D.compare;
     if (!C) return;
     const s = section("compare", "Compare");
     s.appendChild(note(`Run A ${C.a} against run B ${C.b} (the reference). Ops are matched by name (op.call.direction) per step and rank.`));
-    if (C.first) s.appendChild(opCard(C.first, "First divergent op"));
+    const res = C.result || {};
+    s.appendChild(note(`${res.matched} ops matched, ${res.warnings} with a statistics warning, ${res.unmatched_count} in one run only` +
+      (res.aligned_by_lcs ? `, ${res.aligned_by_lcs} (step, rank) groups aligned by LCS` : "") + "."));
+    if (C.first) s.appendChild(opCard(C.first, "First divergent op: the first whose output error exceeds its input error by more than rtol (the error is its own, not inherited)", "first-divergent"));
+    else s.appendChild(el("div", { class: "card ok", id: "first-divergent" }, "No op diverged beyond rtol."));
+    if (res.first_unmatched) s.appendChild(el("p", { class: "warn", text: `First op present in one run only: ${res.first_unmatched.name} (step ${res.first_unmatched.step}, rank ${res.first_unmatched.rank}, run ${res.first_unmatched.side})` }));
     const P = C.per_op;
     if (P && P.index && P.index.length) {
-      s.appendChild(note(`Step ${C.step}: ${P.metric} of each op's output along execution order (${P.index.length} ops` +
-        (P.bucket > 1 ? `, ${P.bucket} ops a bucket, max drawn` : "") + `). Zero is drawn at ${fmt(P.floor)}.`));
+      s.appendChild(note(`Step ${C.step}, rank ${C.rank}: ${P.metric} of each op's output against run B along execution order (` +
+        (P.bucket > 1 ? `${P.bucket} ops a bucket, max drawn` : `${P.index.length} ops`) +
+        `). Zero is drawn at ${fmt(P.floor)}, a structural difference (shape, dtype, NaN/Inf positions) at ${fmt(P.top)}.`));
       const first = new Array(P.index.length).fill(null);
       if (P.first_pos !== null && P.first_pos !== undefined) first[P.first_pos] = P.value[P.first_pos];
       const u = chart("chart-compare", {
         scales: { x: { time: false }, y: { distr: 3, log: 10 } },
         axes: [{ label: "op (execution order)" }, { label: P.metric, size: 70 }],
-        series: [{ label: "op #", value: (u, v) => (v === null ? "" : v) },
+        series: [{ label: "op", value: (u, v) => (v === null || v === undefined ? "" : `#${v} ${P.name[Math.floor(v / P.bucket)] || ""}`) },
                  line(P.metric, COLORS[0], { points: { show: P.index.length < 400 } }), dots("first divergent", COLORS[1], 11)],
       }, [P.index, P.value, first], s);
       u.root.parentNode.dataset.first = P.first_pos === null ? "" : String(P.first_pos);
     }
     if (C.rows && C.rows.length) {
       s.appendChild(el("h3", { text: "Compare table" }));
-      s.appendChild(dataTable("table-compare", C.rows, { total: C.rows_total, sortKey: C.sort_key || null,
-                                                          highlight: (r) => C.first && r.name === C.first.name && r.step === C.first.step }));
+      s.appendChild(dataTable("table-compare", C.rows, { total: C.rows_total, columns: COMPARE_COLS,
+        highlight: (r) => C.first && r.name === C.first.name && r.step === C.first.step && r.rank === C.first.rank }));
     }
   }
 
@@ -406,7 +434,8 @@
     }
     if (T.by_error && T.by_error.length) {
       s.appendChild(el("h3", { text: "By error against run B" }));
-      s.appendChild(dataTable("table-top-error", T.by_error, { sortKey: T.error_key, sortDir: -1 }));
+      s.appendChild(note("Matched ops ordered by the error they added (score = output error − input error)."));
+      s.appendChild(dataTable("table-top-error", T.by_error, { sortKey: T.error_key, sortDir: -1, columns: COMPARE_COLS }));
     }
   }
 

@@ -42,10 +42,21 @@
     return s;
   }
   function note(text) { return el("p", { class: "note", text }); }
+  // Identifying fields first, in this order; the rest as they come.
+  const KEY_ORDER = ["name", "op", "step", "rank", "seq", "scope", "direction", "node", "params",
+                     "#", "io", "index", "dtype", "dtype_n", "dtype_b", "shape", "shape_n", "shape_b", "numel",
+                     "min", "max", "mean", "norm", "nan", "pinf", "ninf", "zero"];
+  function ordered(keys) {
+    const rank = (k) => { const i = KEY_ORDER.indexOf(k); return i < 0 ? KEY_ORDER.length : i; };
+    return keys.map((k, i) => [k, i]).sort((a, b) => rank(a[0]) - rank(b[0]) || a[1] - b[1]).map((x) => x[0]);
+  }
   function kvTable(obj) {
     const t = el("table", { class: "kv" });
-    for (const [k, v] of Object.entries(obj || {})) {
-      const val = v !== null && typeof v === "object"
+    for (const k of ordered(Object.keys(obj || {}))) {
+      const v = obj[k];
+      const scalars = Array.isArray(v) && v.length <= 20 && v.every((x) => x === null || typeof x !== "object");
+      const val = scalars ? el("span", { text: v.map(fmt).join(", ") })
+        : v !== null && typeof v === "object"
         ? el("details", {}, el("summary", { text: Array.isArray(v) ? `${v.length} items` : "{…}" }),
              el("pre", { text: JSON.stringify(v, null, 2) }))
         : el("span", { text: fmt(v) });
@@ -122,17 +133,15 @@
     return wrap;
   }
   // Scalar fields of the rows, the usual identifying ones first.
-  const FIRST = ["name", "step", "rank", "seq", "event"];
   function inferColumns(rows) {
     const keys = new Map();
-    for (const k of FIRST) if (rows.length && k in rows[0]) keys.set(k, typeof rows[0][k] === "number");
     for (const r of rows.slice(0, 200))
       for (const [k, v] of Object.entries(r))
         if (v === null || typeof v !== "object") {
           const num = typeof v === "number";
           if (!keys.has(k)) keys.set(k, num); else if (num) keys.set(k, true);
         }
-    return [...keys].map(([key, num]) => ({ key, num }));
+    return ordered([...keys.keys()]).map((key) => ({ key, num: keys.get(key) }));
   }
 
   // ---- charts -------------------------------------------------------------------------

@@ -48,6 +48,8 @@ run(mk, ["run_big", "--steps", "100000", "--op-steps", "20", "--params", "6", "-
 run(cli, ["report", "run_a", "-o", "report_a.html"]);
 run(cli, ["report", "run_a", "--compare", "run_b", "-o", "report_compare.html"]);
 run(cli, ["report", "run_big", "-o", "report_big.html"]);
+run(mk, ["run_empty", "--steps", "0"]);
+run(cli, ["report", "run_empty", "-o", "report_empty.html"]);
 
 async function open(file) {
   const html = fs.readFileSync(path.join(out, file), "utf8");
@@ -148,6 +150,14 @@ const uplotPoints = (page, id, series) =>
     const want = `${await links[0].getAttribute("data-row")},${await links[0].getAttribute("data-col")}`;
     check((await attr(page, "#heatmap", "highlight")) === want, `watch hit link highlights its cell (${want})`);
   }
+  await close();
+}
+
+// ---- a dump with meta.json only: every section absent, still no error --------------------
+{
+  const { page, close } = await open("report_empty.html");
+  check((await page.$$(".chart")).length === 0, "empty dump: no charts");
+  check((await page.$("#run")) !== null, "empty dump: run header shown");
   await close();
 }
 

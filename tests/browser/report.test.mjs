@@ -91,8 +91,9 @@ const uplotPoints = (page, id, series) =>
   const { page, close } = await open("report_a.html");
   check((await num(page, "#chart-scale", "points")) > 0, "scale chart has points");
   check((await uplotPoints(page, "chart-scale", 1)) === 60, "scale chart: 60 steps, one point each");
-  check((await uplotPoints(page, "chart-scale", 3)) === 1, "scale chart: one skipped step marked");
-  check((await uplotPoints(page, "chart-scale", 4)) === 1, "scale chart: one backoff marked");
+  check((await uplotPoints(page, "chart-scale", 5)) === 1, "scale chart: one skipped step marked");
+  check((await uplotPoints(page, "chart-scale", 3)) === 1, "scale chart: one backoff marked");
+  check((await uplotPoints(page, "chart-scale", 4)) === 0, "scale chart: no growth in 60 steps");
   check((await uplotPoints(page, "chart-loss", 1)) === 60, "loss chart: 60 points");
   check((await num(page, "#heatmap", "rows")) === 4 && (await num(page, "#heatmap", "cols")) === 60, "heat map 4 params x 60 steps");
   check((await num(page, "#heatmap", "points")) === 240, "heat map: 240 cells drawn");
@@ -139,7 +140,8 @@ const uplotPoints = (page, id, series) =>
   const { page, close } = await open("report_big.html");
   const n = await uplotPoints(page, "chart-scale", 1);
   check(n > 100 && n <= 2000, `scale history downsampled to ${n} buckets`);
-  check((await uplotPoints(page, "chart-scale", 4)) > 0, "backoffs survive downsampling");
+  check((await uplotPoints(page, "chart-scale", 3)) === 13, "all 13 backoffs survive downsampling");
+  check((await uplotPoints(page, "chart-scale", 4)) === 38, "all 38 growths survive downsampling");
   const maxLoss = await page.evaluate(() => Math.max(...window.precprobeReport.charts["chart-loss"].data[1]));
   check(maxLoss > 5, `the loss spike at step 50000 survives downsampling (max ${maxLoss.toFixed(2)})`);
   check((await num(page, "#heatmap", "nonfinite")) > 0, "non-finite gradient cells marked on the 100k heat map");

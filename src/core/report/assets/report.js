@@ -149,7 +149,10 @@
     const box = el("div", { class: "chart", id });
     parent.appendChild(box);
     const width = Math.max(480, Math.min(1360, main.clientWidth - 10));
-    const u = new uPlot(Object.assign({ width, height: 260, scales: { x: { time: false } } }, opts), data, box);
+    const o = Object.assign({ width, height: 260, scales: { x: { time: false } } }, opts);
+    o.axes = o.axes || [{}, {}];
+    o.axes[0] = Object.assign({ incrs: INT_INCRS }, o.axes[0]);  // steps and op indices are integers
+    const u = new uPlot(o, data, box);
     let pts = 0;
     for (let s = 1; s < data.length; s++) for (const v of data[s]) if (v !== null && v !== undefined) pts++;
     box.dataset.points = String(pts);
@@ -157,6 +160,8 @@
     R.charts[id] = u;
     return u;
   }
+  const INT_INCRS = [];
+  for (let p = 1; p <= 1e12; p *= 10) INT_INCRS.push(p, 2 * p, 5 * p);
   const line = (label, stroke, extra) => Object.assign({ label, stroke, width: 1.2, spanGaps: false }, extra || {});
   const dots = (label, color, size) => ({ label, stroke: color, fill: color, width: 0, paths: () => null,
                                           points: { show: true, size: size || 7, fill: color, stroke: color } });
@@ -220,7 +225,8 @@
     const s = section("loss", "Loss");
     s.appendChild(note(`Scalar "${L.name}" logged with log_scalar, ${L.n} values` +
       (L.bucket > 1 ? `; ${L.bucket} steps a bucket, its min and max drawn (spikes survive).` : ".")));
-    chart("chart-loss", { series: [{ label: "step" }, line("max", COLORS[0]), line("min", COLORS[2])],
+    const one = L.bucket === 1;  // one point a bucket: min = max, draw one line
+    chart("chart-loss", { series: [{ label: "step" }, line(one ? L.name : "max", COLORS[0]), line("min", COLORS[2], { show: !one })],
                           bands: [{ series: [1, 2], fill: "rgba(46,144,250,.15)" }] },
           [L.step, L.max, L.min], s);
   }
@@ -244,9 +250,9 @@
       axes: [{ label: "step" }, { label: "scale (log2)", splits: log2Splits, size: 60,
                                   space: 18,
                                   values: (u, v) => v.map((x) => (x > 0 ? "2^" + Math.round(Math.log2(x)) : "")) }],
-      series: [{ label: "step" }, line("scale max", COLORS[0]), line("scale min", COLORS[5]),
-               dots("skipped", COLORS[1], 6), dots("backoff", COLORS[3], 9), dots("growth", COLORS[2], 7)],
-    }, [S.step, S.max, S.min, skip, back, grow], s);
+      series: [{ label: "step" }, line(S.bucket === 1 ? "scale" : "scale max", COLORS[0]), line("scale min", COLORS[5], { show: S.bucket > 1 }),
+               dots("backoff", COLORS[3], 11), dots("growth", COLORS[2], 8), dots("skipped", COLORS[1], 5)],
+    }, [S.step, S.max, S.min, back, grow, skip], s);
     if (S.events.length)
       s.appendChild(el("details", {}, el("summary", { text: `${S.events_total} scale events (backoff/growth/collapse)` }),
                        dataTable("table-scale-events", S.events, { total: S.events_total, pageSize: 25 })));

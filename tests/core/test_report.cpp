@@ -100,8 +100,12 @@ TEST_CASE("render_report inlines everything and keeps the data block closed", "[
   CHECK(embedded_data(html) == json::parse(data));
 }
 
-TEST_CASE("report data from a dump: scale history, heat map, loss, non-finite ops", "[report]") {
-  const fs::path dir = fresh_dir("dump");
+namespace {
+
+// 40 steps: a scaler backing off at steps 10 and 11 and growing at 30, two parameters'
+// gradient norms (an Inf at step 10), a loss spike at step 25, three aten::add ops a step
+// (NaN outputs at step 10, seq 1 and 2). `bump` adds to the output max of step 5, seq 2.
+void write_test_dump(const fs::path& dir, double bump) {
   {
     precprobe::WriterOptions wo;
     wo.dir = (dir / "rank0").string();
@@ -148,13 +152,20 @@ TEST_CASE("report data from a dump: scale history, heat map, loss, non-finite op
         out.tensor->dtype = "Float";
         out.tensor->numel = 4;
         out.tensor->min = -static_cast<double>(seq) - 0.5;
-        out.tensor->max = static_cast<double>(step);
+        out.tensor->max = static_cast<double>(step) + (step == 5 && seq == 2 ? bump : 0.0);
         out.tensor->nan = (step == 10 && seq > 0) ? 1 : 0;  // two ops of step 10
         r.outputs.push_back(out);
         w.submit(std::move(r));
       }
     }
   }
+}
+
+}  // namespace
+
+TEST_CASE("report data from a dump: scale history, heat map, loss, non-finite ops", "[report]") {
+  const fs::path dir = fresh_dir("dump");
+  write_test_dump(dir, 0);
   precprobe::ReportOptions o;
   o.dump = dir.string();
   o.max_points = 16;  // 40 points -> buckets of 3
@@ -208,6 +219,56 @@ TEST_CASE("report data from a dump: scale history, heat map, loss, non-finite op
 
   CHECK(d["runs"][0]["ranks"][0]["meta"]["seed"]["seed"] == 7);
   CHECK(d["runs"][0]["steps"]["count"] == 40);
+
+  // The CLI's analyses, embedded as their to_json() gives them.
+  const json& sum = d["runs"][0]["summary"];
+  CHECK(sum["op_records"] == 120);
+  CHECK(sum["nonfinite_op_records"] == 2);
+  CHECK(sum["steps"]["count"] == 40);  // per-step list replaced by its length
+  const json& ov = d["overflow"];
+  CHECK(ov["found"] == true);
+  CHECK(ov["step"] == 10);
+  CHECK(ov["seq"] == 1);  // seq 1 and 2 went NaN from no non-finite input: the first is blamed
+  CHECK(ov["name"] == "aten::add.1.forward");
+  CHECK(d["compare"].is_null());
+}
+
+TEST_CASE("report data with --compare: first divergent op, per-op error of its step", "[report]") {
+  const fs::path a = fresh_dir("cmp_a"), b = fresh_dir("cmp_b");
+  write_test_dump(a, 1.0);  // step 5, seq 2: max 6 instead of 5
+  write_test_dump(b, 0);
+  precprobe::ReportOptions o;
+  o.dump = a.string();
+  o.compare = b.string();
+  const json d = json::parse(precprobe::build_report_data(o));
+  const json& c = d["compare"];
+  REQUIRE(c.is_object());
+  CHECK(c["result"]["matched"] == 120);
+  CHECK(c["result"]["found"] == true);
+  CHECK(c["first"]["step"] == 5);
+  CHECK(c["first"]["seq"] == 2);
+  CHECK(c["step"] == 5);  // the chart shows the first divergent op's step
+  const json& p = c["per_op"];
+  REQUIRE(p["index"].size() == 3);
+  CHECK(p["first_pos"] == 2);
+  // Errors relative to the tensor's magnitude: |6 - 5| / max(|-2.5|, 6, |-2.5|, 5) = 1/6.
+  CHECK(p["value"][2].get<double>() == Approx(1.0 / 6));
+  // Ops 0 and 1 are equal: drawn at the floor, a tenth of the smallest non-zero error.
+  CHECK(p["value"][0].get<double>() == Approx(1.0 / 60));
+  CHECK(p["floor"].get<double>() == Approx(1.0 / 60));
+  CHECK(c["rows"].size() == 120);
+  CHECK(c["rows_total"] == 120);
+  CHECK_FALSE(c["rows"][0].contains("args"));
+  REQUIRE(d["top_ops"]["by_error"].size() == 120);
+  CHECK(d["top_ops"]["by_error"][0]["step"] == 5);
+  CHECK(d["top_ops"]["by_error"][0]["seq"] == 2);
+  REQUIRE(d["runs"].size() == 2);
+  CHECK(d["runs"][1]["path"] == b.string());
+  // --step picks another step's ops; no divergent op there.
+  o.step = 7;
+  const json d7 = json::parse(precprobe::build_report_data(o));
+  CHECK(d7["compare"]["step"] == 7);
+  CHECK(d7["compare"]["per_op"]["first_pos"].is_null());
 }
 
 TEST_CASE("write_report writes one page and names an unwritable path", "[report]") {

@@ -160,11 +160,15 @@ int main(int argc, char** argv) {
   wo.dir = a.dir + "/rank0";
   wo.overwrite = true;
   precprobe::DumpWriter w(wo);
+  // The fields PrecisionDebugger writes (src/probe/debugger.cpp), with made-up values.
   w.write_meta(
-      R"({"format_version":1,"rank":0,"world_size":1,)"
-      R"("versions":{"precprobe":"synthetic","libtorch":"none","compiler":"n/a"},)"
-      R"("seed":{"seed":1234,"deterministic":true,"set":["std::mt19937","torch::manual_seed"]},)"
-      R"("config":{"task":"statistics","level":"L1","step":[],"summary_mode":"statistics"}})");
+      R"({"format_version":1,"precprobe_version":"synthetic","torch_version":"none",)"
+      R"("rank":0,"world_size":1,"task":"statistics","level":"L1","device":"cpu",)"
+      R"("host":"make_dump","state":"stopped","step":)" +
+      std::to_string(a.steps) +
+      R"(,"config":{"task":"statistics","level":"L1","step":[],"summary_mode":"statistics"},)"
+      R"("seed_report":{"seed":1234,"deterministic":true,"set":["std::mt19937","torch"]},)"
+      R"("writer":{"records_written":0,"records_dropped":0}})");
   double scale = 65536.0;
   int64_t clean = 0;
   for (int64_t step = 0; step < a.steps; ++step) {

@@ -207,11 +207,18 @@
       if (trunc.length) warn.push(`${trunc.length} stream(s) end in a truncated frame: the run was killed mid-write.`);
       warn.forEach((w) => s.appendChild(el("p", { class: "warn", text: w })));
       s.appendChild(box);
+      // meta.json of rank 0: its plain fields (versions, host, task, times) in one table, each
+      // object (config, seed_report, counters, writer) in its own.
       const meta = ((run.ranks || [])[0] || {}).meta || {};
-      for (const key of ["versions", "version", "seed", "seed_report", "config"])
-        if (meta[key] !== undefined)
-          box.appendChild(el("div", {}, el("h3", { text: key }),
-                             typeof meta[key] === "object" ? kvTable(meta[key]) : el("code", { text: fmt(meta[key]) })));
+      const plain = {}, objects = [];
+      for (const [k, v] of Object.entries(meta)) {
+        if (["rank", "world_size"].includes(k)) continue;
+        if (v !== null && typeof v === "object" && !Array.isArray(v)) objects.push([k, v]); else plain[k] = v;
+      }
+      if (Object.keys(plain).length) box.appendChild(el("div", {}, el("h3", { text: "meta.json" }), kvTable(plain)));
+      const rankOf = (k) => { const i = ["seed_report", "seed", "versions", "config"].indexOf(k); return i < 0 ? 9 : i; };
+      objects.sort((a, b) => rankOf(a[0]) - rankOf(b[0]));
+      for (const [k, v] of objects) box.appendChild(el("div", {}, el("h3", { text: k }), kvTable(v)));
       s.appendChild(el("details", {}, el("summary", { text: "meta.json of every rank" }),
                        el("pre", { text: JSON.stringify(run.ranks, null, 2) })));
       if (run.summary) s.appendChild(el("details", {}, el("summary", { text: "precprobe summary --json" }),

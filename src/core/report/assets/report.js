@@ -298,7 +298,9 @@
     let cells = 0, bad = 0;
     g.font = "11px system-ui, sans-serif"; g.textBaseline = "middle";
     for (let r = 0; r < rows; r++) {
-      g.fillStyle = "#1d2330"; g.fillText(G.params[r], 2, r * ch + ch / 2, labelW - 6);
+      // Rows thinner than a line of text: label every k-th (the tooltip names every row).
+      const every = Math.ceil(11 / ch);
+      if (r % every === 0) { g.fillStyle = "#1d2330"; g.fillText(G.params[r], 2, Math.max(6, r * ch + ch / 2), labelW - 6); }
       for (let c = 0; c < cols; c++) {
         const v = G.norm[r][c], nb = G.bad[r][c];
         if (nb > 0) { g.fillStyle = "#d92d20"; bad++; }

@@ -98,6 +98,17 @@ TEST_CASE("render_report inlines everything and keeps the data block closed", "[
     ++scripts;
   CHECK(scripts == 3);
   CHECK(embedded_data(html) == json::parse(data));
+  // The embedded assets are the files byte for byte (cmake/EmbedFiles.cmake).
+  for (const char* asset :
+       {"third_party/uplot/uPlot.iife.min.js", "third_party/uplot/uPlot.min.css",
+        "src/core/report/assets/report.js", "src/core/report/assets/report.css"}) {
+    std::ifstream f(fs::path(PRECPROBE_SOURCE_DIR) / asset, std::ios::binary);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    INFO(asset);
+    REQUIRE(ss.str().size() > 1000);
+    CHECK(html.find(ss.str()) != std::string::npos);
+  }
 }
 
 namespace {

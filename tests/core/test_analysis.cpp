@@ -291,6 +291,27 @@ TEST_CASE("compare --first ignores float noise", "[analysis][compare]") {
   CHECK_FALSE(r.identical);  // but the values are not bitwise equal
 }
 
+TEST_CASE("compare --first prefers the nested op that diverged", "[analysis][compare]") {
+  // aten::linear (depth 0, seq 0) runs aten::addmm (depth 1, seq 1); both outputs are 1 %
+  // off with equal inputs. The inner record comes first in the file (ops end inside out).
+  auto run = [](double f) {
+    DumpData d;
+    const Arg x = targ({1, 2}), y = targ({3, 4});
+    add_step(d, 0, 0,
+             {{"aten::addmm", 1, {x}, {scaled(y, f)}, 0, 1},
+              {"aten::linear", 0, {x}, {scaled(y, f)}, 0, 0}});
+    return d;
+  };
+  CompareOptions opt;
+  opt.first = true;
+  const CompareResult r = compare_dumps(run(1.01), run(1.0), opt);
+  REQUIRE(r.found);
+  CHECK(r.first->op == "aten::addmm");
+  opt.first = false;
+  opt.exact = true;
+  CHECK(compare_dumps(run(1.01), run(1.0), opt).first->op == "aten::addmm");
+}
+
 TEST_CASE("compare aligns around an inserted op", "[analysis][compare]") {
   DumpData a, b;
   const Arg x = targ({1, -2}), y = targ({1, 0});

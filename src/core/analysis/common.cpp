@@ -87,6 +87,8 @@ OpBrief OpBrief::from(const OpRecord& r) {
   return b;
 }
 
-std::string OpBrief::to_json() const { return analysis_detail::to_json(*this).dump(); }
+std::string OpBrief::to_json() const {
+  return analysis_detail::dump(analysis_detail::to_json(*this));
+}
 
 }  // namespace precprobe

@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "json_util.h"
+#include "nesting.h"
 #include "source.h"
 
 namespace precprobe {
@@ -21,21 +22,36 @@ namespace {
 using analysis_detail::RecordSource;
 using GroupKey = std::pair<int64_t, int>;  // (step, rank)
 using Groups = std::map<GroupKey, std::vector<OpRecord>>;
+// File position within its group of each record of a Groups entry, in the same order.
+using Positions = std::map<GroupKey, std::vector<size_t>>;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-Groups load(RecordSource& src, const CompareOptions& opt) {
+struct Loaded {
+  Groups groups;  ///< ops by (step, rank), each sorted by seq
+  Positions pos;  ///< their file positions, for nesting
+};
+
+Loaded load(RecordSource& src, const CompareOptions& opt) {
   Groups g;
   src.ops([&](const OpRecord& r) {
     if ((opt.step && r.step != *opt.step) || (opt.rank && r.rank != *opt.rank)) return true;
     g[{r.step, r.rank}].push_back(r);
     return true;
   });
+  Loaded out;
   for (auto& [key, ops] : g) {
-    std::stable_sort(ops.begin(), ops.end(),
-                     [](const OpRecord& x, const OpRecord& y) { return x.seq < y.seq; });
+    std::vector<size_t> order(ops.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t x, size_t y) { return ops[x].seq < ops[y].seq; });
+    std::vector<OpRecord> sorted;
+    sorted.reserve(ops.size());
+    for (size_t i : order) sorted.push_back(std::move(ops[i]));
+    out.groups[key] = std::move(sorted);
+    out.pos[key] = std::move(order);
   }
-  return g;
+  return out;
 }
 
 // Ops whose outputs are uninitialized memory: their values say nothing about a run.
@@ -150,7 +166,23 @@ UnmatchedOp unmatched(const OpRecord& r, const char* side) {
   return UnmatchedOp{r.step, r.rank, side, r.seq, r.name()};
 }
 
-CompareResult compare_groups(const Groups& ga, const Groups& gb, const CompareOptions& opt) {
+// The group's earliest divergent op, or an op nested in it that diverges too (nesting.h):
+// an outer op inherits the divergence of the op it ran, which is the one to blame.
+std::optional<OpCompare> group_first(const std::vector<OpCompare>& divergent,
+                                     const std::vector<OpRecord>& a, const std::vector<size_t>& pos,
+                                     const std::vector<size_t>& index) {
+  if (divergent.empty()) return std::nullopt;
+  std::vector<analysis_detail::OpPlace> places;
+  for (size_t k = 0; k < divergent.size(); ++k) {
+    const OpRecord& r = a[index[k]];
+    places.push_back({r.seq, pos[index[k]], r.thread, r.depth});
+  }
+  return divergent[analysis_detail::innermost_earliest(places)];
+}
+
+CompareResult compare_groups(const Loaded& la, const Loaded& lb, const CompareOptions& opt) {
+  const Groups& ga = la.groups;
+  const Groups& gb = lb.groups;
   CompareResult res;
   res.first_mode = opt.first;
   res.exact_mode = opt.exact;
@@ -164,6 +196,8 @@ CompareResult compare_groups(const Groups& ga, const Groups& gb, const CompareOp
     }
     const std::vector<OpRecord>& b = it->second;
     bool by_lcs = false;
+    std::vector<OpCompare> divergent, inexact;
+    std::vector<size_t> divergent_at, inexact_at;
     for (const auto& [i, j] : pair_group(a, b, opt, by_lcs)) {
       if (i < 0 || j < 0) {
         res.unmatched.push_back(i < 0 ? unmatched(b[j], "b") : unmatched(a[i], "a"));
@@ -171,10 +205,21 @@ CompareResult compare_groups(const Groups& ga, const Groups& gb, const CompareOp
       }
       Verdict v = compare_pair(a[i], b[j], opt.rtol);
       res.warnings += v.oc.warning ? 1 : 0;
-      if (v.divergent && (!first_divergent || earlier(v.oc, *first_divergent)))
-        first_divergent = v.oc;
-      if (!v.oc.exact && (!first_inexact || earlier(v.oc, *first_inexact))) first_inexact = v.oc;
+      if (v.divergent) {
+        divergent.push_back(v.oc);
+        divergent_at.push_back(static_cast<size_t>(i));
+      }
+      if (!v.oc.exact) {
+        inexact.push_back(v.oc);
+        inexact_at.push_back(static_cast<size_t>(i));
+      }
       res.ops.push_back(std::move(v.oc));
+    }
+    const std::vector<size_t>& pos = la.pos.at(key);
+    for (auto [found, from, at] : {std::tie(first_divergent, divergent, divergent_at),
+                                   std::tie(first_inexact, inexact, inexact_at)}) {
+      std::optional<OpCompare> g = group_first(from, a, pos, at);
+      if (g && (!found || earlier(*g, *found))) found = std::move(g);
     }
     res.aligned_by_lcs += by_lcs ? 1 : 0;
   }
@@ -247,7 +292,7 @@ nlohmann::json unmatched_json(const UnmatchedOp& u) {
 
 }  // namespace
 
-std::string OpCompare::to_json() const { return op_json(*this).dump(); }
+std::string OpCompare::to_json() const { return analysis_detail::dump(op_json(*this)); }
 
 bool CompareResult::differs() const noexcept {
   if (exact_mode) return !identical;
@@ -283,7 +328,7 @@ std::string CompareResult::to_json() const {
     for (const OpCompare& o : ops) rows.push_back(op_json(o));
     j["ops"] = std::move(rows);
   }
-  return j.dump();
+  return analysis_detail::dump(j);
 }
 
 CompareResult compare_dumps(DumpReader& a, DumpReader& b, const CompareOptions& options,
@@ -293,7 +338,9 @@ CompareResult compare_dumps(DumpReader& a, DumpReader& b, const CompareOptions& 
   if (options.step) read.filter.step_min = read.filter.step_max = options.step;
   if (options.rank) read.filter.ranks = {*options.rank};
   analysis_detail::ReaderSource sa(a, read), sb(b, read);
-  CompareResult r = compare_groups(load(sa, options), load(sb, options), options);
+  const Loaded la = load(sa, options);
+  const Loaded lb = load(sb, options);
+  CompareResult r = compare_groups(la, lb, options);
   r.path_a = a.path();
   r.path_b = b.path();
   return r;
@@ -301,7 +348,9 @@ CompareResult compare_dumps(DumpReader& a, DumpReader& b, const CompareOptions& 
 
 CompareResult compare_dumps(const DumpData& a, const DumpData& b, const CompareOptions& options) {
   analysis_detail::DataSource sa(a), sb(b);
-  return compare_groups(load(sa, options), load(sb, options), options);
+  const Loaded la = load(sa, options);
+  const Loaded lb = load(sb, options);
+  return compare_groups(la, lb, options);
 }
 
 }  // namespace precprobe

@@ -29,7 +29,7 @@ std::string hex(uint64_t h) {
 // RFC 4180: quote a field holding a comma, quote or line break; double inner quotes.
 std::string csv_field(const nlohmann::ordered_json& v) {
   if (v.is_null()) return "";
-  std::string s = v.is_string() ? v.get<std::string>() : v.dump();
+  std::string s = v.is_string() ? v.get<std::string>() : analysis_detail::dump(v);
   if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
   std::string q = "\"";
   for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
@@ -41,7 +41,7 @@ class TableWriter {
   TableWriter(ExportFormat format, std::ostream& out) : format_(format), out_(out) {}
   void write(const Row& row) {
     if (format_ == ExportFormat::kJsonl) {
-      out_ << row.dump() << '\n';
+      out_ << analysis_detail::dump(row) << '\n';
     } else {
       if (rows_ == 0) write_csv_line(row, /*header=*/true);
       write_csv_line(row, /*header=*/false);

@@ -96,7 +96,7 @@ std::string GradHistory::to_json() const {
   }
   nlohmann::json hs = nlohmann::json::array();
   for (const auto& [step, what] : hits) hs.push_back({{"step", step}, {"hit", what}});
-  return nlohmann::json{{"params", std::move(ps)}, {"hits", std::move(hs)}}.dump();
+  return analysis_detail::dump(nlohmann::json{{"params", std::move(ps)}, {"hits", std::move(hs)}});
 }
 
 std::string ScaleHistory::to_json() const {
@@ -112,7 +112,7 @@ std::string ScaleHistory::to_json() const {
                  {"event", e.event},
                  {"nonfinite_params", e.nonfinite_params}});
   }
-  return a.dump();
+  return analysis_detail::dump(a);
 }
 
 GradHistory grad_history(DumpReader& reader, const std::string& param, const ReadOptions& read) {

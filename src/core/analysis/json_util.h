@@ -8,6 +8,12 @@
 
 namespace precprobe::analysis_detail {
 
+/// JSON text; invalid UTF-8 in strings (they come from records) is replaced, not thrown.
+template <typename J>
+std::string dump(const J& j, int indent = -1) {
+  return j.dump(indent, ' ', false, J::error_handler_t::replace);
+}
+
 /// A double as JSON: null when not finite.
 nlohmann::json number(double v);
 nlohmann::json to_json(const TensorStats& t);

@@ -1,16 +1,15 @@
 // find_overflow: the op that produced the first NaN/Inf, per rank, and how far it spread.
 //
-// Records are emitted when an op ENDS, so within one (rank, step) a nested op's record
-// comes before the record of the op around it, while its seq (taken when the op STARTS)
-// is larger. Ops of one thread nest properly, so op D ran inside op C exactly when D
-// started later (larger seq) and ended earlier (earlier file position). That is how the
-// innermost origin is found without end timestamps.
+// Within one (rank, step) the candidates (finite inputs, non-finite outputs) are ranked by
+// start order, and a candidate nested inside the earliest one replaces it (nesting.h): at
+// L2 the innermost op that produced the value is blamed, not the op that wraps it.
 #include <algorithm>
 #include <map>
 #include <numeric>
 #include <tuple>
 
 #include "json_util.h"
+#include "nesting.h"
 #include "source.h"
 
 namespace precprobe {
@@ -30,21 +29,6 @@ struct StepState {
   std::optional<OpBrief> first_bad_input;
 };
 
-// Starting from the earliest candidate, descend into candidates nested inside it.
-size_t innermost_origin(const std::vector<OpRecord>& g, const std::vector<size_t>& cands) {
-  size_t c = cands.front();
-  for (;;) {
-    std::optional<size_t> best;
-    for (size_t d : cands) {
-      const bool nested =
-          g[d].thread == g[c].thread && g[d].seq > g[c].seq && d < c && g[d].depth > g[c].depth;
-      if (nested && (!best || g[d].seq < g[*best].seq)) best = d;
-    }
-    if (!best) return c;
-    c = *best;
-  }
-}
-
 StepState analyse_group(const std::vector<OpRecord>& g) {
   StepState s;
   std::vector<size_t> cands;
@@ -56,8 +40,9 @@ StepState analyse_group(const std::vector<OpRecord>& g) {
   }
   if (bad_in) s.first_bad_input = OpBrief::from(g[*bad_in]);
   if (cands.empty()) return s;
-  std::sort(cands.begin(), cands.end(), [&](size_t x, size_t y) { return g[x].seq < g[y].seq; });
-  const size_t c = innermost_origin(g, cands);
+  std::vector<analysis_detail::OpPlace> places;
+  for (size_t i : cands) places.push_back({g[i].seq, i, g[i].thread, g[i].depth});
+  const size_t c = cands[analysis_detail::innermost_earliest(places)];
   s.origin = OpBrief::from(g[c]);
   for (size_t i = c + 1; i < g.size(); ++i) s.after_origin += g[i].outputs_non_finite() ? 1 : 0;
   return s;
@@ -168,7 +153,7 @@ std::string OverflowResult::to_json() const {
   nlohmann::json rs = nlohmann::json::array();
   for (const RankOverflow& r : ranks) rs.push_back(rank_json(r));
   j["ranks"] = std::move(rs);
-  return j.dump();
+  return analysis_detail::dump(j);
 }
 
 OverflowResult find_overflow(DumpReader& reader, const ReadOptions& read) {

@@ -89,7 +89,7 @@ SummaryResult summarize(RecordSource& src) {
   s.meta_json = "{}";
   for (size_t i = 0; i < s.ranks.size(); ++i) {
     const nlohmann::json meta = parse_meta(s.ranks[i]);
-    if (i == 0) s.meta_json = meta.dump();
+    if (i == 0) s.meta_json = analysis_detail::dump(meta);
     s.dropped += dropped_of(meta);
   }
   count_ops(src, s);
@@ -154,7 +154,7 @@ std::string SummaryResult::to_json() const {
                    {"bad_lines", bad_lines}};
   j["step_min"] = step_min ? nlohmann::json(*step_min) : nlohmann::json();
   j["step_max"] = step_max ? nlohmann::json(*step_max) : nlohmann::json();
-  return j.dump();
+  return analysis_detail::dump(j);
 }
 
 SummaryResult summarize_dump(DumpReader& reader, const ReadOptions& read) {

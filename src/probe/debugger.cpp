@@ -119,6 +119,7 @@ DebuggerCounters PrecisionDebugger::Impl::counters() const {
     c.ops_recorded = o.ops_recorded;
     c.tensors_summarised = o.engine.summarised;
     c.tensors_cached = o.engine.cached;
+    c.bytes_summarised = o.engine.bytes;
     c.errors = o.errors + o.engine.save_errors;
   }
   if (writer) c.writer = writer->counters();
@@ -150,6 +151,7 @@ std::string PrecisionDebugger::Impl::meta_json(bool final_meta) const {
     k["ops_recorded"] = c.ops_recorded;
     k["tensors_summarised"] = c.tensors_summarised;
     k["tensors_cached"] = c.tensors_cached;
+    k["bytes_summarised"] = c.bytes_summarised;
     k["errors"] = c.errors;
     if (observer) {
       auto o = observer->counters();

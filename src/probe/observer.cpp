@@ -18,6 +18,7 @@ struct OpContext final : at::ObserverContext {
   std::shared_ptr<PendingOp> op;
   bool save = false;
   std::string name;  // full name, when saving tensors
+  const char* origin = "(autograd node)";  // process-lifetime op name, for diagnostics
 };
 
 const void* storage_of(const at::Tensor& t) {
@@ -200,6 +201,7 @@ std::unique_ptr<at::ObserverContext> Observer::on_op_start(const at::RecordFunct
         }
       }
       if (op) {
+        set_capture_origin(info.name.c_str());
         OpRecord& h = op->header;
         h.thread = thread_index();
         h.scope = Scope::current_path();
@@ -208,6 +210,7 @@ std::unique_ptr<at::ObserverContext> Observer::on_op_start(const at::RecordFunct
           h.seqnr = ts.nodes.back().seqnr;
         }
         ctx = std::make_unique<OpContext>();
+        ctx->origin = info.name.c_str();
         ctx->op = op;
         ctx->save = sel.save;
         ctx->name = std::move(sel.name);
@@ -257,6 +260,7 @@ std::unique_ptr<at::ObserverContext> Observer::on_node_start(const at::RecordFun
       op->header.call = call;
       engine_->push_op(op);
     }
+    set_capture_origin("(autograd node)");
     op->header.thread = thread_index();
     op->header.scope = Scope::current_path();
     op->header.node = node.name;
@@ -282,6 +286,7 @@ std::unique_ptr<at::ObserverContext> Observer::on_node_start(const at::RecordFun
 void Observer::on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   auto* c = static_cast<OpContext*>(ctx);
   PendingOp& op = *c->op;
+  set_capture_origin(c->origin);
   try {
     at::RecordFunctionGuard no_callbacks(false);
     at::NoGradGuard no_grad;

@@ -26,7 +26,11 @@ const void* storage_of(const at::Tensor& t) {
   return t.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
 }
 
+thread_local const char* tl_origin = "";
+
 }  // namespace
+
+void set_capture_origin(const char* op) noexcept { tl_origin = op; }
 
 StatsEngine::StatsEngine(EngineConfig config) : cfg_(std::move(config)) {
   if (cfg_.async) worker_ = std::thread([this] { worker_main(); });
@@ -55,9 +59,12 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t) {
   }
   auto s = std::make_shared<Slot>();
   s->key = key;
+  s->origin = tl_origin;
   if (key.storage) s->storage_alive = t.unsafeGetTensorImpl()->unsafe_storage().getWeakStorageImpl();
   bump(kSummarised);
   if (cacheable) cache_.emplace(key, s);
+  n_[kBytes].fetch_add(static_cast<uint64_t>(t.numel()) * t.element_size(),
+                       std::memory_order_relaxed);
   const bool now = !cfg_.async || key.storage == nullptr || t.numel() < cfg_.inline_numel;
   if (now) {
     bump(kInline);
@@ -121,7 +128,10 @@ void StatsEngine::compute(Slot& s) {
     if (s.key.versioned && make_key(t).version != s.key.version) {
       s.stale = true;
       bump(kStale);
-      report_error("precprobe: a tensor changed in place before its statistics were computed");
+      report_error(std::string("precprobe: a tensor captured by ") + s.origin +
+                   " changed in place before its statistics were computed (version " +
+                   std::to_string(s.key.version) + " -> " +
+                   std::to_string(make_key(t).version) + ")");
     }
   } catch (const std::exception& e) {
     report_error(std::string("precprobe: statistics failed: ") + e.what());
@@ -250,6 +260,7 @@ EngineCounters StatsEngine::counters() const {
   c.stale = get(kStale);
   c.saved = get(kSaved);
   c.save_errors = get(kSaveErrors);
+  c.bytes = get(kBytes);
   return c;
 }
 

@@ -54,7 +54,12 @@ struct Slot {
   int64_t bytes = 0;           ///< held bytes while queued
   std::string save_path;       ///< non-empty: write the tensor here instead of stats
   bool stale = false;          ///< the version changed before the stats were computed
+  const char* origin = "";     ///< the op that captured it (static storage), for messages
 };
+
+/// The op being captured on this thread (a string that lives for the process), for
+/// diagnostics in Slot::origin.
+void set_capture_origin(const char* op) noexcept;
 
 /// One input or output of a pending op.
 struct ArgRef {
@@ -92,6 +97,7 @@ struct EngineCounters {
   uint64_t summarised = 0, cached = 0, inline_computed = 0, worker_computed = 0;
   uint64_t claimed_for_write = 0, waited_for_write = 0, backpressure = 0, stale = 0;
   uint64_t saved = 0, save_errors = 0;
+  uint64_t bytes = 0;  ///< bytes summarised
 };
 
 class StatsEngine {
@@ -150,7 +156,7 @@ class StatsEngine {
   bool stop_ = false;
   enum Counter : int {
     kSummarised, kCached, kInline, kWorker, kClaimed, kWaited, kBackpressure, kStale,
-    kSaved, kSaveErrors, kNumCounters
+    kSaved, kSaveErrors, kBytes, kNumCounters
   };
   void bump(Counter c) noexcept { n_[c].fetch_add(1, std::memory_order_relaxed); }
   std::array<std::atomic<uint64_t>, kNumCounters> n_{};

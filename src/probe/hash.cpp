@@ -1,0 +1,37 @@
+// tensor_hash and module_hash (precprobe/hash.h).
+#include "precprobe/hash.h"
+
+#include <torch/nn/module.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "stats.h"
+#include "tensor_hasher.h"
+
+namespace precprobe {
+
+uint64_t tensor_hash(const at::Tensor& t) { return detail::hash_tensor(t); }
+
+uint64_t module_hash(const torch::nn::Module& m) {
+  // "p:" / "b:" keep a parameter and a buffer of the same name apart.
+  std::vector<std::pair<std::string, uint64_t>> entries;
+  for (const auto& item : m.named_parameters(/*recurse=*/true)) {
+    entries.emplace_back("p:" + item.key(), detail::hash_tensor(item.value()));
+  }
+  for (const auto& item : m.named_buffers(/*recurse=*/true)) {
+    entries.emplace_back("b:" + item.key(), detail::hash_tensor(item.value()));
+  }
+  std::sort(entries.begin(), entries.end());
+  XXH64_state_t state;
+  XXH64_reset(&state, 0);
+  for (const auto& [name, h] : entries) {
+    XXH64_update(&state, name.data(), name.size() + 1);  // with the '\0' as separator
+    XXH64_update(&state, &h, sizeof h);
+  }
+  return XXH64_digest(&state);
+}
+
+}  // namespace precprobe

@@ -1,0 +1,470 @@
+// Single-pass statistics of CPU tensors: a strided walk that hands contiguous runs of at
+// most kStatsBlock elements to the vectorised block kernels (and to the hasher while the
+// run is still in L1), plus the ATen fallback for other devices and the cache key.
+#include "stats.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <limits>
+#include <string>
+
+#include "precprobe/error.h"
+#include "stats_kernels.h"
+#include "tensor_hasher.h"
+
+namespace precprobe {
+namespace detail {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Runs at least this long are summarised where they lie; shorter ones are first packed into
+// a block buffer so that per-block overhead stays amortised (e.g. rows of a narrow view).
+constexpr int64_t kDirectRun = 512;
+
+// The dimensions of a view after dropping size-1 dims and merging dims that are
+// contiguous with each other. `repeat` counts the copies left out by dropping stride-0
+// (expanded) dims, when the walk order allows it.
+struct Geometry {
+  c10::SmallVector<int64_t, 8> sizes;
+  c10::SmallVector<int64_t, 8> strides;
+  int64_t repeat = 1;
+};
+
+void coalesce(Geometry& g) {
+  Geometry out;
+  out.repeat = g.repeat;
+  for (size_t d = 0; d < g.sizes.size(); ++d) {
+    if (g.sizes[d] == 1) continue;
+    if (!out.sizes.empty() && out.strides.back() == g.strides[d] * g.sizes[d]) {
+      out.sizes.back() *= g.sizes[d];
+      out.strides.back() = g.strides[d];
+    } else {
+      out.sizes.push_back(g.sizes[d]);
+      out.strides.push_back(g.strides[d]);
+    }
+  }
+  g = std::move(out);
+}
+
+// Logical (row-major) order: what the hash needs.
+Geometry logical_geometry(const at::Tensor& t) {
+  Geometry g;
+  g.sizes.assign(t.sizes().begin(), t.sizes().end());
+  g.strides.assign(t.strides().begin(), t.strides().end());
+  coalesce(g);
+  return g;
+}
+
+// Memory order: statistics do not depend on element order, so a transposed matrix is read
+// as the contiguous block it is, and expanded dims are read once and counted `repeat` times.
+Geometry memory_geometry(const at::Tensor& t) {
+  Geometry g;
+  c10::SmallVector<std::pair<int64_t, int64_t>, 8> dims;  // (stride, size)
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) == 1) continue;
+    if (t.stride(d) == 0) {
+      g.repeat *= t.size(d);
+      continue;
+    }
+    dims.emplace_back(t.stride(d), t.size(d));
+  }
+  std::stable_sort(dims.begin(), dims.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (const auto& [stride, size] : dims) {
+    g.sizes.push_back(size);
+    g.strides.push_back(stride);
+  }
+  coalesce(g);
+  return g;
+}
+
+// Running totals; float64 sums of block sums are compensated (Neumaier) so that the error
+// stays that of one block however many blocks there are.
+struct Totals {
+  double sum = 0, sum_c = 0, sumsq = 0, sumsq_c = 0;
+  double min = kInf, max = -kInf;
+  int64_t zero = 0, neg = 0, pos = 0, nan = 0, pinf = 0, ninf = 0;
+
+  static void add(double& s, double& c, double v) {
+    const double t = s + v;
+    if (std::isfinite(t)) c += std::abs(s) >= std::abs(v) ? (s - t) + v : (v - t) + s;
+    s = t;
+  }
+  void add(const BlockStats& b) {
+    add(sum, sum_c, b.sum);
+    add(sumsq, sumsq_c, b.sumsq);
+    min = std::min(min, b.min);
+    max = std::max(max, b.max);
+    zero += b.zero;
+    neg += b.neg;
+    pos += b.pos;
+    nan += b.nan;
+    pinf += b.pinf;
+    ninf += b.ninf;
+  }
+};
+
+// Receives the elements of a view in walk order and summarises (and/or hashes) them.
+template <typename T, bool kStats>
+class BlockSink {
+ public:
+  explicit BlockSink(TensorHasher* hasher) : hasher_(hasher) {}
+
+  void run(const T* p, int64_t n) {
+    if (n >= kDirectRun) {
+      flush();
+      for (int64_t i = 0; i < n; i += kStatsBlock) process(p + i, std::min(kStatsBlock, n - i));
+      return;
+    }
+    while (n > 0) {
+      const int64_t m = std::min(n, kStatsBlock - fill_);
+      std::copy(p, p + m, buf_ + fill_);
+      fill_ += m;
+      p += m;
+      n -= m;
+      if (fill_ == kStatsBlock) flush();
+    }
+  }
+  void gather(const T* p, int64_t n, int64_t stride) {
+    while (n > 0) {
+      const int64_t m = std::min(n, kStatsBlock - fill_);
+      T* dst = buf_ + fill_;
+      for (int64_t i = 0; i < m; ++i) dst[i] = p[i * stride];
+      fill_ += m;
+      p += m * stride;
+      n -= m;
+      if (fill_ == kStatsBlock) flush();
+    }
+  }
+  void flush() {
+    if (fill_ > 0) process(buf_, fill_);
+    fill_ = 0;
+  }
+  const Totals& totals() const { return totals_; }
+
+ private:
+  void process(const T* p, int64_t n) {
+    if (kStats) {
+      BlockStats b;
+      block_stats(p, n, b);
+      totals_.add(b);
+    }
+    if (hasher_) hasher_->update(p, static_cast<size_t>(n) * sizeof(T));
+  }
+
+  TensorHasher* hasher_;
+  Totals totals_;
+  int64_t fill_ = 0;
+  T buf_[kStatsBlock];
+};
+
+// Visits every element once, innermost dimension last, in runs along that dimension.
+template <typename T, typename Sink>
+void walk(const T* base, const Geometry& g, Sink& sink) {
+  const size_t nd = g.sizes.size();
+  if (nd == 0) {  // a single element
+    sink.run(base, 1);
+    return;
+  }
+  const int64_t inner = g.sizes[nd - 1];
+  const int64_t inner_stride = g.strides[nd - 1];
+  c10::SmallVector<int64_t, 8> index(nd - 1, 0);
+  int64_t offset = 0;
+  while (true) {
+    if (inner_stride == 1) {
+      sink.run(base + offset, inner);
+    } else {
+      sink.gather(base + offset, inner, inner_stride);
+    }
+    size_t d = nd - 1;
+    for (; d-- > 0;) {
+      offset += g.strides[d];
+      if (++index[d] < g.sizes[d]) break;
+      offset -= g.strides[d] * g.sizes[d];
+      index[d] = 0;
+    }
+    if (d == static_cast<size_t>(-1)) break;
+  }
+  sink.flush();
+}
+
+void fill_stats(const Totals& s, int64_t repeat, TensorStats& out) {
+  const double r = static_cast<double>(repeat);
+  out.nan = s.nan * repeat;
+  out.pinf = s.pinf * repeat;
+  out.ninf = s.ninf * repeat;
+  out.zero = s.zero * repeat;
+  out.neg = s.neg * repeat;
+  out.pos = s.pos * repeat;
+  if (out.zero + out.neg + out.pos == 0) {
+    out.min = out.max = out.mean = out.norm = kNaN;
+    return;
+  }
+  const double sum = (s.sum + s.sum_c) * r;
+  out.min = s.min;
+  out.max = s.max;
+  out.mean = sum / static_cast<double>(out.zero + out.neg + out.pos);
+  out.norm = std::sqrt((s.sumsq + s.sumsq_c) * r);
+}
+
+// `view` holds the values (for complex: view_as_real of the tensor); `hasher` has already
+// received the header of the original tensor.
+template <typename T>
+void summarize_cpu(const at::Tensor& view, TensorStats* out, TensorHasher* hasher) {
+  const T* base = static_cast<const T*>(view.data_ptr());
+  const int64_t n = view.numel();
+  if (view.is_contiguous()) {  // the common case: blocks straight from memory
+    if (out == nullptr) {
+      hasher->update(base, static_cast<size_t>(n) * sizeof(T));
+      return;
+    }
+    Totals s;
+    for (int64_t i = 0; i < n; i += kStatsBlock) {
+      const int64_t m = std::min(kStatsBlock, n - i);
+      BlockStats b;
+      block_stats(base + i, m, b);
+      s.add(b);
+      if (hasher) hasher->update(base + i, static_cast<size_t>(m) * sizeof(T));
+    }
+    fill_stats(s, 1, *out);
+    return;
+  }
+  const bool logical = hasher != nullptr;
+  const Geometry g = logical ? logical_geometry(view) : memory_geometry(view);
+  if (out == nullptr) {
+    BlockSink<T, false> sink(hasher);
+    walk(base, g, sink);
+    return;
+  }
+  BlockSink<T, true> sink(hasher);
+  walk(base, g, sink);
+  fill_stats(sink.totals(), g.repeat, *out);
+}
+
+// Calls summarize_cpu<T> for the C++ type T of the view's dtype; false if unsupported.
+bool dispatch_cpu(const at::Tensor& view, TensorStats* out, TensorHasher* hasher) {
+  switch (view.scalar_type()) {
+    case at::kFloat:
+      summarize_cpu<float>(view, out, hasher);
+      return true;
+    case at::kDouble:
+      summarize_cpu<double>(view, out, hasher);
+      return true;
+    case at::kBFloat16:
+      summarize_cpu<c10::BFloat16>(view, out, hasher);
+      return true;
+    case at::kHalf:
+      summarize_cpu<c10::Half>(view, out, hasher);
+      return true;
+    case at::kByte:
+      summarize_cpu<uint8_t>(view, out, hasher);
+      return true;
+    case at::kChar:
+      summarize_cpu<int8_t>(view, out, hasher);
+      return true;
+    case at::kShort:
+      summarize_cpu<int16_t>(view, out, hasher);
+      return true;
+    case at::kInt:
+      summarize_cpu<int32_t>(view, out, hasher);
+      return true;
+    case at::kLong:
+      summarize_cpu<int64_t>(view, out, hasher);
+      return true;
+    case at::kBool:
+      summarize_cpu<bool>(view, out, hasher);
+      return true;
+    default:
+      return false;
+  }
+}
+
+const char* layout_name(c10::Layout layout) {
+  switch (layout) {
+    case c10::kStrided:
+      return "Strided";
+    case c10::kSparse:
+      return "Sparse";
+    case c10::kSparseCsr:
+      return "SparseCsr";
+    case c10::kSparseCsc:
+      return "SparseCsc";
+    case c10::kSparseBsr:
+      return "SparseBsr";
+    case c10::kSparseBsc:
+      return "SparseBsc";
+    case c10::kMkldnn:
+      return "Mkldnn";
+    default:
+      return "Unknown";
+  }
+}
+
+std::string dtype_name(const at::Tensor& t) {
+  if (!t.defined()) return "undefined";
+  std::string name = c10::toString(t.scalar_type());
+  if (t.layout() != c10::kStrided) name.append(":").append(layout_name(t.layout()));
+  return name;
+}
+
+// Whether the values can be read through data_ptr() and strides on this thread.
+bool readable_on_cpu(const at::Tensor& t) {
+  return t.layout() == c10::kStrided && t.device().is_cpu() && !t.is_quantized() &&
+         !t.is_nested() && t.has_storage();
+}
+
+// Everything but the statistics; statistics set to "no values".
+void fill_header(const at::Tensor& t, TensorStats& out) {
+  out.dtype = dtype_name(t);
+  out.shape.clear();
+  out.device = "cpu";
+  out.requires_grad = false;
+  out.numel = 0;
+  out.nan = out.pinf = out.ninf = out.zero = out.neg = out.pos = 0;
+  out.min = out.max = out.mean = out.norm = kNaN;
+  out.hash.reset();
+  if (!t.defined()) return;
+  out.shape.assign(t.sizes().begin(), t.sizes().end());
+  out.device = t.device().str();
+  out.requires_grad = t.requires_grad();
+  out.numel = t.numel();
+}
+
+// The values as a real strided tensor without lazy conj/neg bits (copies only then).
+at::Tensor values_view(const at::Tensor& t) {
+  at::Tensor v = t;
+  if (v.is_conj()) v = v.resolve_conj();
+  if (v.is_neg()) v = v.resolve_neg();
+  if (v.is_complex()) v = at::view_as_real(v);
+  return v;
+}
+
+// Hashes `t` (header included) and, when out != nullptr, summarises it into *out.
+// Returns false when the dtype has no CPU kernel.
+bool run_cpu(const at::Tensor& t, TensorStats* out, TensorHasher* hasher) {
+  if (hasher) hasher->header(dtype_name(t), t.sizes());
+  if (t.numel() == 0) return true;
+  return dispatch_cpu(values_view(t), out, hasher);
+}
+
+}  // namespace
+
+void summarize_with_aten(const at::Tensor& t, TensorStats& out, bool with_hash) {
+  fill_header(t, out);
+  if (!t.defined() || t.numel() == 0 || t.layout() != c10::kStrided || t.is_meta()) {
+    if (with_hash) out.hash = hash_tensor(t);
+    return;
+  }
+  at::NoGradGuard no_grad;
+  // float64 holds every value of every real dtype but int64 beyond 2^53; the device does
+  // all the work and one 10-element tensor comes back.
+  const at::Tensor x = values_view(t.detach()).to(at::kDouble);
+  const at::Tensor finite = at::isfinite(x);
+  const at::Tensor v = x.masked_fill(finite.logical_not(), 0.0);
+  const at::Tensor r =
+      at::stack({x.isnan().sum().to(at::kDouble), at::isposinf(x).sum().to(at::kDouble),
+                 at::isneginf(x).sum().to(at::kDouble), x.eq(0).sum().to(at::kDouble),
+                 v.lt(0).sum().to(at::kDouble), v.gt(0).sum().to(at::kDouble), v.sum(),
+                 v.mul(v).sum(), x.masked_fill(finite.logical_not(), kInf).min(),
+                 x.masked_fill(finite.logical_not(), -kInf).max()})
+          .cpu();
+  const double* q = r.data_ptr<double>();
+  Totals s;
+  s.nan = static_cast<int64_t>(q[0]);
+  s.pinf = static_cast<int64_t>(q[1]);
+  s.ninf = static_cast<int64_t>(q[2]);
+  s.zero = static_cast<int64_t>(q[3]);
+  s.neg = static_cast<int64_t>(q[4]);
+  s.pos = static_cast<int64_t>(q[5]);
+  s.sum = q[6];
+  s.sumsq = q[7];
+  s.min = q[8];
+  s.max = q[9];
+  fill_stats(s, 1, out);
+  if (with_hash) out.hash = hash_tensor(t);
+}
+
+void summarize(const at::Tensor& t, TensorStats& out, bool with_hash) noexcept {
+  try {
+    fill_header(t, out);
+    if (!t.defined() || t.is_meta()) {
+      if (with_hash) out.hash = hash_tensor(t);
+      return;
+    }
+    if (!readable_on_cpu(t)) {
+      if (t.layout() == c10::kStrided && !t.is_quantized() && !t.is_nested()) {
+        summarize_with_aten(t, out, with_hash);  // CUDA and other devices
+      } else if (with_hash) {
+        out.hash = hash_tensor(t);
+      }
+      return;
+    }
+    TensorHasher hasher;
+    if (run_cpu(t, &out, with_hash ? &hasher : nullptr) && with_hash) out.hash = hasher.digest();
+  } catch (const std::exception& e) {
+    report_error(std::string("precprobe: statistics of a ") + out.dtype +
+                 " tensor failed: " + e.what());
+  } catch (...) {
+    report_error("precprobe: statistics of a tensor failed (unknown exception)");
+  }
+}
+
+uint64_t hash_tensor(const at::Tensor& t) {
+  TensorHasher hasher;
+  if (!t.defined() || t.is_meta() || t.layout() != c10::kStrided || t.is_quantized() ||
+      t.is_nested()) {
+    // No values to read: the header alone (dtype, shape).
+    hasher.header(dtype_name(t), t.defined() ? t.sizes() : c10::IntArrayRef{});
+    return hasher.digest();
+  }
+  if (!t.device().is_cpu()) return hash_tensor(t.detach().cpu());
+  run_cpu(t, nullptr, &hasher);
+  return hasher.digest();
+}
+
+TensorKey make_key(const at::Tensor& t) noexcept {
+  TensorKey k;
+  if (!t.defined()) return k;
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  k.dtype = static_cast<int8_t>(t.scalar_type());
+  if (impl->has_storage()) {
+    k.storage = t.storage().unsafeGetStorageImpl();
+    k.offset = impl->storage_offset();
+  }
+  // splitmix64 finalizer over (ndim, sizes, strides): cheap and well mixed.
+  auto mix = [](uint64_t h, uint64_t v) {
+    h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    h ^= h >> 30;
+    h *= 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 27;
+    h *= 0x94d049bb133111ebULL;
+    return h ^ (h >> 31);
+  };
+  uint64_t h = mix(0, static_cast<uint64_t>(impl->dim()));
+  if (impl->layout() == c10::kStrided) {
+    for (int64_t s : impl->sizes()) h = mix(h, static_cast<uint64_t>(s));
+    for (int64_t s : impl->strides()) h = mix(h, static_cast<uint64_t>(s));
+  }
+  k.geometry = h;
+  const auto& vc = impl->version_counter();
+  k.versioned = vc.enabled();
+  k.version = k.versioned ? vc.current_version() : 0;
+  return k;
+}
+
+size_t TensorKeyHash::operator()(const TensorKey& k) const noexcept {
+  uint64_t h = reinterpret_cast<uintptr_t>(k.storage);
+  h = h * 0x9e3779b97f4a7c15ULL ^ static_cast<uint64_t>(k.offset);
+  h = h * 0x9e3779b97f4a7c15ULL ^ k.geometry;
+  h = h * 0x9e3779b97f4a7c15ULL ^
+      (static_cast<uint64_t>(k.version) << 8 | static_cast<uint8_t>(k.dtype));
+  return static_cast<size_t>(h ^ (h >> 29));
+}
+
+}  // namespace detail
+}  // namespace precprobe

@@ -1,0 +1,201 @@
+// Vectorised block kernels. Built with -fopenmp-simd and without fast-math: comparisons
+// with NaN and Inf must keep their IEEE meaning. Exact float comparisons are the point here.
+#include "stats_kernels.h"
+
+#include <cmath>
+#include <cstring>
+
+#pragma GCC diagnostic ignored "-Wfloat-equal"
+
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__) && \
+    !defined(PRECPROBE_NO_TARGET_CLONES)
+// One AVX2 clone and a baseline one, picked at load time.
+#define PRECPROBE_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define PRECPROBE_CLONES
+#endif
+#define PRECPROBE_INLINE inline __attribute__((always_inline))
+
+namespace precprobe {
+namespace detail {
+namespace {
+
+// Block counters fit 32 bits; narrow lanes let the compiler pack them with float lanes.
+template <typename F>
+PRECPROBE_INLINE void fast_pass(const F* __restrict p, int n, BlockStats& out) {
+  double sum = 0, sumsq = 0;
+  F lo = std::numeric_limits<F>::infinity();
+  F hi = -std::numeric_limits<F>::infinity();
+  int32_t zero = 0, neg = 0, pos = 0;
+#pragma omp simd reduction(+ : sum, sumsq, zero, neg, pos) reduction(min : lo) reduction(max : hi)
+  for (int i = 0; i < n; ++i) {
+    const F x = p[i];
+    const double d = x;
+    sum += d;
+    sumsq += d * d;
+    lo = x < lo ? x : lo;
+    hi = x > hi ? x : hi;
+    zero += x == F(0);
+    neg += x < F(0);
+    pos += x > F(0);
+  }
+  out.sum = sum;
+  out.sumsq = sumsq;
+  out.min = lo;
+  out.max = hi;
+  out.zero = zero;
+  out.neg = neg;
+  out.pos = pos;
+}
+
+// Masked pass: NaN and +-Inf are counted and replaced by neutral values.
+template <typename F>
+PRECPROBE_INLINE void careful_pass(const F* __restrict p, int n, BlockStats& out) {
+  constexpr F kInf = std::numeric_limits<F>::infinity();
+  double sum = 0, sumsq = 0;
+  F lo = kInf, hi = -kInf;
+  int32_t zero = 0, neg = 0, pos = 0, nan = 0, pinf = 0, ninf = 0;
+#pragma omp simd reduction(+ : sum, sumsq, zero, neg, pos, nan, pinf, ninf) \
+    reduction(min : lo) reduction(max : hi)
+  for (int i = 0; i < n; ++i) {
+    const F x = p[i];
+    const bool is_nan = x != x;
+    const bool is_pinf = x == kInf;
+    const bool is_ninf = x == -kInf;
+    const bool finite = !(is_nan | is_pinf | is_ninf);
+    const F v = finite ? x : F(0);
+    const double d = v;
+    sum += d;
+    sumsq += d * d;
+    lo = (finite && x < lo) ? x : lo;
+    hi = (finite && x > hi) ? x : hi;
+    zero += x == F(0);
+    neg += v < F(0);
+    pos += v > F(0);
+    nan += is_nan;
+    pinf += is_pinf;
+    ninf += is_ninf;
+  }
+  out.sum = sum;
+  out.sumsq = sumsq;
+  out.min = lo;
+  out.max = hi;
+  out.zero = zero;
+  out.neg = neg;
+  out.pos = pos;
+  out.nan = nan;
+  out.pinf = pinf;
+  out.ninf = ninf;
+}
+
+template <typename F>
+PRECPROBE_INLINE void float_block(const F* p, int n, BlockStats& out) {
+  fast_pass(p, n, out);
+  // Any NaN or Inf makes the sum NaN or Inf; a finite but huge float64 block may overflow
+  // the sum of squares too, and the careful pass then gives the same (correct) answer.
+  if (!std::isfinite(out.sum) || !std::isfinite(out.sumsq)) {
+    out = BlockStats{};
+    careful_pass(p, n, out);
+  }
+}
+
+template <typename I>
+PRECPROBE_INLINE void int_block(const I* __restrict p, int n, BlockStats& out) {
+  double sum = 0, sumsq = 0;
+  I lo = std::numeric_limits<I>::max();
+  I hi = std::numeric_limits<I>::lowest();
+  int32_t zero = 0, neg = 0, pos = 0;
+#pragma omp simd reduction(+ : sum, sumsq, zero, neg, pos) reduction(min : lo) reduction(max : hi)
+  for (int i = 0; i < n; ++i) {
+    const I x = p[i];
+    const double d = static_cast<double>(x);
+    sum += d;
+    sumsq += d * d;
+    lo = x < lo ? x : lo;
+    hi = x > hi ? x : hi;
+    zero += x == I(0);
+    neg += x < I(0);
+    pos += x > I(0);
+  }
+  out.sum = sum;
+  out.sumsq = sumsq;
+  out.min = static_cast<double>(lo);
+  out.max = static_cast<double>(hi);
+  out.zero = zero;
+  out.neg = neg;
+  out.pos = pos;
+}
+
+// bfloat16 is the upper half of a float32: a shift, vectorised.
+PRECPROBE_INLINE void widen(const c10::BFloat16* __restrict p, int n, float* __restrict out) {
+  const auto* bits = reinterpret_cast<const uint16_t*>(p);
+#pragma omp simd
+  for (int i = 0; i < n; ++i) {
+    const uint32_t w = static_cast<uint32_t>(bits[i]) << 16;
+    float f;
+    std::memcpy(&f, &w, sizeof f);
+    out[i] = f;
+  }
+}
+
+// c10's branch-free IEEE half -> float conversion (exact, denormals included), inlined.
+PRECPROBE_INLINE void widen(const c10::Half* __restrict p, int n, float* __restrict out) {
+  const auto* bits = reinterpret_cast<const uint16_t*>(p);
+#pragma omp simd
+  for (int i = 0; i < n; ++i) out[i] = c10::detail::fp16_ieee_to_fp32_value(bits[i]);
+}
+
+template <typename H>
+PRECPROBE_INLINE void half_block(const H* p, int n, BlockStats& out) {
+  alignas(64) float buf[kStatsBlock];
+  widen(p, n, buf);
+  float_block(buf, n, out);
+}
+
+}  // namespace
+
+PRECPROBE_CLONES void block_stats(const float* p, int64_t n, BlockStats& out) noexcept {
+  float_block(p, static_cast<int>(n), out);
+}
+PRECPROBE_CLONES void block_stats(const double* p, int64_t n, BlockStats& out) noexcept {
+  float_block(p, static_cast<int>(n), out);
+}
+PRECPROBE_CLONES void block_stats(const c10::BFloat16* p, int64_t n, BlockStats& out) noexcept {
+  half_block(p, static_cast<int>(n), out);
+}
+PRECPROBE_CLONES void block_stats(const c10::Half* p, int64_t n, BlockStats& out) noexcept {
+  half_block(p, static_cast<int>(n), out);
+}
+PRECPROBE_CLONES void block_stats(const uint8_t* p, int64_t n, BlockStats& out) noexcept {
+  int_block(p, static_cast<int>(n), out);
+}
+PRECPROBE_CLONES void block_stats(const int8_t* p, int64_t n, BlockStats& out) noexcept {
+  int_block(p, static_cast<int>(n), out);
+}
+PRECPROBE_CLONES void block_stats(const int16_t* p, int64_t n, BlockStats& out) noexcept {
+  int_block(p, static_cast<int>(n), out);
+}
+PRECPROBE_CLONES void block_stats(const int32_t* p, int64_t n, BlockStats& out) noexcept {
+  int_block(p, static_cast<int>(n), out);
+}
+PRECPROBE_CLONES void block_stats(const int64_t* p, int64_t n, BlockStats& out) noexcept {
+  int_block(p, static_cast<int>(n), out);
+}
+
+// PyTorch bools are bytes holding 0 or 1; any nonzero byte counts as true.
+PRECPROBE_CLONES void block_stats(const bool* p, int64_t n, BlockStats& out) noexcept {
+  const auto* bytes = reinterpret_cast<const uint8_t*>(p);
+  int32_t ones = 0;
+  const int m = static_cast<int>(n);
+#pragma omp simd reduction(+ : ones)
+  for (int i = 0; i < m; ++i) ones += bytes[i] != 0;
+  out.pos = ones;
+  out.zero = m - ones;
+  out.sum = ones;
+  out.sumsq = ones;
+  out.min = out.zero > 0 ? 0.0 : 1.0;
+  out.max = ones > 0 ? 1.0 : 0.0;
+}
+
+}  // namespace detail
+}  // namespace precprobe

@@ -1,0 +1,49 @@
+// Block kernels of the single-pass statistics (stats.cpp walks a tensor and feeds them
+// contiguous runs of at most kStatsBlock elements). Torch-free apart from c10's 16-bit
+// float types. Pure functions: callable from any thread.
+#pragma once
+
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <cstdint>
+#include <limits>
+
+namespace precprobe {
+namespace detail {
+
+/// Elements per block: 16 KiB of float32, small enough to stay in L1 while it is hashed
+/// after being summarised, large enough to hide the per-block bookkeeping.
+inline constexpr int64_t kStatsBlock = 4096;
+
+/// Partial statistics of one block. Sums are over finite values.
+struct BlockStats {
+  double sum = 0;
+  double sumsq = 0;
+  double min = std::numeric_limits<double>::infinity();
+  double max = -std::numeric_limits<double>::infinity();
+  int64_t zero = 0;
+  int64_t neg = 0;
+  int64_t pos = 0;
+  int64_t nan = 0;
+  int64_t pinf = 0;
+  int64_t ninf = 0;
+};
+
+// Each kernel summarises p[0..n), n <= kStatsBlock, into a fresh `out`.
+// Floating kernels run a vectorised pass assuming every value is finite and, only when the
+// block's sum or sum of squares comes out non-finite, a masked pass that classifies NaN and
+// +-Inf and leaves them out of the sums and extremes.
+void block_stats(const float* p, int64_t n, BlockStats& out) noexcept;
+void block_stats(const double* p, int64_t n, BlockStats& out) noexcept;
+void block_stats(const c10::BFloat16* p, int64_t n, BlockStats& out) noexcept;
+void block_stats(const c10::Half* p, int64_t n, BlockStats& out) noexcept;
+void block_stats(const uint8_t* p, int64_t n, BlockStats& out) noexcept;
+void block_stats(const int8_t* p, int64_t n, BlockStats& out) noexcept;
+void block_stats(const int16_t* p, int64_t n, BlockStats& out) noexcept;
+void block_stats(const int32_t* p, int64_t n, BlockStats& out) noexcept;
+void block_stats(const int64_t* p, int64_t n, BlockStats& out) noexcept;
+void block_stats(const bool* p, int64_t n, BlockStats& out) noexcept;
+
+}  // namespace detail
+}  // namespace precprobe

@@ -41,10 +41,11 @@ enum class SummaryMode : uint8_t {
 class IntSet {
  public:
   IntSet() = default;
-  /// Adds [lo, hi] inclusive.
+  /// Adds [lo, hi] inclusive; overlapping and adjacent ranges are merged. Throws
+  /// precprobe::Error when lo > hi.
   void add(int64_t lo, int64_t hi);
   bool empty() const noexcept { return ranges_.empty(); }
-  /// True when empty (meaning "all") or when v is inside a range.
+  /// True when empty (meaning "all") or when v is inside a range. O(log ranges).
   bool contains(int64_t v) const noexcept;
   /// Largest value, or nullopt when empty.
   std::optional<int64_t> max() const noexcept;
@@ -112,7 +113,8 @@ struct DebuggerOptions {
   static DebuggerOptions from_json(const std::string& json_text);
   /// Reads and parses a file; errors name the file.
   static DebuggerOptions from_json_file(const std::string& path);
-  /// from_json_file($PRECPROBE_CONFIG) when that variable is set, else `fallback`.
+  /// from_json_file($PRECPROBE_CONFIG) when that variable is set and not empty, else
+  /// `fallback`. Errors say that the path came from PRECPROBE_CONFIG.
   static DebuggerOptions from_env_or(const DebuggerOptions& fallback);
 
   /// Throws precprobe::Error when fields contradict each other or are out of range.
@@ -122,10 +124,13 @@ struct DebuggerOptions {
 };
 
 /// Decides from an op's name whether `list` selects it. Build once, then call from any
-/// thread. Empty list: everything matches.
+/// thread. Empty list: everything matches. Plain entries match as case-sensitive
+/// substrings (an exact full name is one); "name-regex(P)" entries are ECMAScript regexes
+/// searched anywhere in the name (anchor P with ^...$ for a full match).
 class NameMatcher {
  public:
-  NameMatcher() = default;
+  /// Matches everything. Defined out of line: Impl is incomplete here.
+  NameMatcher();
   /// Throws precprobe::Error on a bad "name-regex(...)".
   explicit NameMatcher(const std::vector<std::string>& list);
   ~NameMatcher();

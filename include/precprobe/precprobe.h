@@ -3,3 +3,5 @@
 
 #include "precprobe/core.h"
 #include "precprobe/debugger.h"
+#include "precprobe/dropout.h"
+#include "precprobe/seed.h"

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Configures and builds precprobe into ./build (Release, Ninja when present, ccache when
+# present). Extra arguments go to cmake's configure step, e.g. -DPRECPROBE_WITH_TORCH=OFF.
+#   BUILD_DIR=dir   another build directory
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build_dir="${BUILD_DIR:-build}"
+gen=()
+command -v ninja >/dev/null 2>&1 && gen=(-G Ninja)
+export CCACHE_BASEDIR="$PWD"
+if [[ ! -f "$build_dir/CMakeCache.txt" ]]; then
+  cmake -S . -B "$build_dir" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release "$@"
+else
+  cmake -S . -B "$build_dir" "$@"
+fi
+cmake --build "$build_dir" -j "$(nproc)"

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The main job of the README: installs the dependencies, builds, trains the Fashion-MNIST
+# example with the PrecisionDebugger on, then reads the dump back with `precprobe summary`.
+# Extra arguments go to the example, e.g. --steps 200 or --bf16.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+scripts/build.sh
+dump="${PRECPROBE_DUMP:-precprobe_dump}"
+build/bin/train_fashion_mnist --dump "$dump" --overwrite "$@"
+build/bin/precprobe summary "$dump"

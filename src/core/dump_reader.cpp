@@ -1,0 +1,266 @@
+// DumpReader: finds the rank directories, checks meta.json's format version, and decodes
+// the streams frame by frame into one reused record (see records_parse.cpp).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+
+#include "dump_files.h"
+#include "frame_stream.h"
+#include "precprobe/error.h"
+#include "precprobe/reader.h"
+
+namespace fs = std::filesystem;
+
+namespace precprobe {
+namespace {
+
+constexpr const char* kExpected =
+    "expected a dump directory holding rank<R>/ directories, or one rank directory holding "
+    "meta.json or *.jsonl.zst streams";
+
+bool is_rank_dir(const fs::path& dir) {
+  std::error_code ec;
+  if (fs::is_regular_file(dir / kMetaFile, ec)) return true;
+  for (StreamKind k : kAllStreams) {
+    if (fs::is_regular_file(dir / stream_file_name(k), ec)) return true;
+  }
+  return false;
+}
+
+// "rank12" -> 12; nullopt for other names.
+std::optional<int> rank_from_name(const std::string& name) {
+  if (name.size() < 5 || name.size() > 13 || name.compare(0, 4, "rank") != 0) return {};
+  int r = 0;
+  for (size_t i = 4; i < name.size(); ++i) {
+    if (!std::isdigit(static_cast<unsigned char>(name[i]))) return {};
+    r = r * 10 + (name[i] - '0');
+    if (r > 100000000) return {};
+  }
+  return r;
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(fmt::format("cannot read '{}'", path.string()));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+int meta_int(const nlohmann::json& meta, const char* key, const fs::path& file, int fallback) {
+  auto it = meta.find(key);
+  if (it == meta.end()) return fallback;
+  if (!it->is_number_integer()) {
+    throw Error(
+        fmt::format("{}: \"{}\" must be an integer, found {}", file.string(), key, it->dump()));
+  }
+  return it->get<int>();
+}
+
+RankInfo load_rank(const fs::path& dir, int fallback_rank, int fallback_world) {
+  RankInfo info;
+  info.dir = dir.string();
+  info.rank = fallback_rank;
+  info.world_size = fallback_world;
+  fs::path meta_path = dir / kMetaFile;
+  std::error_code ec;
+  if (!fs::is_regular_file(meta_path, ec)) return info;  // killed before meta.json: still read
+  info.meta_json = read_file(meta_path);
+  nlohmann::json meta = nlohmann::json::parse(info.meta_json, nullptr, false);
+  if (meta.is_discarded() || !meta.is_object()) {
+    throw Error(fmt::format("{}: not a JSON object", meta_path.string()));
+  }
+  auto v = meta.find("format_version");
+  if (v == meta.end()) {
+    throw Error(fmt::format("{}: no \"format_version\" (this precprobe reads format_version {})",
+                            meta_path.string(), kDumpFormatVersion));
+  }
+  if (!v->is_number_integer() || v->get<int64_t>() != kDumpFormatVersion) {
+    throw Error(fmt::format(
+        "{}: format_version {} is not supported (this precprobe reads format_version {})",
+        meta_path.string(), v->dump(), kDumpFormatVersion));
+  }
+  info.rank = meta_int(meta, "rank", meta_path, fallback_rank);
+  info.world_size = meta_int(meta, "world_size", meta_path, fallback_world);
+  return info;
+}
+
+bool selects_rank(const RecordFilter& f, int rank) {
+  return f.ranks.empty() || std::find(f.ranks.begin(), f.ranks.end(), rank) != f.ranks.end();
+}
+
+bool selects_step(const RecordFilter& f, int64_t step) {
+  return (!f.step_min || step >= *f.step_min) && (!f.step_max || step <= *f.step_max);
+}
+
+bool contains(const std::string& s, const std::string& part) {
+  return part.empty() || s.find(part) != std::string::npos;
+}
+
+bool selects(const RecordFilter& f, const OpRecord& r) {
+  if (!selects_step(f, r.step) || (f.dir && r.dir != *f.dir)) return false;
+  if (f.name_contains.empty()) return true;
+  // name() allocates: try the op name alone first.
+  return contains(r.op, f.name_contains) || contains(r.name(), f.name_contains);
+}
+bool selects(const RecordFilter& f, const ScalerRecord& r) { return selects_step(f, r.step); }
+bool selects(const RecordFilter& f, const GradRecord& r) {
+  return selects_step(f, r.step) && contains(r.param, f.name_contains);
+}
+bool selects(const RecordFilter& f, const ScalarRecord& r) {
+  return selects_step(f, r.step) && contains(r.name, f.name_contains);
+}
+
+}  // namespace
+
+DumpReader::DumpReader(const std::string& path) : path_(path) {
+  fs::path root = fs::path(path).lexically_normal();
+  if (!root.has_filename() && root.has_parent_path()) root = root.parent_path();  // "rank3/"
+  std::error_code ec;
+  if (!fs::exists(root, ec)) throw Error(fmt::format("'{}' does not exist; {}", path, kExpected));
+  if (!fs::is_directory(root, ec)) {
+    throw Error(fmt::format("'{}' is not a directory; {}", path, kExpected));
+  }
+  if (is_rank_dir(root)) {
+    int rank = rank_from_name(root.filename().string()).value_or(0);
+    ranks_.push_back(load_rank(root, rank, 1));
+    return;
+  }
+  std::vector<std::pair<int, fs::path>> dirs;
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    auto rank = rank_from_name(it->path().filename().string());
+    if (rank && it->is_directory(ec) && is_rank_dir(it->path())) dirs.emplace_back(*rank, *it);
+  }
+  if (ec) throw Error(fmt::format("cannot list '{}': {}", path, ec.message()));
+  if (dirs.empty()) throw Error(fmt::format("'{}' is not a precprobe dump; {}", path, kExpected));
+  std::sort(dirs.begin(), dirs.end());
+  for (const auto& [rank, dir] : dirs) {
+    ranks_.push_back(load_rank(dir, rank, static_cast<int>(dirs.size())));
+  }
+}
+
+std::string DumpReader::stream_path(const std::string& rank_dir, StreamKind kind) {
+  return (fs::path(rank_dir) / stream_file_name(kind)).string();
+}
+
+namespace {
+
+// Reads one stream of one rank; returns false when fn asked to stop.
+template <class R, class Fn>
+bool read_stream(const RankInfo& rank, StreamKind kind, const RecordFilter& filter, Fn& fn,
+                 StreamStatus& status) {
+  status = StreamStatus{};
+  status.path = DumpReader::stream_path(rank.dir, kind);
+  std::error_code ec;
+  if (!fs::exists(status.path, ec)) return true;
+  status.present = true;
+  FrameReader reader;
+  if (!reader.open(status.path, &status.message)) {
+    status.truncated = true;
+    return true;
+  }
+  std::string content;
+  std::string error;
+  R record;
+  bool go_on = true;
+  while (go_on && reader.next(content)) {
+    go_on = for_each_line(content, [&](std::string_view line) {
+      if (!parse_record(line, record, &error)) {
+        if (status.bad_lines++ == 0) {
+          status.message =
+              fmt::format("{}: frame {}: bad line: {}", status.path, reader.frames(), error);
+        }
+        return true;
+      }
+      ++status.records;
+      record.rank = rank.rank;
+      return !selects(filter, record) || fn(record);
+    });
+  }
+  status.frames = reader.frames();
+  if (reader.truncated()) {
+    status.truncated = true;
+    status.truncated_bytes = reader.truncated_bytes();
+    status.message =
+        status.message.empty() ? reader.message() : reader.message() + "; " + status.message;
+  }
+  return go_on;
+}
+
+template <class R, class Fn>
+void read_all(const std::vector<RankInfo>& ranks, std::vector<StreamStatus>& statuses,
+              StreamKind kind, const RecordFilter& filter, Fn& fn) {
+  for (const RankInfo& rank : ranks) {
+    if (!selects_rank(filter, rank.rank)) continue;
+    StreamStatus status;
+    bool go_on = read_stream<R>(rank, kind, filter, fn, status);
+    auto same = std::find_if(statuses.begin(), statuses.end(),
+                             [&](const StreamStatus& s) { return s.path == status.path; });
+    if (same != statuses.end()) {
+      *same = std::move(status);
+    } else {
+      statuses.push_back(std::move(status));
+    }
+    if (!go_on) return;
+  }
+}
+
+}  // namespace
+
+void DumpReader::for_each_op(const RecordFilter& filter,
+                             const std::function<bool(const OpRecord&)>& fn) {
+  read_all<OpRecord>(ranks_, statuses_, StreamKind::kOps, filter, fn);
+}
+void DumpReader::for_each_scaler(const RecordFilter& filter,
+                                 const std::function<bool(const ScalerRecord&)>& fn) {
+  read_all<ScalerRecord>(ranks_, statuses_, StreamKind::kScaler, filter, fn);
+}
+void DumpReader::for_each_grad(const RecordFilter& filter,
+                               const std::function<bool(const GradRecord&)>& fn) {
+  read_all<GradRecord>(ranks_, statuses_, StreamKind::kGrads, filter, fn);
+}
+void DumpReader::for_each_scalar(const RecordFilter& filter,
+                                 const std::function<bool(const ScalarRecord&)>& fn) {
+  read_all<ScalarRecord>(ranks_, statuses_, StreamKind::kEvents, filter, fn);
+}
+
+std::vector<OpRecord> DumpReader::ops(const RecordFilter& filter) {
+  std::vector<OpRecord> v;
+  for_each_op(filter, [&](const OpRecord& r) {
+    v.push_back(r);
+    return true;
+  });
+  return v;
+}
+std::vector<ScalerRecord> DumpReader::scaler(const RecordFilter& filter) {
+  std::vector<ScalerRecord> v;
+  for_each_scaler(filter, [&](const ScalerRecord& r) {
+    v.push_back(r);
+    return true;
+  });
+  return v;
+}
+std::vector<GradRecord> DumpReader::grads(const RecordFilter& filter) {
+  std::vector<GradRecord> v;
+  for_each_grad(filter, [&](const GradRecord& r) {
+    v.push_back(r);
+    return true;
+  });
+  return v;
+}
+std::vector<ScalarRecord> DumpReader::scalars(const RecordFilter& filter) {
+  std::vector<ScalarRecord> v;
+  for_each_scalar(filter, [&](const ScalarRecord& r) {
+    v.push_back(r);
+    return true;
+  });
+  return v;
+}
+
+}  // namespace precprobe

@@ -1,0 +1,405 @@
+// DumpWriter: producers move records into a bounded queue; one thread takes the whole
+// queue at a time (one lock per batch, not per record), encodes each record straight into
+// its stream's frame buffer and closes frames by count, by age and on flush().
+//
+// records_written counts records whose frame reached write(2); records still buffered
+// when an I/O error stops the writer are counted as dropped, so written + dropped always
+// equals the number of submit() calls once the writer is closed.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <iterator>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <variant>
+
+#include "dump_files.h"
+#include "frame_stream.h"
+#include "precprobe/error.h"
+#include "precprobe/writer.h"
+
+namespace fs = std::filesystem;
+
+namespace precprobe {
+namespace detail {
+namespace {
+std::atomic<WriterBatchHook> g_batch_hook{nullptr};
+}  // namespace
+void set_writer_batch_hook(WriterBatchHook hook) noexcept { g_batch_hook.store(hook); }
+}  // namespace detail
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct FlushRequest {
+  uint64_t ticket = 0;
+};
+using Item = std::variant<OpRecord, ScalerRecord, GradRecord, ScalarRecord, FlushRequest>;
+
+constexpr size_t kStreams = std::size(kAllStreams);
+
+StreamKind kind_of(const Item& item) noexcept {
+  switch (item.index()) {
+    case 0:
+      return StreamKind::kOps;
+    case 1:
+      return StreamKind::kScaler;
+    case 2:
+      return StreamKind::kGrads;
+    default:
+      return StreamKind::kEvents;
+  }
+}
+
+void prepare_directory(const WriterOptions& o) {
+  if (o.dir.empty()) throw Error("dump directory: the path is empty");
+  std::error_code ec;
+  fs::create_directories(o.dir, ec);
+  if (ec || !fs::is_directory(o.dir, ec)) {
+    throw Error(fmt::format("cannot create dump directory '{}': {}", o.dir,
+                            ec ? ec.message() : "a file of that name exists"));
+  }
+  bool empty = fs::is_empty(o.dir, ec);
+  if (ec) throw Error(fmt::format("cannot list dump directory '{}': {}", o.dir, ec.message()));
+  if (!empty && !o.overwrite) {
+    throw Error(
+        fmt::format("dump directory '{}' is not empty; choose another dump_path, remove it, or set "
+                    "\"overwrite\": true to replace its dump files",
+                    o.dir));
+  }
+  if (!empty) {
+    // Only our own files go: a stream this run never opens must not survive from the last.
+    for (StreamKind k : kAllStreams) fs::remove(fs::path(o.dir) / stream_file_name(k), ec);
+    fs::remove(fs::path(o.dir) / kMetaFile, ec);
+    fs::remove(fs::path(o.dir) / kMetaTempFile, ec);
+  }
+  // Fail now, not in the middle of a run, when the directory cannot take files.
+  std::string probe = (fs::path(o.dir) / ".precprobe_write_probe").string();
+  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  bool ok = fd >= 0 && ::write(fd, "x", 1) == 1;
+  int err = errno;
+  if (fd >= 0) ::close(fd);
+  ::unlink(probe.c_str());
+  if (!ok) {
+    throw Error(fmt::format("dump directory '{}' is not writable: {}", o.dir, std::strerror(err)));
+  }
+}
+
+}  // namespace
+
+struct DumpWriter::Impl {
+  explicit Impl(WriterOptions o) : opt(std::move(o)) {
+    if (opt.queue_capacity == 0) opt.queue_capacity = 1;
+    if (opt.flush_every_records == 0) opt.flush_every_records = 1;
+    if (opt.flush_interval_ms <= 0) opt.flush_interval_ms = 1;
+  }
+
+  WriterOptions opt;
+
+  // Shared state, guarded by mu.
+  std::mutex mu;
+  std::condition_variable cv_work;     // writer waits for items
+  std::condition_variable cv_space;    // kBlock producers wait for room
+  std::condition_variable cv_flushed;  // flush(wait) waits for its ticket
+  std::deque<Item> queue;
+  size_t queued_records = 0;  // flush requests are not counted
+  bool stopping = false;
+  bool thread_done = false;
+  uint64_t flush_requested = 0;
+  uint64_t flush_done = 0;
+
+  std::atomic<bool> failed{false};
+  std::atomic<uint64_t> written{0}, dropped{0}, bytes_in{0}, bytes_out{0}, frames{0};
+
+  std::mutex close_mu;
+  bool closed = false;
+  std::mutex meta_mu;
+  std::thread thread;
+
+  // Writer-thread state.
+  struct Stream {
+    FrameWriter file;
+    size_t records = 0;  // in the frame being built
+    Clock::time_point first{};
+  };
+  std::array<Stream, kStreams> streams;
+  std::string error_scratch;
+
+  template <class R>
+  bool submit(R&& r) noexcept;
+  void request_flush(bool wait) noexcept;
+  void run() noexcept;
+  void process(Item& item);
+  void encode(StreamKind kind, const Item& item);
+  void end_frame(size_t i);
+  void end_all_frames(bool sync);
+  void end_aged_frames(Clock::time_point now);
+  std::optional<Clock::time_point> next_deadline() const;
+  void fail(const std::string& message);
+  void close_streams();
+};
+
+template <class R>
+bool DumpWriter::Impl::submit(R&& r) noexcept {
+  try {
+    std::unique_lock<std::mutex> lock(mu);
+    if (stopping || failed.load(std::memory_order_relaxed)) {
+      dropped.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+    if (queued_records >= opt.queue_capacity) {
+      if (opt.policy == OverflowPolicy::kDrop) {
+        dropped.fetch_add(1, std::memory_order_relaxed);
+        return false;
+      }
+      cv_space.wait(lock, [&] { return queued_records < opt.queue_capacity || stopping; });
+      if (stopping) {
+        dropped.fetch_add(1, std::memory_order_relaxed);
+        return false;
+      }
+    }
+    queue.emplace_back(std::in_place_type<std::decay_t<R>>, std::move(r));
+    bool wake = ++queued_records == 1;
+    lock.unlock();
+    if (wake) cv_work.notify_one();
+    return true;
+  } catch (...) {  // bad_alloc: the record is lost, the step goes on
+    dropped.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+}
+
+void DumpWriter::Impl::request_flush(bool wait) noexcept {
+  try {
+    std::unique_lock<std::mutex> lock(mu);
+    if (stopping || thread_done) return;
+    uint64_t ticket = ++flush_requested;
+    queue.emplace_back(FlushRequest{ticket});
+    cv_work.notify_one();
+    if (wait) cv_flushed.wait(lock, [&] { return flush_done >= ticket || thread_done; });
+  } catch (...) {
+  }
+}
+
+void DumpWriter::Impl::run() noexcept {
+  std::deque<Item> batch;
+  for (bool last = false; !last;) {
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      auto ready = [&] { return !queue.empty() || stopping; };
+      if (auto deadline = next_deadline()) {
+        cv_work.wait_until(lock, *deadline, ready);
+      } else {
+        cv_work.wait(lock, ready);
+      }
+    }
+    if (auto hook = detail::g_batch_hook.load()) hook();
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      batch.swap(queue);
+      queued_records = 0;
+      last = stopping;  // close() admits nothing after setting it: this batch is the last
+    }
+    cv_space.notify_all();
+    for (Item& item : batch) process(item);
+    batch.clear();
+    end_aged_frames(Clock::now());
+  }
+  close_streams();
+  std::lock_guard<std::mutex> lock(mu);
+  thread_done = true;
+  flush_done = flush_requested;
+  cv_flushed.notify_all();
+}
+
+void DumpWriter::Impl::process(Item& item) {
+  if (auto* f = std::get_if<FlushRequest>(&item)) {
+    end_all_frames(opt.fsync);
+    std::lock_guard<std::mutex> lock(mu);
+    flush_done = std::max(flush_done, f->ticket);
+    cv_flushed.notify_all();
+    return;
+  }
+  if (failed.load(std::memory_order_relaxed)) {
+    dropped.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  encode(kind_of(item), item);
+}
+
+void DumpWriter::Impl::encode(StreamKind kind, const Item& item) {
+  auto i = static_cast<size_t>(kind);
+  Stream& s = streams[i];
+  if (!s.file.is_open()) {
+    std::string path = (fs::path(opt.dir) / stream_file_name(kind)).string();
+    if (!s.file.open(path, opt.zstd_level, &error_scratch)) {
+      dropped.fetch_add(1, std::memory_order_relaxed);
+      fail(error_scratch);
+      return;
+    }
+  }
+  std::visit(
+      [&](const auto& r) {
+        if constexpr (!std::is_same_v<std::decay_t<decltype(r)>, FlushRequest>) {
+          append_json(r, s.file.buffer());
+        }
+      },
+      item);
+  if (s.records++ == 0) s.first = Clock::now();
+  if (s.records >= opt.flush_every_records) end_frame(i);
+}
+
+void DumpWriter::Impl::end_frame(size_t i) {
+  Stream& s = streams[i];
+  if (s.records == 0 || failed.load(std::memory_order_relaxed)) return;
+  uint64_t in0 = s.file.bytes_in(), out0 = s.file.bytes_out();
+  if (!s.file.end_frame(&error_scratch)) {
+    fail(error_scratch);
+    return;
+  }
+  written.fetch_add(s.records, std::memory_order_relaxed);
+  bytes_in.fetch_add(s.file.bytes_in() - in0, std::memory_order_relaxed);
+  bytes_out.fetch_add(s.file.bytes_out() - out0, std::memory_order_relaxed);
+  frames.fetch_add(1, std::memory_order_relaxed);
+  s.records = 0;
+}
+
+void DumpWriter::Impl::end_all_frames(bool sync) {
+  for (size_t i = 0; i < kStreams; ++i) {
+    end_frame(i);
+    if (sync && streams[i].file.is_open() && !failed.load(std::memory_order_relaxed) &&
+        !streams[i].file.sync(&error_scratch)) {
+      fail(error_scratch);
+    }
+  }
+}
+
+void DumpWriter::Impl::end_aged_frames(Clock::time_point now) {
+  auto interval = std::chrono::milliseconds(opt.flush_interval_ms);
+  for (size_t i = 0; i < kStreams; ++i) {
+    if (streams[i].records > 0 && now - streams[i].first >= interval) end_frame(i);
+  }
+}
+
+std::optional<Clock::time_point> DumpWriter::Impl::next_deadline() const {
+  std::optional<Clock::time_point> deadline;
+  for (const Stream& s : streams) {
+    if (s.records == 0) continue;
+    auto t = s.first + std::chrono::milliseconds(opt.flush_interval_ms);
+    if (!deadline || t < *deadline) deadline = t;
+  }
+  return deadline;
+}
+
+void DumpWriter::Impl::fail(const std::string& message) {
+  if (failed.exchange(true)) return;
+  for (Stream& s : streams) {  // buffered records will never reach the file
+    dropped.fetch_add(s.records, std::memory_order_relaxed);
+    s.records = 0;
+    s.file.buffer().clear();
+  }
+  report_error(fmt::format("dump writer stopped, later records are dropped: {}", message));
+  cv_space.notify_all();
+}
+
+void DumpWriter::Impl::close_streams() {
+  end_all_frames(opt.fsync);
+  for (Stream& s : streams) {
+    if (!s.file.close(&error_scratch)) fail(error_scratch);
+  }
+}
+
+// ---- DumpWriter ----
+
+std::string to_json(const WriterCounters& c) {
+  return fmt::format(
+      "{{\"records_written\":{},\"records_dropped\":{},\"bytes_uncompressed\":{},"
+      "\"bytes_compressed\":{},\"frames\":{},\"failed\":{}}}",
+      c.records_written, c.records_dropped, c.bytes_uncompressed, c.bytes_compressed, c.frames,
+      c.failed);
+}
+
+DumpWriter::DumpWriter(WriterOptions options) {
+  prepare_directory(options);
+  impl_ = std::make_unique<Impl>(std::move(options));
+  impl_->thread = std::thread([impl = impl_.get()] { impl->run(); });
+}
+
+DumpWriter::~DumpWriter() { close(); }
+
+void DumpWriter::write_meta(const std::string& json_text) {
+  std::lock_guard<std::mutex> lock(impl_->meta_mu);
+  fs::path dir(impl_->opt.dir);
+  std::string tmp = (dir / kMetaTempFile).string();
+  std::string path = (dir / kMetaFile).string();
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error(fmt::format("cannot create '{}': {}", tmp, std::strerror(errno)));
+  const char* p = json_text.data();
+  size_t left = json_text.size();
+  while (left > 0) {
+    ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      ::close(fd);
+      throw Error(fmt::format("cannot write '{}': {}", tmp, std::strerror(err)));
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  // meta.json is tiny and names the format version: make it durable before it replaces
+  // the previous one, so a reader never finds it empty.
+  bool ok = ::fsync(fd) == 0;
+  int err = errno;
+  ok = (::close(fd) == 0) && ok;
+  if (!ok) throw Error(fmt::format("cannot write '{}': {}", tmp, std::strerror(err)));
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    throw Error(fmt::format("cannot rename '{}' to '{}': {}", tmp, path, std::strerror(errno)));
+  }
+}
+
+bool DumpWriter::submit(OpRecord&& r) noexcept { return impl_->submit(std::move(r)); }
+bool DumpWriter::submit(ScalerRecord&& r) noexcept { return impl_->submit(std::move(r)); }
+bool DumpWriter::submit(GradRecord&& r) noexcept { return impl_->submit(std::move(r)); }
+bool DumpWriter::submit(ScalarRecord&& r) noexcept { return impl_->submit(std::move(r)); }
+
+void DumpWriter::flush(bool wait) noexcept { impl_->request_flush(wait); }
+
+void DumpWriter::close() noexcept {
+  std::lock_guard<std::mutex> guard(impl_->close_mu);
+  if (impl_->closed) return;
+  impl_->closed = true;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stopping = true;
+  }
+  impl_->cv_work.notify_all();
+  impl_->cv_space.notify_all();
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+WriterCounters DumpWriter::counters() const noexcept {
+  WriterCounters c;
+  c.records_written = impl_->written.load(std::memory_order_relaxed);
+  c.records_dropped = impl_->dropped.load(std::memory_order_relaxed);
+  c.bytes_uncompressed = impl_->bytes_in.load(std::memory_order_relaxed);
+  c.bytes_compressed = impl_->bytes_out.load(std::memory_order_relaxed);
+  c.frames = impl_->frames.load(std::memory_order_relaxed);
+  c.failed = impl_->failed.load(std::memory_order_relaxed);
+  return c;
+}
+
+const std::string& DumpWriter::dir() const noexcept { return impl_->opt.dir; }
+
+}  // namespace precprobe

@@ -1,0 +1,282 @@
+// Record helpers and the JSON Lines encoder (the decoder is in records_parse.cpp).
+//
+// Key order and omitted defaults are part of docs/dump-format.md. min/max are written as
+// the shortest text that round-trips the double; mean and norm as the shortest text of
+// their float32 rounding: their last bits carry no information (the float64 accumulation
+// already differs from any other summation order there) and the shorter text keeps a
+// compressed tensor record small.
+#include "precprobe/records.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "json_lite.h"
+
+namespace precprobe {
+
+std::string_view to_string(Direction d) noexcept {
+  return d == Direction::kBackward ? "backward" : "forward";
+}
+
+double TensorStats::abs_max() const noexcept {
+  // min/max are NaN when no finite value exists; fmax ignores one NaN but not two.
+  return std::fmax(std::fabs(min), std::fabs(max));
+}
+
+std::string OpRecord::name() const {
+  std::string s;
+  s.reserve(op.size() + 20);
+  s.append(op);
+  s.push_back('.');
+  fmt::format_int call_text(call);
+  s.append(call_text.data(), call_text.size());
+  s.push_back('.');
+  s.append(to_string(dir));
+  return s;
+}
+
+namespace {
+
+bool any_non_finite(const std::vector<Arg>& args) noexcept {
+  return std::any_of(args.begin(), args.end(),
+                     [](const Arg& a) { return a.tensor.has_value() && !a.tensor->all_finite(); });
+}
+
+using json::TextOut;
+
+// Fixed-size fields of one object: keys, numbers, booleans and brackets.
+constexpr size_t kFieldBound = 16 + TextOut::kMaxNumber;
+
+void str_field(TextOut& o, std::string_view quoted_key, std::string_view v) {
+  o.reserve(quoted_key.size() + TextOut::string_bound(v.size()) + 1);
+  o.raw(quoted_key);
+  o.string(v);
+  o.put(',');
+}
+
+void string_list(TextOut& o, std::string_view quoted_key, const std::vector<std::string>& v) {
+  o.reserve(quoted_key.size() + 2);
+  o.raw(quoted_key);
+  o.put('[');
+  for (const std::string& x : v) {
+    o.reserve(TextOut::string_bound(x.size()) + 1);
+    o.string(x);
+    o.put(',');
+  }
+  if (o.last() == ',')
+    o.replace_last(']');
+  else
+    o.put(']');
+  o.reserve(1);
+  o.put(',');
+}
+
+// Replaces the trailing ',' of the last field with the closing brace and the newline.
+void end_line(TextOut& o) {
+  o.reserve(2);
+  o.replace_last('}');
+  o.put('\n');
+}
+
+void append_tensor(const TensorStats& t, TextOut& o) {
+  o.reserve(40 + TextOut::string_bound(t.dtype.size()) + TextOut::string_bound(t.device.size()) +
+            t.shape.size() * 21 + 12 * kFieldBound + TextOut::string_bound(t.param.size()));
+  o.lit("{\"dtype\":");
+  o.string(t.dtype);
+  o.lit(",\"shape\":[");
+  for (size_t i = 0; i < t.shape.size(); ++i) {
+    if (i > 0) o.put(',');
+    o.int64(t.shape[i]);
+  }
+  o.lit("],\"device\":");
+  o.string(t.device);
+  if (t.requires_grad) o.lit(",\"rg\":true");
+  o.lit(",\"numel\":");
+  o.int64(t.numel);
+  o.lit(",\"nan\":");
+  o.int64(t.nan);
+  o.lit(",\"pinf\":");
+  o.int64(t.pinf);
+  o.lit(",\"ninf\":");
+  o.int64(t.ninf);
+  o.lit(",\"zero\":");
+  o.int64(t.zero);
+  o.lit(",\"neg\":");
+  o.int64(t.neg);
+  o.lit(",\"pos\":");
+  o.int64(t.pos);
+  o.lit(",\"min\":");
+  o.number(t.min);
+  o.lit(",\"max\":");
+  o.number(t.max);
+  o.lit(",\"mean\":");
+  o.float32(t.mean);
+  o.lit(",\"norm\":");
+  o.float32(t.norm);
+  if (t.hash) {
+    o.lit(",\"hash\":");
+    o.hex64(*t.hash);
+  }
+  if (!t.param.empty()) {
+    o.lit(",\"param\":");
+    o.string(t.param);
+  }
+  if (t.list_index >= 0) {
+    o.lit(",\"li\":");
+    o.int64(t.list_index);
+  }
+  o.put('}');
+}
+
+void append_arg(const Arg& a, TextOut& o) {
+  if (a.tensor) {
+    append_tensor(*a.tensor, o);
+    return;
+  }
+  o.reserve(8 + TextOut::string_bound(a.value.size()));
+  o.lit("{\"v\":");
+  if (a.value.empty()) {
+    o.lit("null");
+  } else if (json::is_valid_value(a.value)) {
+    o.raw(a.value);
+  } else {
+    // A producer bug must not make the whole line unreadable: keep the text as a string.
+    o.string(a.value);
+  }
+  o.put('}');
+}
+
+void append_args(const char* quoted_key, size_t key_size, const std::vector<Arg>& args,
+                 TextOut& o) {
+  o.reserve(key_size + 1);
+  o.raw(std::string_view(quoted_key, key_size));
+  o.put('[');
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (i > 0) {
+      o.reserve(1);
+      o.put(',');
+    }
+    append_arg(args[i], o);
+  }
+  o.reserve(2);
+  o.lit("],");
+}
+
+}  // namespace
+
+bool OpRecord::outputs_non_finite() const noexcept { return any_non_finite(outputs); }
+bool OpRecord::inputs_non_finite() const noexcept { return any_non_finite(inputs); }
+
+void append_json(const OpRecord& r, std::string& out) {
+  TextOut o(out);
+  o.reserve(8 * kFieldBound + TextOut::string_bound(r.op.size()) +
+            TextOut::string_bound(r.overload.size()));
+  o.lit("{\"step\":");
+  o.int64(r.step);
+  o.lit(",\"seq\":");
+  o.int64(r.seq);
+  o.lit(",\"op\":");
+  o.string(r.op);
+  if (!r.overload.empty()) {
+    o.lit(",\"ovl\":");
+    o.string(r.overload);
+  }
+  o.lit(",\"call\":");
+  o.int64(r.call);
+  if (r.dir == Direction::kBackward) {
+    o.lit(",\"dir\":\"backward\",\"thr\":");
+  } else {
+    o.lit(",\"dir\":\"forward\",\"thr\":");
+  }
+  o.int64(r.thread);
+  o.lit(",\"depth\":");
+  o.int64(r.depth);
+  o.lit(",\"sn\":");
+  o.int64(r.seqnr);
+  o.put(',');
+  if (!r.scope.empty()) str_field(o, "\"scope\":", r.scope);
+  if (!r.node.empty()) str_field(o, "\"node\":", r.node);
+  append_args("\"in\":", 5, r.inputs, o);
+  append_args("\"out\":", 6, r.outputs, o);
+  end_line(o);
+}
+
+namespace {
+
+void int_field(TextOut& o, std::string_view quoted_key, int64_t v) {
+  o.reserve(kFieldBound);
+  o.raw(quoted_key);
+  o.int64(v);
+  o.put(',');
+}
+
+void number_field(TextOut& o, std::string_view quoted_key, double v) {
+  o.reserve(kFieldBound);
+  o.raw(quoted_key);
+  o.number(v);
+  o.put(',');
+}
+
+void bool_field(TextOut& o, std::string_view quoted_key, bool v) {
+  o.reserve(kFieldBound);
+  o.raw(quoted_key);
+  if (v) {
+    o.lit("true,");
+  } else {
+    o.lit("false,");
+  }
+}
+
+}  // namespace
+
+void append_json(const ScalerRecord& r, std::string& out) {
+  TextOut o(out);
+  o.reserve(1);
+  o.put('{');
+  int_field(o, "\"step\":", r.step);
+  int_field(o, "\"opt\":", r.optimizer);
+  int_field(o, "\"group\":", r.group);
+  bool_field(o, "\"found_inf\":", r.found_inf);
+  int_field(o, "\"n_bad\":", r.nonfinite_params);
+  string_list(o, "\"bad\":", r.bad_params);
+  number_field(o, "\"gn_scaled\":", r.grad_norm_scaled);
+  number_field(o, "\"gn\":", r.grad_norm);
+  number_field(o, "\"scale\":", r.scale_before);
+  number_field(o, "\"scale_next\":", r.scale_after);
+  int_field(o, "\"tracker\":", r.growth_tracker);
+  bool_field(o, "\"skipped\":", r.skipped);
+  str_field(o, "\"event\":", r.event);
+  end_line(o);
+}
+
+void append_json(const GradRecord& r, std::string& out) {
+  TextOut o(out);
+  o.reserve(1);
+  o.put('{');
+  int_field(o, "\"step\":", r.step);
+  str_field(o, "\"param\":", r.param);
+  number_field(o, "\"gn\":", r.grad_norm);
+  number_field(o, "\"gmax\":", r.grad_abs_max);
+  number_field(o, "\"gmean\":", r.grad_abs_mean);
+  int_field(o, "\"gnan\":", r.grad_nan);
+  int_field(o, "\"ginf\":", r.grad_inf);
+  bool_field(o, "\"has_grad\":", r.has_grad);
+  number_field(o, "\"wn\":", r.weight_norm);
+  number_field(o, "\"ur\":", r.update_ratio);
+  string_list(o, "\"watch\":", r.watch);
+  end_line(o);
+}
+
+void append_json(const ScalarRecord& r, std::string& out) {
+  TextOut o(out);
+  o.reserve(1);
+  o.put('{');
+  int_field(o, "\"step\":", r.step);
+  str_field(o, "\"name\":", r.name);
+  number_field(o, "\"value\":", r.value);
+  end_line(o);
+}
+
+}  // namespace precprobe

@@ -1,0 +1,420 @@
+// The JSON Lines decoder for dump records (the encoder is in records.cpp).
+//
+// parse_record() reuses the strings and vectors already in `out`, so a reader that parses
+// line after line into one record allocates almost nothing. Unknown keys are skipped (a
+// newer minor writer may add some); a known key with a value of the wrong type fails the
+// line. Input is untrusted: see json_lite.h.
+#include <string>
+
+#include "json_lite.h"
+#include "precprobe/records.h"
+
+namespace precprobe {
+namespace {
+
+using json::Cursor;
+
+// An Arg takes ~250 bytes for 7 bytes of text (`{"v":1}`): without a bound, one hostile
+// 256 MiB line would ask for gigabytes. Real TensorLists are far shorter.
+constexpr size_t kMaxListSize = size_t{1} << 18;
+
+void reset(TensorStats& t) {
+  t.dtype.clear();
+  t.shape.clear();
+  t.device.assign("cpu");
+  t.requires_grad = false;
+  t.numel = t.nan = t.pinf = t.ninf = t.zero = t.neg = t.pos = 0;
+  t.min = t.max = t.mean = t.norm = 0;
+  t.hash.reset();
+  t.param.clear();
+  t.list_index = -1;
+}
+
+bool parse_int_list(Cursor& c, std::vector<int64_t>& v) {
+  v.clear();
+  return c.array([&] {
+    int64_t x = 0;
+    if (!c.int64(x)) return false;
+    v.push_back(x);
+    return true;
+  });
+}
+
+bool parse_string_list(Cursor& c, std::vector<std::string>& v) {
+  size_t n = 0;
+  bool ok = c.array([&] {
+    if (n >= kMaxListSize) return c.fail("list too long");
+    if (n == v.size()) v.emplace_back();
+    return c.string(v[n++]);
+  });
+  v.resize(n);
+  return ok;
+}
+
+// Tensor keys in the order the writer emits them (optional ones included).
+enum TensorKey : int {
+  kDtype,
+  kShape,
+  kDevice,
+  kRg,
+  kNumel,
+  kNan,
+  kPinf,
+  kNinf,
+  kZero,
+  kNeg,
+  kPos,
+  kMin,
+  kMax,
+  kMean,
+  kNorm,
+  kHash,
+  kParam,
+  kLi,
+  kTensorKeys,
+  kUnknownKey = kTensorKeys
+};
+constexpr std::string_view kTensorKeyNames[kTensorKeys] = {
+    "dtype", "shape", "device", "rg",  "numel", "nan",  "pinf", "ninf",  "zero",
+    "neg",   "pos",   "min",    "max", "mean",  "norm", "hash", "param", "li"};
+
+constexpr json::KeyLiteral kTensorKeyLiterals[kTensorKeys] = {
+    json::KeyLiteral("dtype"), json::KeyLiteral("shape"), json::KeyLiteral("device"),
+    json::KeyLiteral("rg"),    json::KeyLiteral("numel"), json::KeyLiteral("nan"),
+    json::KeyLiteral("pinf"),  json::KeyLiteral("ninf"),  json::KeyLiteral("zero"),
+    json::KeyLiteral("neg"),   json::KeyLiteral("pos"),   json::KeyLiteral("min"),
+    json::KeyLiteral("max"),   json::KeyLiteral("mean"),  json::KeyLiteral("norm"),
+    json::KeyLiteral("hash"),  json::KeyLiteral("param"), json::KeyLiteral("li")};
+
+int tensor_key_id(std::string_view k) {
+  for (int i = 0; i < kTensorKeys; ++i) {
+    if (k == kTensorKeyNames[i]) return i;
+  }
+  return kUnknownKey;
+}
+
+// The next key: a line from our writer has the keys in kTensorKeyNames order, so the
+// expected key is matched without scanning; anything else takes the generic path.
+bool next_tensor_key(Cursor& c, int& expected, int& id, std::string_view& k) {
+  for (int i = expected; i < kTensorKeys && i < expected + 4; ++i) {
+    if (c.match(kTensorKeyLiterals[i])) {
+      id = i;
+      expected = i + 1;
+      return true;
+    }
+  }
+  if (!c.key(k)) return false;
+  id = tensor_key_id(k);
+  return true;
+}
+
+bool tensor_value(Cursor& c, int id, TensorStats& t) {
+  switch (id) {
+    case kDtype:
+      return c.string(t.dtype);
+    case kShape:
+      return parse_int_list(c, t.shape);
+    case kDevice:
+      return c.string(t.device);
+    case kRg:
+      return c.boolean(t.requires_grad);
+    case kNumel:
+      return c.int64(t.numel);
+    case kNan:
+      return c.int64(t.nan);
+    case kPinf:
+      return c.int64(t.pinf);
+    case kNinf:
+      return c.int64(t.ninf);
+    case kZero:
+      return c.int64(t.zero);
+    case kNeg:
+      return c.int64(t.neg);
+    case kPos:
+      return c.int64(t.pos);
+    case kMin:
+      return c.number(t.min);
+    case kMax:
+      return c.number(t.max);
+    case kMean:
+      return c.number_float32(t.mean);
+    case kNorm:
+      return c.number_float32(t.norm);
+    case kHash: {
+      uint64_t h = 0;
+      if (!c.hex64(h)) return false;
+      t.hash = h;
+      return true;
+    }
+    case kParam:
+      return c.string(t.param);
+    case kLi:
+      return c.int64(t.list_index);
+    default:
+      return c.skip_value(2);
+  }
+}
+
+// {"v": <json>} for a value, else the statistics of a tensor.
+bool parse_arg(Cursor& c, Arg& a) {
+  if (!c.expect('{')) return false;
+  if (c.quoted_key("v")) {
+    a.tensor.reset();
+    if (!c.raw_value(a.value)) return false;
+    // Only unknown keys may follow (skipped).
+    while (c.consume(',')) {
+      std::string_view k;
+      if (!c.key(k) || !c.skip_value(2)) return false;
+    }
+    return c.expect('}');
+  }
+  if (!a.tensor) a.tensor.emplace();
+  TensorStats& t = *a.tensor;
+  reset(t);
+  a.value.clear();
+  bool saw_value = false;
+  bool saw_dtype = false;
+  if (!c.consume('}')) {
+    int expected = 0;
+    do {
+      int id = kUnknownKey;
+      std::string_view k;
+      if (!next_tensor_key(c, expected, id, k)) return false;
+      if (id == kUnknownKey && k == "v") {
+        saw_value = true;
+        if (!c.raw_value(a.value)) return false;
+        continue;
+      }
+      saw_dtype |= id == kDtype;
+      if (!tensor_value(c, id, t)) return false;
+    } while (c.consume(','));
+    if (!c.expect('}')) return false;
+  }
+  if (saw_value) {
+    a.tensor.reset();
+    return true;
+  }
+  if (!saw_dtype) return c.fail("argument has neither \"dtype\" (a tensor) nor \"v\" (a value)");
+  return true;
+}
+
+bool parse_args(Cursor& c, std::vector<Arg>& args) {
+  size_t n = 0;
+  bool ok = c.array([&] {
+    if (n >= kMaxListSize) return c.fail("too many arguments");
+    if (n == args.size()) args.emplace_back();
+    return parse_arg(c, args[n++]);
+  });
+  args.resize(n);
+  return ok;
+}
+
+bool parse_direction(Cursor& c, Direction& d) {
+  if (c.literal("\"forward\"")) {
+    d = Direction::kForward;
+  } else if (c.literal("\"backward\"")) {
+    d = Direction::kBackward;
+  } else {
+    return c.fail("\"dir\" must be \"forward\" or \"backward\"");
+  }
+  return true;
+}
+
+// Op keys in the order the writer emits them.
+enum OpKey : int {
+  kStep,
+  kSeq,
+  kOp,
+  kOvl,
+  kCall,
+  kDir,
+  kThr,
+  kDepth,
+  kSn,
+  kScope,
+  kNode,
+  kIn,
+  kOut,
+  kOpKeys,
+  kUnknownOpKey = kOpKeys
+};
+constexpr std::string_view kOpKeyNames[kOpKeys] = {
+    "step", "seq", "op", "ovl", "call", "dir", "thr", "depth", "sn", "scope", "node", "in", "out"};
+
+constexpr json::KeyLiteral kOpKeyLiterals[kOpKeys] = {
+    json::KeyLiteral("step"),  json::KeyLiteral("seq"),   json::KeyLiteral("op"),
+    json::KeyLiteral("ovl"),   json::KeyLiteral("call"),  json::KeyLiteral("dir"),
+    json::KeyLiteral("thr"),   json::KeyLiteral("depth"), json::KeyLiteral("sn"),
+    json::KeyLiteral("scope"), json::KeyLiteral("node"),  json::KeyLiteral("in"),
+    json::KeyLiteral("out")};
+
+int next_op_key(Cursor& c, int& expected) {
+  for (int i = expected; i < kOpKeys && i < expected + 3; ++i) {
+    if (c.match(kOpKeyLiterals[i])) {
+      expected = i + 1;
+      return i;
+    }
+  }
+  std::string_view k;
+  if (!c.key(k)) return -1;
+  for (int i = 0; i < kOpKeys; ++i) {
+    if (k == kOpKeyNames[i]) return i;
+  }
+  return kUnknownOpKey;
+}
+
+bool op_value(Cursor& c, int id, OpRecord& r) {
+  switch (id) {
+    case kStep:
+      return c.int64(r.step);
+    case kSeq:
+      return c.int64(r.seq);
+    case kOp:
+      return c.string(r.op);
+    case kOvl:
+      return c.string(r.overload);
+    case kCall:
+      return c.int64(r.call);
+    case kDir:
+      return parse_direction(c, r.dir);
+    case kThr:
+      return c.uint32(r.thread);
+    case kDepth:
+      return c.int32(r.depth);
+    case kSn:
+      return c.int64(r.seqnr);
+    case kScope:
+      return c.string(r.scope);
+    case kNode:
+      return c.string(r.node);
+    case kIn:
+      return parse_args(c, r.inputs);
+    case kOut:
+      return parse_args(c, r.outputs);
+    default:
+      return c.skip_value(1);
+  }
+}
+
+bool parse_op(Cursor& c, OpRecord& r, bool& has_op) {
+  bool has_in = false;
+  bool has_out = false;
+  bool ok = c.expect('{');
+  if (ok && !c.consume('}')) {
+    int expected = 0;
+    do {
+      int id = next_op_key(c, expected);
+      if (id < 0 || !op_value(c, id, r)) {
+        ok = false;
+        break;
+      }
+      has_op |= id == kOp;
+      has_in |= id == kIn;
+      has_out |= id == kOut;
+    } while (c.consume(','));
+    ok = ok && c.expect('}');
+  }
+  if (!has_in) r.inputs.clear();
+  if (!has_out) r.outputs.clear();
+  return ok && (c.at_end() || c.fail("text after the record"));
+}
+
+// Parses one line as an object, then checks nothing but blanks follows it.
+template <class F>
+bool parse_line(std::string_view line, std::string* error, F&& on_member) {
+  Cursor c(line);
+  bool ok = c.object([&](std::string_view k) { return on_member(c, k); }) &&
+            (c.at_end() || c.fail("text after the record"));
+  if (!ok && error != nullptr) *error = c.error_message();
+  return ok;
+}
+
+bool missing(std::string* error, const char* what) {
+  if (error != nullptr) *error = what;
+  return false;
+}
+
+}  // namespace
+
+bool parse_record(std::string_view line, OpRecord& out, std::string* error) {
+  out.step = out.seq = out.call = 0;
+  out.seqnr = -1;
+  out.op.clear();
+  out.overload.clear();
+  out.scope.clear();
+  out.node.clear();
+  out.dir = Direction::kForward;
+  out.thread = 0;
+  out.depth = 0;
+  out.rank = 0;
+  Cursor c(line);
+  bool has_op = false;
+  if (!parse_op(c, out, has_op)) {
+    if (error != nullptr) *error = c.error_message();
+    return false;
+  }
+  if (!has_op) return missing(error, "op record without \"op\"");
+  return true;
+}
+
+bool parse_record(std::string_view line, ScalerRecord& out, std::string* error) {
+  out = ScalerRecord{};
+  return parse_line(line, error, [&](Cursor& c, std::string_view k) {
+    if (k == "step") return c.int64(out.step);
+    if (k == "opt") return c.int32(out.optimizer);
+    if (k == "group") return c.int32(out.group);
+    if (k == "found_inf") return c.boolean(out.found_inf);
+    if (k == "n_bad") return c.int64(out.nonfinite_params);
+    if (k == "bad") return parse_string_list(c, out.bad_params);
+    if (k == "gn_scaled") return c.number(out.grad_norm_scaled);
+    if (k == "gn") return c.number(out.grad_norm);
+    if (k == "scale") return c.number(out.scale_before);
+    if (k == "scale_next") return c.number(out.scale_after);
+    if (k == "tracker") return c.int64(out.growth_tracker);
+    if (k == "skipped") return c.boolean(out.skipped);
+    if (k == "event") return c.string(out.event);
+    return c.skip_value(1);
+  });
+}
+
+bool parse_record(std::string_view line, GradRecord& out, std::string* error) {
+  out = GradRecord{};
+  bool has_param = false;
+  bool ok = parse_line(line, error, [&](Cursor& c, std::string_view k) {
+    if (k == "step") return c.int64(out.step);
+    if (k == "param") {
+      has_param = true;
+      return c.string(out.param);
+    }
+    if (k == "gn") return c.number(out.grad_norm);
+    if (k == "gmax") return c.number(out.grad_abs_max);
+    if (k == "gmean") return c.number(out.grad_abs_mean);
+    if (k == "gnan") return c.int64(out.grad_nan);
+    if (k == "ginf") return c.int64(out.grad_inf);
+    if (k == "has_grad") return c.boolean(out.has_grad);
+    if (k == "wn") return c.number(out.weight_norm);
+    if (k == "ur") return c.number(out.update_ratio);
+    if (k == "watch") return parse_string_list(c, out.watch);
+    return c.skip_value(1);
+  });
+  if (ok && !has_param) return missing(error, "grad record without \"param\"");
+  return ok;
+}
+
+bool parse_record(std::string_view line, ScalarRecord& out, std::string* error) {
+  out = ScalarRecord{};
+  bool has_name = false;
+  bool ok = parse_line(line, error, [&](Cursor& c, std::string_view k) {
+    if (k == "step") return c.int64(out.step);
+    if (k == "name") {
+      has_name = true;
+      return c.string(out.name);
+    }
+    if (k == "value") return c.number(out.value);
+    return c.skip_value(1);
+  });
+  if (ok && !has_name) return missing(error, "scalar record without \"name\"");
+  return ok;
+}
+
+}  // namespace precprobe

@@ -1,0 +1,36 @@
+# Consumer projects: precprobe installed to a prefix and found with find_package, and
+# precprobe vendored with add_subdirectory. Both build a program and run it.
+if(PRECPROBE_WITH_TORCH AND PRECPROBE_INSTALL)
+  set(_prefix "${PROJECT_BINARY_DIR}/consumer/prefix")
+  set(_gen -G "${CMAKE_GENERATOR}")
+  set(_launcher "")
+  if(CMAKE_CXX_COMPILER_LAUNCHER)
+    set(_launcher "-DCMAKE_CXX_COMPILER_LAUNCHER=${CMAKE_CXX_COMPILER_LAUNCHER}")
+  endif()
+  add_test(NAME consumer.install
+           COMMAND ${CMAKE_COMMAND} --install ${PROJECT_BINARY_DIR} --prefix ${_prefix})
+  set_tests_properties(consumer.install PROPERTIES FIXTURES_SETUP precprobe_installed)
+
+  set(_fp_build "${PROJECT_BINARY_DIR}/consumer/find_package")
+  add_test(NAME consumer.find_package.build
+           COMMAND ${CMAKE_COMMAND} -E env CCACHE_BASEDIR=${PROJECT_SOURCE_DIR}
+                   ${CMAKE_CTEST_COMMAND} --build-and-test
+                   ${CMAKE_CURRENT_LIST_DIR}/find_package ${_fp_build}
+                   --build-generator "${CMAKE_GENERATOR}"
+                   --build-options -DCMAKE_PREFIX_PATH=${_prefix} -DCMAKE_BUILD_TYPE=Release
+                                   ${_launcher}
+                   --test-command ${_fp_build}/consumer ${_fp_build}/dump)
+  set_tests_properties(consumer.find_package.build PROPERTIES
+                       FIXTURES_REQUIRED precprobe_installed TIMEOUT 900)
+
+  set(_as_build "${PROJECT_BINARY_DIR}/consumer/add_subdirectory")
+  add_test(NAME consumer.add_subdirectory.build
+           COMMAND ${CMAKE_COMMAND} -E env CCACHE_BASEDIR=${PROJECT_SOURCE_DIR}
+                   ${CMAKE_CTEST_COMMAND} --build-and-test
+                   ${CMAKE_CURRENT_LIST_DIR}/add_subdirectory ${_as_build}
+                   --build-generator "${CMAKE_GENERATOR}"
+                   --build-options -DPRECPROBE_SOURCE_DIR=${PROJECT_SOURCE_DIR}
+                                   -DCMAKE_BUILD_TYPE=Release ${_launcher}
+                   --test-command ${_as_build}/consumer ${_as_build}/dump)
+  set_tests_properties(consumer.add_subdirectory.build PROPERTIES TIMEOUT 1200)
+endif()

@@ -1,0 +1,435 @@
+// Records: helpers, exact JSON text, round trips of every field, hostile input.
+// Exact float comparisons are the point here (round trips must be bit-exact).
+#pragma GCC diagnostic ignored "-Wfloat-equal"
+#include <catch2/catch.hpp>
+#include <cfloat>
+#include <limits>
+#include <random>
+
+#include "core/record_samples.h"
+#include "precprobe/records.h"
+
+using namespace precprobe;
+using precprobe::test::diff;
+using precprobe::test::same_bits;
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+TensorStats tensor(std::string dtype, std::vector<int64_t> shape) {
+  TensorStats t;
+  t.dtype = std::move(dtype);
+  t.shape = std::move(shape);
+  return t;
+}
+
+OpRecord round_trip(const OpRecord& r) {
+  std::string line;
+  append_json(r, line);
+  REQUIRE(line.back() == '\n');
+  REQUIRE(line.find('\n') == line.size() - 1);
+  OpRecord back;
+  std::string error;
+  INFO(line);
+  REQUIRE(parse_record(line, back, &error));
+  CHECK(error.empty());
+  return back;
+}
+
+}  // namespace
+
+TEST_CASE("helpers: direction names, msprobe-style name, abs_max, non-finite flags", "[records]") {
+  CHECK(to_string(Direction::kForward) == "forward");
+  CHECK(to_string(Direction::kBackward) == "backward");
+
+  OpRecord r;
+  r.op = "aten::addmm";
+  r.call = 3;
+  CHECK(r.name() == "aten::addmm.3.forward");
+  r.dir = Direction::kBackward;
+  r.call = 0;
+  CHECK(r.name() == "aten::addmm.0.backward");
+
+  TensorStats t;
+  t.min = -7.5;
+  t.max = 2;
+  CHECK(t.abs_max() == 7.5);
+  t.min = 0.5;
+  t.max = 9;
+  CHECK(t.abs_max() == 9);
+  t.min = t.max = kNaN;  // no finite value at all
+  CHECK(std::isnan(t.abs_max()));
+
+  CHECK_FALSE(r.inputs_non_finite());
+  TensorStats good = tensor("Float", {2});
+  TensorStats bad = tensor("Float", {2});
+  bad.ninf = 1;
+  r.inputs = {Arg{good, {}}, Arg{std::nullopt, "1"}};
+  r.outputs = {Arg{good, {}}, Arg{bad, {}}};
+  CHECK_FALSE(r.inputs_non_finite());
+  CHECK(r.outputs_non_finite());
+  CHECK(bad.non_finite() == 1);
+}
+
+TEST_CASE("op record: exact JSON text with short keys and omitted defaults", "[records]") {
+  OpRecord r;
+  r.step = 2;
+  r.seq = 7;
+  r.op = "aten::addmm";
+  r.call = 3;
+  r.thread = 1;
+  r.seqnr = 42;
+  TensorStats a = tensor("Float", {2, 3});
+  a.numel = 6;
+  a.nan = 1;
+  a.zero = 1;
+  a.neg = 2;
+  a.pos = 2;
+  a.min = -1.5;
+  a.max = 2.25;
+  a.mean = 0.1;
+  a.norm = 3;
+  TensorStats b = tensor("Half", {});
+  b.requires_grad = true;
+  b.numel = 1;
+  b.pos = 1;
+  b.min = b.max = b.mean = b.norm = 1;
+  b.hash = 0xdeadbeefULL;
+  b.param = "w";
+  b.list_index = 0;
+  r.inputs = {Arg{a, {}}, Arg{std::nullopt, "0.5"}};
+  r.outputs = {Arg{b, {}}};
+  std::string line;
+  append_json(r, line);
+  CHECK(line ==
+        R"({"step":2,"seq":7,"op":"aten::addmm","call":3,"dir":"forward","thr":1,"depth":0,)"
+        R"("sn":42,"in":[{"dtype":"Float","shape":[2,3],"device":"cpu","numel":6,"nan":1,)"
+        R"("pinf":0,"ninf":0,"zero":1,"neg":2,"pos":2,"min":-1.5,"max":2.25,"mean":0.1,)"
+        R"("norm":3},{"v":0.5}],"out":[{"dtype":"Half","shape":[],"device":"cpu","rg":true,)"
+        R"("numel":1,"nan":0,"pinf":0,"ninf":0,"zero":0,"neg":0,"pos":1,"min":1,"max":1,)"
+        R"("mean":1,"norm":1,"hash":"00000000deadbeef","param":"w","li":0}]})"
+        "\n");
+
+  r.overload = "Tensor";
+  r.scope = "enc/b1";
+  r.node = "AddmmBackward0";
+  r.dir = Direction::kBackward;
+  r.inputs.clear();
+  r.outputs.clear();
+  line.clear();
+  append_json(r, line);
+  CHECK(line ==
+        R"({"step":2,"seq":7,"op":"aten::addmm","ovl":"Tensor","call":3,"dir":"backward",)"
+        R"("thr":1,"depth":0,"sn":42,"scope":"enc/b1","node":"AddmmBackward0","in":[],"out":[]})"
+        "\n");
+}
+
+TEST_CASE("op record: every field round-trips, special doubles and extreme integers", "[records]") {
+  OpRecord r;
+  r.step = std::numeric_limits<int64_t>::max();
+  r.seq = std::numeric_limits<int64_t>::min();
+  r.op = "aten::weird \"quoted\" \\ name\t\x01 \xc3\xa9";
+  r.overload = "Scalar";
+  r.call = 123456789012345;
+  r.dir = Direction::kBackward;
+  r.thread = std::numeric_limits<uint32_t>::max();
+  r.depth = std::numeric_limits<int32_t>::min();
+  r.seqnr = -1;
+  r.scope = "a/b/c";
+  r.node = "MulBackward0";
+
+  std::vector<double> specials = {kNaN,    kInf,   -kInf,         -0.0,     0.0,
+                                  DBL_MIN, 5e-324, DBL_MAX,       -DBL_MAX, 0.1,
+                                  1.0 / 3, 1e16,   FLT_MAX * 2.0, 1e-320,   123456789.123456789};
+  for (size_t i = 0; i < specials.size(); ++i) {
+    TensorStats t = tensor(i % 2 ? "BFloat16" : "Float", {static_cast<int64_t>(i), 1, -1});
+    t.device = "cuda:0";
+    t.requires_grad = i % 3 == 0;
+    t.numel = std::numeric_limits<int64_t>::max() - static_cast<int64_t>(i);
+    t.nan = 1;
+    t.pinf = 2;
+    t.ninf = 3;
+    t.zero = 4;
+    t.neg = 5;
+    t.pos = 6;
+    t.min = specials[i];
+    t.max = specials[(i + 1) % specials.size()];
+    t.mean = specials[(i + 2) % specials.size()];
+    t.norm = specials[(i + 3) % specials.size()];
+    if (i % 2) t.hash = i == 1 ? ~uint64_t{0} : uint64_t{i};
+    if (i % 4 == 1) t.param = "layers." + std::to_string(i) + ".weight";
+    t.list_index = i % 3 == 0 ? -1 : static_cast<int64_t>(i);
+    (i % 2 ? r.inputs : r.outputs).push_back(Arg{t, {}});
+  }
+  for (const char* v : {"1", "-0.5", "[1,2,[3,{\"a\":null}]]", "\"mean\"", "null", "true",
+                        "{\"x\":[1,{\"y\":\"}\"}]}", "1e-7"}) {
+    r.inputs.push_back(Arg{std::nullopt, v});
+  }
+  OpRecord back = round_trip(r);
+  CHECK(diff(r, back).empty());
+  INFO(diff(r, back));
+
+  // mean/norm come back as their float32 rounding; values beyond float range stay whole.
+  CHECK(back.inputs[0].tensor->mean == 0.0);  // specials[3]
+  CHECK(std::signbit(back.inputs[0].tensor->mean));
+  OpRecord one;
+  one.op = "x";
+  TensorStats t = tensor("Double", {1});
+  t.mean = 0.1;
+  t.norm = 1e300;
+  one.outputs.push_back(Arg{t, {}});
+  OpRecord b1 = round_trip(one);
+  CHECK(b1.outputs[0].tensor->mean == static_cast<double>(0.1f));
+  CHECK(b1.outputs[0].tensor->norm == 1e300);
+}
+
+TEST_CASE("op record: values that are not JSON or empty are still written readably", "[records]") {
+  OpRecord r;
+  r.op = "aten::x";
+  r.inputs = {Arg{std::nullopt, ""}, Arg{std::nullopt, "not json {"}, Arg{std::nullopt, "1 2"}};
+  OpRecord back = round_trip(r);
+  REQUIRE(back.inputs.size() == 3);
+  CHECK(back.inputs[0].value == "null");
+  CHECK(back.inputs[1].value == "\"not json {\"");
+  CHECK(back.inputs[2].value == "\"1 2\"");
+}
+
+TEST_CASE("op record: parsing reuses the output and resets absent fields", "[records]") {
+  std::mt19937_64 rng(7);
+  OpRecord big = precprobe::test::sample_op(rng, 1, 3);
+  big.overload = "Tensor";
+  big.scope = "s";
+  OpRecord small;
+  small.op = "aten::relu";
+  small.inputs.push_back(Arg{tensor("Long", {5}), {}});
+  std::string a, b;
+  append_json(big, a);
+  append_json(small, b);
+  OpRecord out;
+  REQUIRE(parse_record(a, out));
+  CHECK(diff(big, out).empty());
+  REQUIRE(parse_record(b, out));
+  CHECK(diff(small, out).empty());
+  CHECK(out.overload.empty());
+  CHECK(out.inputs[0].tensor->param.empty());
+  CHECK(out.outputs.empty());
+  // Missing keys take their defaults; unknown keys of any shape are skipped.
+  REQUIRE(parse_record(
+      R"({"op":"aten::y","future":{"a":[1,2,{"b":null}]},"in":[{"dtype":"Float","new":[[]]}]})",
+      out));
+  CHECK(out.op == "aten::y");
+  CHECK(out.step == 0);
+  CHECK(out.seqnr == -1);
+  CHECK(out.inputs.size() == 1);
+  CHECK(out.inputs[0].tensor->device == "cpu");
+  CHECK(out.inputs[0].tensor->list_index == -1);
+  // Escapes the writer never produces are still decoded.
+  REQUIRE(parse_record(R"({"op":"a\u00e9\ud83d\ude00\/\b"} )", out));
+  CHECK(out.op == "a\xc3\xa9\xf0\x9f\x98\x80/\b");
+}
+
+TEST_CASE("scaler, grad and scalar records round-trip", "[records]") {
+  ScalerRecord s;
+  s.step = 9;
+  s.optimizer = 1;
+  s.group = 2;
+  s.found_inf = true;
+  s.nonfinite_params = 3;
+  s.bad_params = {"fc.weight", "fc.bias", "emb\"x"};
+  s.grad_norm_scaled = kInf;
+  s.grad_norm = 12.5;
+  s.scale_before = 65536;
+  s.scale_after = 32768;
+  s.growth_tracker = 0;
+  s.skipped = true;
+  s.event = "backoff";
+  std::string line;
+  append_json(s, line);
+  CHECK(line ==
+        R"({"step":9,"opt":1,"group":2,"found_inf":true,"n_bad":3,"bad":["fc.weight","fc.bias",)"
+        R"("emb\"x"],"gn_scaled":"inf","gn":12.5,"scale":65536,"scale_next":32768,"tracker":0,)"
+        R"("skipped":true,"event":"backoff"})"
+        "\n");
+  ScalerRecord s2;
+  REQUIRE(parse_record(line, s2));
+  CHECK(s2.step == 9);
+  CHECK(s2.optimizer == 1);
+  CHECK(s2.group == 2);
+  CHECK(s2.found_inf);
+  CHECK(s2.nonfinite_params == 3);
+  CHECK(s2.bad_params == s.bad_params);
+  CHECK(std::isinf(s2.grad_norm_scaled));
+  CHECK(s2.grad_norm == 12.5);
+  CHECK(s2.scale_before == 65536);
+  CHECK(s2.scale_after == 32768);
+  CHECK(s2.skipped);
+  CHECK(s2.event == "backoff");
+
+  GradRecord g;
+  g.step = 4;
+  g.param = "enc.0.bias";
+  g.grad_norm = 0.1 + 0.2;  // a double with all 17 digits
+  g.grad_abs_max = kNaN;
+  g.grad_abs_mean = 5e-324;
+  g.grad_nan = 7;
+  g.grad_inf = 1;
+  g.has_grad = false;
+  g.weight_norm = -0.0;
+  g.update_ratio = 1e-12;
+  g.watch = {"w1", "w2"};
+  line.clear();
+  append_json(g, line);
+  GradRecord g2;
+  REQUIRE(parse_record(line, g2));
+  CHECK(g2.step == 4);
+  CHECK(g2.param == g.param);
+  CHECK(same_bits(g2.grad_norm, g.grad_norm));
+  CHECK(std::isnan(g2.grad_abs_max));
+  CHECK(same_bits(g2.grad_abs_mean, 5e-324));
+  CHECK(g2.grad_nan == 7);
+  CHECK(g2.grad_inf == 1);
+  CHECK_FALSE(g2.has_grad);
+  CHECK(same_bits(g2.weight_norm, -0.0));
+  CHECK(g2.update_ratio == 1e-12);
+  CHECK(g2.watch == g.watch);
+
+  ScalarRecord v;
+  v.step = 3;
+  v.name = "loss";
+  v.value = -kInf;
+  line.clear();
+  append_json(v, line);
+  CHECK(line == "{\"step\":3,\"name\":\"loss\",\"value\":\"-inf\"}\n");
+  ScalarRecord v2;
+  REQUIRE(parse_record(line, v2));
+  CHECK(v2.step == 3);
+  CHECK(v2.name == "loss");
+  CHECK(v2.value == -kInf);
+}
+
+TEST_CASE("hostile lines fail cleanly with a message", "[records]") {
+  std::string deep_array = R"({"op":"x","in":[{"v":)" + std::string(100000, '[');
+  std::string deep_object = R"({"op":"x","zz":)";
+  for (int i = 0; i < 50000; ++i) deep_object += R"({"a":)";
+  std::string long_digits =
+      R"({"op":"x","in":[{"dtype":"F","min":1)" + std::string(5000, '0') + "}]}";
+  std::vector<std::string> bad = {
+      "",
+      "   ",
+      "null",
+      "[]",
+      "{",
+      "}",
+      R"({"op":"x"} trailing)",
+      R"({"op":"x",})",
+      R"({"op":"x" "step":1})",
+      R"({"step":1})",  // no op
+      R"({"op":1})",
+      R"({"op":"x","step":"1"})",
+      R"({"op":"x","step":1.5})",
+      R"({"op":"x","step":1e3})",
+      R"({"op":"x","step":99999999999999999999})",
+      R"({"op":"x","step":-9223372036854775809})",
+      R"({"op":"x","step":01})",
+      R"({"op":"x","step":-})",
+      R"({"op":"x","step":+1})",
+      R"({"op":"x","thr":-1})",
+      R"({"op":"x","thr":4294967296})",
+      R"({"op":"x","depth":2147483648})",
+      R"({"op":"x","dir":"sideways"})",
+      R"({"op":"x","dir":1})",
+      R"({"op":"x","in":{}})",
+      R"({"op":"x","in":[1]})",
+      R"({"op":"x","in":[{}]})",
+      R"({"op":"x","in":[{"dtype":"F","shape":"2x3"}]})",
+      R"({"op":"x","in":[{"dtype":"F","shape":[2.5]}]})",
+      R"({"op":"x","in":[{"dtype":"F","rg":1}]})",
+      R"({"op":"x","in":[{"dtype":"F","min":"NaN!"}]})",
+      R"({"op":"x","in":[{"dtype":"F","min":nan}]})",
+      R"({"op":"x","in":[{"dtype":"F","min":Infinity}]})",
+      R"({"op":"x","in":[{"dtype":"F","min":1e999}]})",
+      R"({"op":"x","in":[{"dtype":"F","min":-1e400}]})",
+      R"({"op":"x","in":[{"dtype":"F","min":1.}]})",
+      R"({"op":"x","in":[{"dtype":"F","min":.5}]})",
+      R"({"op":"x","in":[{"dtype":"F","hash":"xyz"}]})",
+      R"({"op":"x","in":[{"dtype":"F","hash":"12345678901234567"}]})",
+      R"({"op":"x","in":[{"dtype":"F","hash":""}]})",
+      R"({"op":"x","in":[{"v":}]})",
+      R"({"op":"x","in":[{"v":[1,]}]})",
+      R"({"op":"x","in":[{"v":tru}]})",
+      R"({"op":"x","in":[{"v":"abc}]})",
+      R"({"op":"x\q"})",
+      R"({"op":"x\u12"})",
+      "{\"op\":\"x\ny\"}",
+      std::string("{\"op\":\"x\0\"}", 10),
+      deep_array,
+      deep_array + std::string(100000, ']') + "}]}",
+      deep_object,
+      long_digits,
+  };
+  for (const std::string& line : bad) {
+    OpRecord r;
+    std::string error;
+    INFO(line.substr(0, 200));
+    CHECK_FALSE(parse_record(line, r, &error));
+    CHECK_FALSE(error.empty());
+  }
+  // Bounded memory: at most 2^18 arguments (and list entries) per list.
+  std::string many = R"({"op":"x","in":[)";
+  for (int i = 0; i < (1 << 18) + 1; ++i) many += R"({"v":1},)";
+  many.back() = ']';
+  many += '}';
+  OpRecord r;
+  std::string error;
+  CHECK_FALSE(parse_record(many, r, &error));
+  CHECK(error.find("too many arguments") != std::string::npos);
+  many.erase(many.size() - 10, 8);  // exactly 2^18 arguments: accepted
+  REQUIRE(parse_record(many, r, &error));
+  CHECK(r.inputs.size() == (1u << 18));
+
+  ScalerRecord s;
+  CHECK_FALSE(parse_record(R"({"step":1,"found_inf":"yes"})", s));
+  GradRecord g;
+  CHECK_FALSE(parse_record(R"({"step":1})", g));
+  CHECK_FALSE(parse_record(R"({"param":"p","gn":[1]})", g));
+  ScalarRecord v;
+  CHECK_FALSE(parse_record(R"({"name":"loss","value":"1"})", v));
+  CHECK_FALSE(parse_record(R"({"value":1})", v));
+}
+
+TEST_CASE("every truncation of a valid line fails, random corruption never crashes", "[records]") {
+  std::mt19937_64 rng(42);
+  OpRecord r = precprobe::test::sample_op(rng, 3, 9);
+  r.scope = "x/y";
+  r.inputs[0].tensor->hash = 12345;
+  r.inputs.push_back(Arg{std::nullopt, "[1,{\"a\":\"b\"}]"});
+  std::string line;
+  append_json(r, line);
+  line.pop_back();
+  OpRecord out;
+  for (size_t n = 0; n < line.size(); ++n) {
+    INFO(n);
+    CHECK_FALSE(parse_record(std::string_view(line).substr(0, n), out));
+  }
+  REQUIRE(parse_record(line, out));
+  CHECK(diff(r, out).empty());
+
+  // Single-byte corruption: whatever parses must be a full record; nothing may crash.
+  std::uniform_int_distribution<size_t> pos(0, line.size() - 1);
+  std::uniform_int_distribution<int> byte(0, 255);
+  int parsed = 0;
+  for (int i = 0; i < 20000; ++i) {
+    std::string m = line;
+    for (int k = 0; k < 1 + i % 3; ++k) m[pos(rng)] = static_cast<char>(byte(rng));
+    std::string error;
+    if (parse_record(m, out, &error)) {
+      ++parsed;
+      CHECK(!out.op.empty());
+    } else {
+      CHECK(!error.empty());
+    }
+  }
+  CHECK(parsed < 20000);
+}

@@ -1,0 +1,14 @@
+# The training helper that test_seed and test_dropout run in separate processes.
+if(PRECPROBE_WITH_TORCH)
+  add_executable(precprobe_repro_train ${CMAKE_CURRENT_LIST_DIR}/repro_train.cpp)
+  target_link_libraries(precprobe_repro_train PRIVATE precprobe::precprobe)
+  precprobe_target(precprobe_repro_train)
+  precprobe_reuse_torch_pch(precprobe_repro_train)
+  foreach(t test_seed test_dropout)
+    if(TARGET ${t})
+      add_dependencies(${t} precprobe_repro_train)
+      target_compile_definitions(${t} PRIVATE
+        PRECPROBE_REPRO_TRAIN="$<TARGET_FILE:precprobe_repro_train>")
+    endif()
+  endforeach()
+endif()

@@ -4,4 +4,5 @@
 #include "precprobe/core.h"
 #include "precprobe/debugger.h"
 #include "precprobe/dropout.h"
+#include "precprobe/hash.h"
 #include "precprobe/seed.h"

@@ -5,6 +5,7 @@
 // Leniency follows msprobe: sections of tasks other than the chosen one are skipped
 // unread (msprobe's shipped config.json carries them all), but every key of the top level
 // and of the active section must be known.
+#include <algorithm>
 #include <cctype>
 #include <set>
 #include <string>
@@ -80,7 +81,7 @@ std::vector<std::string> get_string_list(const json& v, const std::string& key) 
 }
 
 // One element of "rank"/"step": 5 or "4-6" (spaces around the numbers are allowed).
-void add_int_set_element(const json& v, const std::string& key, IntSet& set) {
+std::pair<int64_t, int64_t> parse_int_set_element(const json& v, const std::string& key) {
   const char* expected = "an integer >= 0 or a range string \"lo-hi\" like \"4-6\"";
   if (v.is_number_integer()) {
     if (!v.is_number_unsigned()) {
@@ -89,8 +90,7 @@ void add_int_set_element(const json& v, const std::string& key, IntSet& set) {
     }
     if (v.get<uint64_t>() > static_cast<uint64_t>(kIndexLimits.hi)) fail_expected(key, v, expected);
     const auto x = static_cast<int64_t>(v.get<uint64_t>());
-    set.add(x, x);
-    return;
+    return {x, x};
   }
   if (!v.is_string()) fail_expected(key, v, expected);
   const std::string& s = v.get_ref<const std::string&>();
@@ -121,17 +121,21 @@ void add_int_set_element(const json& v, const std::string& key, IntSet& set) {
     fail_key(key, "range \"" + s + "\" is reversed; write \"" + std::to_string(hi) + "-" +
                       std::to_string(lo) + "\"");
   }
-  set.add(lo, hi);
+  return {lo, hi};
 }
 
 IntSet get_int_set(const json& v, const std::string& key) {
   if (!v.is_array()) {
     fail_expected(key, v, "a list of integers >= 0 and range strings like \"4-6\" ([] = all)");
   }
-  IntSet set;
+  std::vector<std::pair<int64_t, int64_t>> ranges;
   for (size_t i = 0; i < v.size(); ++i) {
-    add_int_set_element(v[i], key + "[" + std::to_string(i) + "]", set);
+    ranges.push_back(parse_int_set_element(v[i], key + "[" + std::to_string(i) + "]"));
   }
+  // Sorted first, every add() appends or merges at the end: a long list stays O(n log n).
+  std::sort(ranges.begin(), ranges.end());
+  IntSet set;
+  for (const auto& r : ranges) set.add(r.first, r.second);
   return set;
 }
 

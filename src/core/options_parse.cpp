@@ -229,7 +229,7 @@ struct KeySpec {
 
 // msprobe keys precprobe knows but cannot honour: rejected with the reason.
 struct Rejected {
-  const char* location;  // "" = top level, else the section name ("*" = any task section)
+  const char* location;  // "" = top level, else the task section
   const char* name;
   const char* reason;
 };
@@ -382,6 +382,13 @@ void append_names(const KeySpec (&table)[N], std::vector<std::string>& out) {
   for (const KeySpec& s : table) out.emplace_back(s.name);
 }
 
+const KeySpec* find_section_key(const std::string& section, const std::string& name) {
+  if (const KeySpec* spec = find_key(kSectionKeys, name)) return spec;
+  if (section == "statistics") return find_key(kStatisticsKeys, name);
+  if (section == "overflow_check") return find_key(kOverflowCheckKeys, name);
+  return nullptr;
+}
+
 std::vector<std::string> section_key_names(const std::string& section) {
   std::vector<std::string> names;
   append_names(kSectionKeys, names);
@@ -438,9 +445,7 @@ void parse_section(const json& v, const std::string& section, DebuggerOptions& o
   for (const auto& item : v.items()) {
     const std::string& name = item.key();
     const std::string key = section + "." + name;
-    const KeySpec* spec = find_key(kSectionKeys, name);
-    if (!spec && section == "statistics") spec = find_key(kStatisticsKeys, name);
-    if (!spec && section == "overflow_check") spec = find_key(kOverflowCheckKeys, name);
+    const KeySpec* spec = find_section_key(section, name);
     if (!spec) reject_unknown(section, name, section_key_names(section));
     spec->apply(item.value(), key, o);
   }

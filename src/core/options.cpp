@@ -70,13 +70,9 @@ std::optional<int64_t> IntSet::max() const noexcept {
 std::string IntSet::to_json() const {
   // ", " between elements, as the msprobe examples write them.
   std::string out = "[";
-  for (const auto& r : ranges_) {
+  for (const auto& element : detail::int_set_json(*this)) {
     if (out.size() > 1) out += ", ";
-    if (r.first == r.second) {
-      out += std::to_string(r.first);
-    } else {
-      out += "\"" + std::to_string(r.first) + "-" + std::to_string(r.second) + "\"";
-    }
+    out += element.dump();
   }
   return out + "]";
 }

@@ -62,9 +62,9 @@ std::string get_enum(const json& v, const std::string& key,
                      const std::vector<std::string>& allowed) {
   const std::string expected = "one of " + quoted_list(allowed);
   if (!v.is_string()) fail_expected(key, v, expected);
-  const std::string s = v.get<std::string>();
+  const std::string& s = v.get_ref<const std::string&>();
   for (const std::string& a : allowed) {
-    if (s == a) return s;
+    if (s == a) return a;
   }
   const std::string suggestion = closest_match(s, allowed);
   fail_expected(key, v,
@@ -96,12 +96,12 @@ std::pair<int64_t, int64_t> parse_int_set_element(const json& v, const std::stri
   const std::string& s = v.get_ref<const std::string&>();
   size_t pos = 0;
   auto skip_spaces = [&] {
-    while (pos < s.size() && std::isspace(static_cast<unsigned char>(s[pos]))) ++pos;
+    while (pos < s.size() && std::isspace(static_cast<unsigned char>(s[pos])) != 0) ++pos;
   };
   auto read_number = [&](int64_t& out) {
     skip_spaces();
     const size_t start = pos;
-    while (pos < s.size() && std::isdigit(static_cast<unsigned char>(s[pos]))) ++pos;
+    while (pos < s.size() && std::isdigit(static_cast<unsigned char>(s[pos])) != 0) ++pos;
     // 18 digits always fit in int64_t.
     if (pos == start || pos - start > 18) return false;
     out = std::stoll(s.substr(start, pos - start));

@@ -358,6 +358,8 @@ const Rejected kRejected[] = {
     {"tensor", "file_format",
      "precprobe saves tensors in its own dump streams "
      "(docs/dump-format.md), not as .npy/.bin files"},
+    {"tensor", "tensor_list",
+     "the tensor task saves full tensors of the ops \"list\" selects; put the names there"},
     {"tensor", "bench_path", kNoOnlineCheck},
     {"tensor", "diff_nums", kNoOnlineCheck},
     {"overflow_check", "check_mode", "a MindSpore-only msprobe key"},

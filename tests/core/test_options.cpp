@@ -193,6 +193,8 @@ TEST_CASE("every key rejects wrong types and values, naming the key and what is 
       {R"({"statistics": {"tensor_list": ["addmm"]}})",
        {"'statistics.tensor_list'", "\"task\": \"tensor\"", "[] only"}},
       {R"({"statistics": {"tensor_list": 3}})", {"'statistics.tensor_list'", "list"}},
+      {R"({"task": "tensor", "tensor": {"list": ["a"], "tensor_list": ["a"]}})",
+       {"'tensor.tensor_list'", "not supported by precprobe", "\"list\""}},
       {R"({"task": "overflow_check", "overflow_check": {"overflow_nums": 0}})",
        {"'overflow_check.overflow_nums'", "-1 (unlimited) or an integer >= 1", "integer 0"}},
       {R"({"task": "overflow_check", "overflow_check": {"overflow_nums": -2}})",

@@ -34,7 +34,7 @@ enum class Level : uint8_t {
 /// "summary_mode": what is computed per tensor.
 enum class SummaryMode : uint8_t {
   kStatistics,  ///< "statistics": counts, min, max, mean, norm
-  kHash,        ///< "hash" (alias "md5"): statistics plus an xxh64 of the values
+  kHash,        ///< "hash" (alias "md5"): statistics plus an XXH3-64 hash of the values
 };
 
 /// A set of integers from msprobe's syntax: [1, 3, "5-7"]; empty = all.

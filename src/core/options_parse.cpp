@@ -356,8 +356,7 @@ const Rejected kRejected[] = {
      "precprobe reads its configuration once; switch recording with "
      "start()/stop() and choose steps with \"step\""},
     {"tensor", "file_format",
-     "precprobe saves tensors in its own dump streams "
-     "(docs/dump-format.md), not as .npy/.bin files"},
+     "precprobe always saves tensors as zstd-compressed NumPy files (.npy.zst)"},
     {"tensor", "tensor_list",
      "the tensor task saves full tensors of the ops \"list\" selects; put the names there"},
     {"tensor", "bench_path", kNoOnlineCheck},

@@ -202,7 +202,7 @@ TEST_CASE("every key rejects wrong types and values, naming the key and what is 
       {R"({"task": "overflow_check", "overflow_check": {"overflow_nums": "1"}})",
        {"'overflow_check.overflow_nums'", "found string"}},
       {R"({"task": "tensor", "tensor": {"list": ["addmm"], "file_format": "npy"}})",
-       {"'tensor.file_format'", "not supported by precprobe", ".npy"}},
+       {"'tensor.file_format'", "not supported by precprobe", ".npy.zst"}},
       // validate(): the tensor task never dumps every op by default
       {R"({"task": "tensor"})",
        {"task 'tensor' saves full tensors only for ops named in "

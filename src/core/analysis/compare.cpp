@@ -56,13 +56,6 @@ Loaded load(RecordSource& src, const CompareOptions& opt) {
   return out;
 }
 
-// Ops whose outputs are uninitialized memory: their values say nothing about a run.
-bool uninitialized_output(const std::string& op) {
-  static const char* const kOps[] = {"aten::empty", "aten::empty_like", "aten::empty_strided",
-                                     "aten::new_empty", "aten::new_empty_strided"};
-  return std::find(std::begin(kOps), std::end(kOps), op) != std::end(kOps);
-}
-
 // One side's arguments against the other's; returns the largest tensor error and sets
 // `value_differs` when a non-tensor argument (a constant from user code) differs.
 double compare_args(const std::vector<Arg>& a, const std::vector<Arg>& b, const char* io,
@@ -123,7 +116,7 @@ Verdict compare_pair(const OpRecord& a, const OpRecord& b, double rtol) {
   oc.score = std::isinf(oc.output_error) && std::isinf(oc.input_error)
                  ? 0
                  : oc.output_error - oc.input_error;
-  if (uninitialized_output(a.op)) {
+  if (a.outputs_uninitialized()) {
     oc.exact = true;
     oc.warning = false;
     oc.score = 0;

@@ -4,4 +4,6 @@
 #include "precprobe/core.h"
 #include "precprobe/debugger.h"
 #include "precprobe/dropout.h"
+#include "precprobe/grad_monitor.h"
+#include "precprobe/grad_scaler.h"
 #include "precprobe/seed.h"

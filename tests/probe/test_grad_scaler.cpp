@@ -2,6 +2,8 @@
 // machine's errors, serialization, collapse warnings and a small model with a planted Inf.
 #include <torch/torch.h>
 
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
 // Exact float comparisons are the point of these tests.
 #pragma GCC diagnostic ignored "-Wfloat-equal"
 
@@ -652,4 +654,52 @@ TEST_CASE("log_path: the records go to scaler.jsonl.zst and read back equal", "[
   CHECK(recs[1].event == "backoff");
   CHECK(recs[3].event == "growth");  // steps 2 and 3 finite: the tracker reaches 2 at step 3
   CHECK(recs[3].scale_after == 2 * recs[3].scale_before);
+}
+
+namespace {
+
+// A two-rank process group whose other rank is simulated: allreduce(MAX) sees its flag.
+class FakeGroup : public c10d::ProcessGroup {
+ public:
+  FakeGroup() : c10d::ProcessGroup(0, 2) {}
+  const std::string getBackendName() const override { return "fake"; }
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override {
+    ++calls;
+    all_max = all_max && opts.reduceOp == c10d::ReduceOp::MAX;
+    for (auto& t : tensors) t.clamp_min_(other_rank_found_inf ? 1.0f : 0.0f);
+    return c10::make_intrusive<Done>();
+  }
+  bool other_rank_found_inf = false;
+  int calls = 0;
+  bool all_max = true;
+
+ private:
+  struct Done : c10d::Work {
+    bool wait(std::chrono::milliseconds) override { return true; }
+  };
+};
+
+}  // namespace
+
+TEST_CASE("process group: found_inf is all-reduced (MAX) so all ranks skip together", "[scaler]") {
+  auto group = c10::make_intrusive<FakeGroup>();
+  GradScaler s;
+  s.set_process_group(group);
+  Tiny t;
+  t.backward(s);
+  group->other_rank_found_inf = true;  // finite here, Inf on the other rank
+  const auto before = t.p.detach().clone();
+  CHECK_FALSE(s.step(t.opt));
+  CHECK(t.p.equal(before));
+  s.update();
+  CHECK(s.get_scale() == 32768.0f);
+  CHECK(s.history().back().found_inf == false);  // this rank's own gradients were finite
+  CHECK(s.history().back().skipped);
+  group->other_rank_found_inf = false;
+  t.backward(s);
+  CHECK(s.step(t.opt));
+  s.update();
+  CHECK(group->calls == 2);
+  CHECK(group->all_max);
 }

@@ -6,6 +6,7 @@
 //                       [--dump DIR] [--config config.json] [--seed 1234] [--threads N]
 //                       [--log-every 100] [--no-debugger] [--bf16] [--overwrite]
 #include <precprobe/precprobe.h>
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
 #include <chrono>

@@ -102,7 +102,7 @@ struct ScalerRecord {
   double scale_after = 0;               ///< "scale_next"
   int64_t growth_tracker = 0;           ///< "tracker": after update
   bool skipped = false;                 ///< "skipped": optimizer.step() was not run
-  std::string event;                    ///< "event": "" | "backoff" | "growth" | "collapse"
+  std::string event;                    ///< "event": "" | "backoff" | "growth" | "set" | "collapse"
   int rank = 0;                         ///< filled by the reader
 };
 

@@ -216,11 +216,13 @@ CompareResult compare_groups(const Loaded& la, const Loaded& lb, const CompareOp
       res.ops.push_back(std::move(v.oc));
     }
     const std::vector<size_t>& pos = la.pos.at(key);
-    for (auto [found, from, at] : {std::tie(first_divergent, divergent, divergent_at),
-                                   std::tie(first_inexact, inexact, inexact_at)}) {
+    auto keep_earliest = [&](std::optional<OpCompare>& found, const std::vector<OpCompare>& from,
+                             const std::vector<size_t>& at) {
       std::optional<OpCompare> g = group_first(from, a, pos, at);
       if (g && (!found || earlier(*g, *found))) found = std::move(g);
-    }
+    };
+    keep_earliest(first_divergent, divergent, divergent_at);
+    keep_earliest(first_inexact, inexact, inexact_at);
     res.aligned_by_lcs += by_lcs ? 1 : 0;
   }
   for (const auto& [key, b] : gb) {

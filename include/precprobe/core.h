@@ -6,5 +6,6 @@
 #include "precprobe/options.h"
 #include "precprobe/reader.h"
 #include "precprobe/records.h"
+#include "precprobe/report.h"
 #include "precprobe/version.h"
 #include "precprobe/writer.h"

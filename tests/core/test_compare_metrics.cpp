@@ -121,4 +121,3 @@ TEST_CASE("compare_stats: msprobe warning rule and relative errors", "[analysis]
   compare_stats(stats_of({0.5, 1}), stats_of({0, 1}), zero);
   CHECK(std::isnan(zero.min.rel_pct));
 }
-

@@ -73,6 +73,28 @@ TEST_CASE("overflow: nested ops blame the innermost producer", "[analysis][overf
   CHECK(r.origin.op == "aten::addmm");
   CHECK(r.ranks[0].later_nonfinite_ops == 2);  // linear (ends after addmm) and relu
 
+  // The same calls written in seq order (as the probe writes them): same answer.
+  DumpData seq_order;
+  add_step(seq_order, 0, 0,
+           {{"aten::linear", 10, {targ({1, 2})}, {targ({kInf, 2})}, 0, 0},
+            {"aten::t", 11, {targ({1, 2})}, {targ({1, 2})}, 0, 1},
+            {"aten::addmm", 12, {targ({1, 2})}, {targ({kInf, 2})}, 0, 1},
+            {"aten::relu", 13, {targ({kInf, 2})}, {targ({kInf, 2})}, 0, 0}});
+  r = find_overflow(seq_order);
+  REQUIRE(r.found);
+  CHECK(r.origin.op == "aten::addmm");
+  CHECK(r.ranks[0].later_nonfinite_ops == 2);
+
+  // A candidate that starts after the outer op has returned is not nested in it.
+  DumpData siblings;
+  add_step(siblings, 0, 0,
+           {{"aten::linear", 0, {targ({1})}, {targ({kInf})}, 0, 0},
+            {"aten::t", 1, {targ({1})}, {targ({1})}, 0, 1},
+            {"aten::add", 2, {targ({1})}, {targ({1})}, 0, 0},
+            {"aten::exp", 3, {targ({1})}, {targ({kInf})}, 0, 1}});
+  r = find_overflow(siblings);
+  CHECK(r.origin.op == "aten::linear");
+
   // Inner ops all finite: the outer op itself produced the value.
   DumpData d2;
   add_step(d2, 0, 0,
@@ -196,6 +218,11 @@ TEST_CASE("compare --first prefers the nested op that diverged", "[analysis][com
   const CompareResult r = compare_dumps(run(1.01), run(1.0), opt);
   REQUIRE(r.found);
   CHECK(r.first->op == "aten::addmm");
+  // Seq order in the file (the probe's order) gives the same answer.
+  DumpData a = run(1.01), b = run(1.0);
+  std::swap(a.ops[0], a.ops[1]);
+  std::swap(b.ops[0], b.ops[1]);
+  CHECK(compare_dumps(a, b, opt).first->op == "aten::addmm");
   opt.first = false;
   opt.exact = true;
   CHECK(compare_dumps(run(1.01), run(1.0), opt).first->op == "aten::addmm");

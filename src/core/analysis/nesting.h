@@ -22,27 +22,35 @@ struct OpPlace {
   int32_t depth = 0;
 };
 
-/// The ops of one (rank, step) by thread, each thread's in seq order.
+/// The ops of one (rank, step) by thread, each thread's in seq order, with the extent of
+/// each op's subtree (computed once with a stack, so `nested` is O(1)).
 class CallTree {
  public:
-  explicit CallTree(const std::vector<OpPlace>& ops) : ops_(ops) {
-    for (size_t i = 0; i < ops.size(); ++i) by_thread_[ops[i].thread].push_back(i);
-    for (auto& [thread, v] : by_thread_) {
+  explicit CallTree(const std::vector<OpPlace>& ops)
+      : ops_(ops), pos_(ops.size()), end_(ops.size()) {
+    std::map<uint32_t, std::vector<size_t>> by_thread;
+    for (size_t i = 0; i < ops.size(); ++i) by_thread[ops[i].thread].push_back(i);
+    for (auto& [thread, v] : by_thread) {
       std::stable_sort(v.begin(), v.end(),
                        [&](size_t x, size_t y) { return ops[x].seq < ops[y].seq; });
-      for (size_t k = 0; k < v.size(); ++k) rank_in_thread_[v[k]] = k;
+      std::vector<size_t> open;  // positions whose subtree has not ended yet
+      for (size_t k = 0; k < v.size(); ++k) {
+        pos_[v[k]] = k;
+        while (!open.empty() && ops[v[k]].depth <= ops[v[open.back()]].depth) {
+          end_[v[open.back()]] = k;
+          open.pop_back();
+        }
+        open.push_back(k);
+      }
+      for (size_t k : open) end_[v[k]] = v.size();
     }
   }
 
   /// True when op `inner` ran inside op `outer` (indices into the constructor's vector).
   bool nested(size_t inner, size_t outer) const {
     const OpPlace &d = ops_[inner], &c = ops_[outer];
-    if (d.thread != c.thread || d.seq <= c.seq || d.depth <= c.depth) return false;
-    const std::vector<size_t>& v = by_thread_.at(c.thread);
-    for (size_t k = rank_in_thread_.at(outer) + 1; k < v.size() && v[k] != inner; ++k) {
-      if (ops_[v[k]].depth <= c.depth) return false;
-    }
-    return true;
+    return d.thread == c.thread && d.depth > c.depth && pos_[inner] > pos_[outer] &&
+           pos_[inner] < end_[outer];
   }
 
   /// From the earliest (by seq) of `cands`, descends into the earliest candidate nested in
@@ -64,8 +72,8 @@ class CallTree {
 
  private:
   const std::vector<OpPlace>& ops_;
-  std::map<uint32_t, std::vector<size_t>> by_thread_;
-  std::map<size_t, size_t> rank_in_thread_;
+  std::vector<size_t> pos_;  ///< position of each op in its thread's seq order
+  std::vector<size_t> end_;  ///< first position after its subtree
 };
 
 }  // namespace precprobe::analysis_detail

@@ -172,7 +172,10 @@ CompareResult compare_groups(const Groups& ga, const Groups& gb, const CompareOp
   res.first_mode = opt.first;
   res.exact_mode = opt.exact;
   std::optional<OpCompare> first_divergent, first_inexact;
-  for (const auto& [key, a] : ga) {
+  for (const auto& kv : ga) {
+    // Named references, not structured bindings: clang 14 won't capture those in a lambda.
+    const GroupKey& key = kv.first;
+    const std::vector<OpRecord>& a = kv.second;
     auto it = gb.find(key);
     if (it == gb.end()) {
       res.only_a.push_back(key);

@@ -220,6 +220,9 @@ struct UnmatchedOp {
 struct CompareOptions {
   std::optional<int64_t> step;  ///< only this step
   std::optional<int> rank;      ///< only this rank
+  /// Cross-rank: rank `first` of A against rank `second` of B (B may be the same dump);
+  /// B's records are relabelled as rank `first` so ops pair up. Overrides `rank`.
+  std::optional<std::pair<int, int>> ranks;
   /// --first: an op diverges when the error it adds (output error minus input error, both
   /// relative to the tensor's magnitude) exceeds this.
   double rtol = 1e-3;

@@ -25,11 +25,18 @@ using Groups = std::map<GroupKey, std::vector<OpRecord>>;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-Groups load(RecordSource& src, const CompareOptions& opt) {
+// `side` 0 is A, 1 is B: with opt.ranks each side keeps its own rank, and B's records are
+// relabelled as A's rank so the two ranks' ops pair up.
+Groups load(RecordSource& src, const CompareOptions& opt, int side) {
+  std::optional<int> rank = opt.rank;
+  if (opt.ranks) rank = side == 0 ? opt.ranks->first : opt.ranks->second;
   Groups g;
   src.ops([&](const OpRecord& r) {
-    if ((opt.step && r.step != *opt.step) || (opt.rank && r.rank != *opt.rank)) return true;
-    g[{r.step, r.rank}].push_back(r);
+    if ((opt.step && r.step != *opt.step) || (rank && r.rank != *rank)) return true;
+    const int label = opt.ranks ? opt.ranks->first : r.rank;
+    auto& ops = g[{r.step, label}];
+    ops.push_back(r);
+    ops.back().rank = label;
     return true;
   });
   for (auto& [key, ops] : g) {
@@ -318,10 +325,16 @@ CompareResult compare_dumps(DumpReader& a, DumpReader& b, const CompareOptions& 
   ReadOptions read;
   read.progress = progress;
   if (options.step) read.filter.step_min = read.filter.step_max = options.step;
-  if (options.rank) read.filter.ranks = {*options.rank};
-  analysis_detail::ReaderSource sa(a, read), sb(b, read);
-  const Groups ga = load(sa, options);
-  const Groups gb = load(sb, options);
+  ReadOptions read_b = read;
+  if (options.ranks) {
+    read.filter.ranks = {options.ranks->first};
+    read_b.filter.ranks = {options.ranks->second};
+  } else if (options.rank) {
+    read.filter.ranks = read_b.filter.ranks = {*options.rank};
+  }
+  analysis_detail::ReaderSource sa(a, read), sb(b, read_b);
+  const Groups ga = load(sa, options, 0);
+  const Groups gb = load(sb, options, 1);
   CompareResult r = compare_groups(ga, gb, options);
   r.path_a = a.path();
   r.path_b = b.path();
@@ -330,8 +343,8 @@ CompareResult compare_dumps(DumpReader& a, DumpReader& b, const CompareOptions& 
 
 CompareResult compare_dumps(const DumpData& a, const DumpData& b, const CompareOptions& options) {
   analysis_detail::DataSource sa(a), sb(b);
-  const Groups ga = load(sa, options);
-  const Groups gb = load(sb, options);
+  const Groups ga = load(sa, options, 0);
+  const Groups gb = load(sb, options, 1);
   return compare_groups(ga, gb, options);
 }
 

@@ -4,7 +4,7 @@
 #   --core   only what the torch-free core, the CLI and their tests need
 set -euo pipefail
 
-core_pkgs=(build-essential cmake ninja-build pkg-config ccache git zstd zlib1g-dev
+core_pkgs=(build-essential clang libclang-rt-14-dev cmake ninja-build pkg-config ccache git zstd zlib1g-dev
            libfmt-dev nlohmann-json3-dev libzstd-dev libxxhash-dev catch2 libcli11-dev
            libbenchmark-dev chromium)
 torch_pkgs=(libtorch-dev libgloo-dev libopenblas0-pthread dataset-fashion-mnist)

@@ -1,6 +1,7 @@
 // The torch-free part of precprobe: records, dump writer and reader, options, analysis.
 #pragma once
 
+#include "precprobe/analysis.h"
 #include "precprobe/error.h"
 #include "precprobe/options.h"
 #include "precprobe/reader.h"

@@ -1,7 +1,9 @@
 // Analyses over in-memory records: overflow origin, compare alignment and metrics,
 // summary, histories, export. Expected values are computed by hand in the comments.
 #include <catch2/catch.hpp>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
 
 #include "analysis_fixtures.h"
@@ -532,4 +534,77 @@ TEST_CASE("export writes one row per argument, CSV quoted", "[analysis][export]"
   CHECK(j["io"] == "input");
   CHECK(j["scope"] == "model/fc");
   CHECK(j["max"] == 2.0);
+}
+
+// ------------------------------------------------------------------ randomized invariants
+
+namespace {
+
+// Random steps of random ops: values finite or not, each op nested or not.
+DumpData random_dump(std::mt19937& rng, int steps, int ops_per_step) {
+  const char* const names[] = {"aten::mm", "aten::relu", "aten::exp", "aten::add"};
+  std::uniform_real_distribution<double> u(0, 1);
+  DumpData d;
+  for (int step = 0; step < steps; ++step) {
+    std::vector<OpSpec> ops;
+    std::map<std::string, int64_t> calls;
+    for (int i = 0; i < ops_per_step; ++i) {
+      const std::string name = names[rng() % 4];
+      auto value = [&] { return u(rng) < 0.05 ? kInf : u(rng) * 4 - 2; };
+      ops.push_back({name,
+                     i,
+                     {targ({value(), value()})},
+                     {targ({value()})},
+                     calls[name]++,
+                     static_cast<int32_t>(rng() % 2)});
+    }
+    add_step(d, step, static_cast<int>(rng() % 2), ops);
+  }
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("randomized: overflow origin is a candidate and nothing earlier is",
+          "[analysis][overflow]") {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    const DumpData d = random_dump(rng, 4, 12);
+    const OverflowResult r = find_overflow(d);
+    bool any_candidate = false;
+    for (const OpRecord& o : d.ops)
+      any_candidate = any_candidate || (o.outputs_non_finite() && !o.inputs_non_finite());
+    REQUIRE(r.found == any_candidate);
+    if (!r.found) continue;
+    const OpRecord* origin = nullptr;
+    for (const OpRecord& o : d.ops) {
+      if (o.rank == r.origin.rank && o.step == r.origin.step && o.seq == r.origin.seq) origin = &o;
+      // No candidate in an earlier step on any rank.
+      if (o.outputs_non_finite() && !o.inputs_non_finite()) CHECK(o.step >= r.origin.step);
+    }
+    REQUIRE(origin != nullptr);
+    CHECK(origin->outputs_non_finite());
+    CHECK_FALSE(origin->inputs_non_finite());
+  }
+}
+
+TEST_CASE("randomized: a dump equals itself; deleted ops are reported", "[analysis][compare]") {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 100; ++trial) {
+    const DumpData a = random_dump(rng, 3, 15);
+    CompareOptions exact;
+    exact.exact = true;
+    const CompareResult same = compare_dumps(a, a, exact);
+    REQUIRE(same.identical);
+    REQUIRE_FALSE(same.found);
+    REQUIRE(same.ops.size() == a.ops.size());
+    // Delete a few ops from b: exactly those are unmatched (on side a), the rest pair up.
+    DumpData b = a;
+    const size_t removed = 1 + rng() % 3;
+    for (size_t k = 0; k < removed; ++k) b.ops.erase(b.ops.begin() + rng() % b.ops.size());
+    const CompareResult r = compare_dumps(a, b);
+    CHECK(r.unmatched.size() == removed);
+    CHECK(r.ops.size() == a.ops.size() - removed);
+    for (const UnmatchedOp& u : r.unmatched) CHECK(u.side == "a");
+  }
 }

@@ -59,9 +59,12 @@ void Table::add(std::vector<std::string> row, Tone tone) {
 
 namespace {
 
+// "12", "-3.5e-07", ".5", "150%", "nan", "inf": right-aligned. "-" (no value) is not.
 bool numeric(const std::string& s) {
-  return !s.empty() && (std::isdigit(static_cast<unsigned char>(s[0])) || s[0] == '-' ||
-                        s[0] == '+' || s[0] == '.' || s == "nan" || s == "inf");
+  if (s == "nan" || s == "inf" || s == "-inf") return true;
+  size_t i = (!s.empty() && (s[0] == '-' || s[0] == '+')) ? 1 : 0;
+  if (i < s.size() && s[i] == '.') ++i;
+  return i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]));
 }
 
 }  // namespace
@@ -80,6 +83,7 @@ void Table::print(std::ostream& out, const Terminal& term, const std::string& in
       s += right ? pad + row[c] : row[c] + (c + 1 < row.size() ? pad : "");
       if (c + 1 < row.size()) s += "  ";
     }
+    s.erase(s.find_last_not_of(' ') + 1);
     return s;
   };
   out << paint(term, Tone::kBold, line(header_, true)) << '\n';

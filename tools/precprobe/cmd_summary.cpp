@@ -15,27 +15,47 @@ struct SummaryArgs {
   bool json = false;
 };
 
-// Scalars of meta.json, one level deep ("versions.torch: 1.13.1"), config left to --json.
+std::string text_of(const nlohmann::json& v) {
+  return v.is_string() ? v.get<std::string>() : v.dump();
+}
+
+// An array of meta.json as one line: strings as they are, {name, value} as name=value,
+// {name, reason} as "name (reason)" (the seed report's lists).
+std::string array_line(const nlohmann::json& a) {
+  std::string s;
+  for (const nlohmann::json& e : a) {
+    std::string item = text_of(e);
+    if (e.is_object() && e.contains("name")) {
+      item = text_of(e["name"]);
+      if (e.contains("value")) item += "=" + text_of(e["value"]);
+      if (e.contains("reason")) item += " (" + text_of(e["reason"]) + ")";
+    }
+    s += (s.empty() ? "" : ", ") + item;
+  }
+  return s.empty() ? "(none)" : s;
+}
+
+// meta.json one level deep ("versions.torch  1.13.1"); the config is left to --json.
 void print_meta(const std::string& meta_text, const Terminal& term) {
   const nlohmann::json meta = nlohmann::json::parse(meta_text, nullptr, false);
   if (!meta.is_object() || meta.empty()) {
     std::cout << "  meta.json   (none)\n";
     return;
   }
+  auto line = [](const std::string& key, const nlohmann::json& v) {
+    if (v.is_primitive()) std::cout << fmt::format("  {:<22}{}\n", key, text_of(v));
+    if (v.is_array()) std::cout << fmt::format("  {:<22}{}\n", key, array_line(v));
+  };
   for (const auto& [key, value] : meta.items()) {
     if (key == "config" || key == "writer") continue;
-    if (value.is_object()) {
-      for (const auto& [k2, v2] : value.items()) {
-        if (v2.is_primitive())
-          std::cout << fmt::format("  {:<22}{}\n", key + "." + k2,
-                                   v2.is_string() ? v2.get<std::string>() : v2.dump());
-      }
-    } else if (value.is_primitive()) {
-      std::cout << fmt::format("  {:<22}{}\n", key,
-                               value.is_string() ? value.get<std::string>() : value.dump());
+    if (!value.is_object()) {
+      line(key, value);
+      continue;
     }
+    for (const auto& [k2, v2] : value.items()) line(key + "." + k2, v2);
   }
-  if (meta.contains("config")) std::cout << paint(term, Tone::kDim, "  (config: see --json)\n");
+  if (meta.contains("config"))
+    std::cout << paint(term, Tone::kDim, "  (config: see --json)") << '\n';
 }
 
 void print_steps(const SummaryResult& s) {
@@ -45,9 +65,9 @@ void print_steps(const SummaryResult& s) {
     lo = std::min(lo, n);
     hi = std::max(hi, n);
   }
-  std::cout << fmt::format(
-      "steps         {}..{} ({} with op records), {}..{} op records per step\n", *s.step_min,
-      *s.step_max, s.records_per_step.size(), lo, hi);
+  const std::string per_step = lo == hi ? num(lo) : fmt::format("{}..{}", lo, hi);
+  std::cout << fmt::format("steps         {}..{} ({} with op records), {} op records per step\n",
+                           *s.step_min, *s.step_max, s.records_per_step.size(), per_step);
 }
 
 void print_summary(const SummaryResult& s, const Terminal& term) {
@@ -62,7 +82,7 @@ void print_summary(const SummaryResult& s, const Terminal& term) {
   const ScalerSummary& sc = s.scaler;
   if (sc.records > 0) {
     std::cout << fmt::format(
-        "loss scale    final {}, {} skipped steps{}, {} backoffs, {} growths\n",
+        "loss scale    final {}, skipped steps {}{}, backoffs {}, growths {}\n",
         sc.final_scale ? num(*sc.final_scale) : "-", sc.skipped,
         sc.first_skip_step ? fmt::format(" (first at step {})", *sc.first_skip_step) : "",
         sc.backoffs, sc.growths);

@@ -200,7 +200,13 @@ double output_abs_max(const OpRecord& r) {
   if (uninitialized_output(r.op)) return -1;
   double m = -1;
   for (const Arg& a : r.outputs) {
-    if (a.tensor && a.tensor->numel > a.tensor->non_finite()) m = std::max(m, a.tensor->abs_max());
+    // Floating-point tensors only: the range of an index tensor says nothing of precision.
+    const bool floating = a.tensor && (a.tensor->dtype.find("Float") != std::string::npos ||
+                                       a.tensor->dtype.find("Double") != std::string::npos ||
+                                       a.tensor->dtype.find("Half") != std::string::npos);
+    if (floating && a.tensor->numel > a.tensor->non_finite()) {
+      m = std::max(m, a.tensor->abs_max());
+    }
   }
   return m;
 }

@@ -21,6 +21,11 @@ if(PRECPROBE_BUILD_TOOLS)
                    PRECPROBE_BROWSER_OUT=${_dir}
                    PRECPROBE_GOLDEN=${PROJECT_SOURCE_DIR}/tests/data/cli
                    node ${CMAKE_CURRENT_LIST_DIR}/report.test.mjs)
+  # ~30 s in a Release build; the sanitizer builds run the writer and the CLI much slower.
+  set(_timeout 600)
+  if(PRECPROBE_SANITIZE)
+    set(_timeout 1500)
+  endif()
   set_tests_properties(browser.report PROPERTIES FIXTURES_REQUIRED precprobe_browser
-                       TIMEOUT 600 RUN_SERIAL ON)
+                       TIMEOUT ${_timeout} RUN_SERIAL ON)
 endif()

@@ -40,7 +40,9 @@ Loaded load(RecordSource& src, const CompareOptions& opt) {
     return true;
   });
   Loaded out;
-  for (auto& [key, ops] : g) {
+  for (auto& kv : g) {
+    const auto& key = kv.first;
+    auto& ops = kv.second;  // a named reference: clang 14 won't capture structured bindings
     std::vector<size_t> order(ops.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     std::stable_sort(order.begin(), order.end(),
@@ -52,13 +54,6 @@ Loaded load(RecordSource& src, const CompareOptions& opt) {
     out.pos[key] = std::move(order);
   }
   return out;
-}
-
-// Ops whose outputs are uninitialized memory: their values say nothing about a run.
-bool uninitialized_output(const std::string& op) {
-  static const char* const kOps[] = {"aten::empty", "aten::empty_like", "aten::empty_strided",
-                                     "aten::new_empty", "aten::new_empty_strided"};
-  return std::find(std::begin(kOps), std::end(kOps), op) != std::end(kOps);
 }
 
 // One side's arguments against the other's; returns the largest tensor error and sets
@@ -121,7 +116,7 @@ Verdict compare_pair(const OpRecord& a, const OpRecord& b, double rtol) {
   oc.score = std::isinf(oc.output_error) && std::isinf(oc.input_error)
                  ? 0
                  : oc.output_error - oc.input_error;
-  if (uninitialized_output(a.op)) {
+  if (a.outputs_uninitialized()) {
     oc.exact = true;
     oc.warning = false;
     oc.score = 0;

@@ -3,7 +3,8 @@
 # DumpWriter (precprobe_make_dump, and the CLI's golden dumps in tests/data/cli), reports
 # from the real CLI. Missing chromium or node
 # fails the test with a message saying what to install: scripts/install-deps.sh does.
-if(PRECPROBE_BUILD_TOOLS)
+# The sanitizer builds (scripts/test.sh) skip it: the main build already renders the same pages.
+if(PRECPROBE_BUILD_TOOLS AND NOT PRECPROBE_SANITIZE)
   add_executable(precprobe_make_dump ${CMAKE_CURRENT_LIST_DIR}/make_dump.cpp)
   target_link_libraries(precprobe_make_dump PRIVATE precprobe::core)
   precprobe_target(precprobe_make_dump)

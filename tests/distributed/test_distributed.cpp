@@ -20,9 +20,7 @@ struct Run {
   std::string output;
 };
 
-Run launch(int ranks, const std::string& args) {
-  std::string cmd = std::string("bash ") + PRECPROBE_LAUNCH + " " + std::to_string(ranks) +
-                    " --bin " + PRECPROBE_DDP_BIN + " " + args + " 2>&1";
+Run run_command(const std::string& cmd) {
   Run r;
   FILE* p = popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
@@ -32,6 +30,11 @@ Run launch(int ranks, const std::string& args) {
   int st = pclose(p);
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   return r;
+}
+
+Run launch(int ranks, const std::string& args) {
+  return run_command(std::string("bash ") + PRECPROBE_LAUNCH + " " + std::to_string(ranks) +
+                     " --bin " + PRECPROBE_DDP_BIN + " " + args + " 2>&1");
 }
 
 std::string fresh_dir(const std::string& name) {
@@ -81,6 +84,19 @@ void check_run_with_planted_inf(int ranks) {
   }
   CHECK(named_on_rank1);
   CHECK(run.output.find("replicas consistent") != std::string::npos);
+
+  // Two ranks of one run, op by op: a rank equals itself bitwise; ranks 0 and 1 see
+  // different shards, so the first difference is the op that slices the batch.
+  const std::string cli = std::string(PRECPROBE_CLI) + " compare " + dump + " --exact --json";
+  auto same = run_command(cli + " --ranks 1 1");
+  INFO(same.output);
+  CHECK(same.status == 0);
+  CHECK(same.output.find("\"identical\": true") != std::string::npos);
+  auto other = run_command(cli + " --ranks 0 1");
+  INFO(other.output);
+  CHECK(other.status == 1);
+  CHECK(other.output.find("\"identical\": false") != std::string::npos);
+  CHECK(other.output.find("\"op\": \"aten::slice\"") != std::string::npos);
 }
 
 }  // namespace

@@ -359,13 +359,6 @@ bool Cursor::number_slow(double& v) noexcept {
   return true;
 }
 
-bool Cursor::number_float32(double& v) noexcept {
-  if (!number(v)) return false;
-  auto f = static_cast<float>(v);
-  if (std::isfinite(f)) v = static_cast<double>(f);
-  return true;
-}
-
 bool Cursor::boolean(bool& v) noexcept {
   skip_ws();
   if (end_ - p_ >= 4 && std::memcmp(p_, "true", 4) == 0) {

@@ -180,7 +180,7 @@ class Cursor {
   bool uint32(uint32_t& v) noexcept;
   /// A number, or one of the strings "nan", "inf", "-inf".
   inline bool number(double& v) noexcept;
-  /// Like number(), then rounded to float32 when that is finite (see append_float32).
+  /// Like number(), then rounded to float32 when that is finite (see TextOut::float32).
   bool number_float32(double& v) noexcept {
     if (!number(v)) return false;
     auto f = static_cast<float>(v);

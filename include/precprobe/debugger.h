@@ -43,6 +43,7 @@ struct DebuggerCounters {
   uint64_t ops_recorded = 0;    ///< op records submitted to the writer
   uint64_t tensors_summarised = 0;  ///< statistics computed (cache misses)
   uint64_t tensors_cached = 0;      ///< statistics reused from an earlier op this step
+  uint64_t bytes_summarised = 0;    ///< tensor bytes read to compute the statistics
   uint64_t errors = 0;          ///< problems reported while observing
   WriterCounters writer;        ///< of this rank's writer
 };
@@ -69,6 +70,11 @@ class PrecisionDebugger {
   template <typename ModuleHolderT>
   void start(const ModuleHolderT& holder) {
     start(std::static_pointer_cast<torch::nn::Module>(holder.ptr()));
+  }
+  /// As start(model), for a shared_ptr to a module type (e.g. `net.ptr()`).
+  template <typename ModuleT>
+  void start(const std::shared_ptr<ModuleT>& model) {
+    start(std::static_pointer_cast<torch::nn::Module>(model));
   }
 
   /// Stops observing; flushes. Idempotent.

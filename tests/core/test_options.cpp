@@ -5,6 +5,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
@@ -192,6 +193,8 @@ TEST_CASE("every key rejects wrong types and values, naming the key and what is 
       {R"({"statistics": {"tensor_list": ["addmm"]}})",
        {"'statistics.tensor_list'", "\"task\": \"tensor\"", "[] only"}},
       {R"({"statistics": {"tensor_list": 3}})", {"'statistics.tensor_list'", "list"}},
+      {R"({"task": "tensor", "tensor": {"list": ["a"], "tensor_list": ["a"]}})",
+       {"'tensor.tensor_list'", "not supported by precprobe", "\"list\""}},
       {R"({"task": "overflow_check", "overflow_check": {"overflow_nums": 0}})",
        {"'overflow_check.overflow_nums'", "-1 (unlimited) or an integer >= 1", "integer 0"}},
       {R"({"task": "overflow_check", "overflow_check": {"overflow_nums": -2}})",
@@ -199,7 +202,7 @@ TEST_CASE("every key rejects wrong types and values, naming the key and what is 
       {R"({"task": "overflow_check", "overflow_check": {"overflow_nums": "1"}})",
        {"'overflow_check.overflow_nums'", "found string"}},
       {R"({"task": "tensor", "tensor": {"list": ["addmm"], "file_format": "npy"}})",
-       {"'tensor.file_format'", "not supported by precprobe", ".npy"}},
+       {"'tensor.file_format'", "not supported by precprobe", ".npy.zst"}},
       // validate(): the tensor task never dumps every op by default
       {R"({"task": "tensor"})",
        {"task 'tensor' saves full tensors only for ops named in "
@@ -231,6 +234,23 @@ TEST_CASE("unknown keys get a suggestion and the list of valid keys", "[options]
   CHECK_THAT(parse_error(R"({"Task": "tensor"})"), Catch::Contains("did you mean 'task'?"));
   CHECK_THAT(parse_error(R"({"zstd_lveel": 3})"), Catch::Contains("did you mean 'zstd_level'?"));
   CHECK_THAT(parse_error(R"({"statistic": {}})"), Catch::Contains("did you mean 'statistics'?"));
+
+  // Enum values get suggestions too.
+  CHECK_THAT(parse_error(R"({"task": "statistic"})"),
+             Catch::Contains("did you mean \"statistics\"?"));
+  CHECK_THAT(parse_error(R"({"overflow_policy": "Drop"})"),
+             Catch::Contains("did you mean \"drop\"?"));
+
+  // A key written twice is an error, not a silent "last one wins".
+  m = parse_error(R"({"step": [1], "level": "L2", "step": [2]})");
+  CHECK_THAT(m, Catch::Contains("config key 'step': written twice"));
+  m = parse_error(R"({"statistics": {"list": ["a"], "scope": [], "list": ["b"]}})");
+  CHECK_THAT(m, Catch::Contains("config key 'statistics.list': written twice"));
+  m = parse_error(R"({"grad_probe": {"bounds": [{"x": 1}, {"y": 2, "y": 3}]}})");
+  CHECK_THAT(m, Catch::Contains("config key 'grad_probe.bounds.y': written twice"));
+  // The same key in different objects is fine.
+  CHECK_NOTHROW(DebuggerOptions::from_json(
+      R"({"statistics": {"list": ["a"]}, "tensor": {"list": ["b"], "x": {"list": 1}}})"));
 
   // Nothing close: no suggestion, still the list.
   m = parse_error(R"({"verbosity": 3})");
@@ -545,6 +565,10 @@ TEST_CASE("invalid JSON and unreadable files are reported with the file and posi
   std::string m = parse_error("{\"task\": }");
   CHECK_THAT(m, Catch::Contains("not valid JSON"));
   CHECK_THAT(m, Catch::Contains("line 1, column 10"));
+  // nlohmann reports this one as out_of_range, not parse_error (found by fuzz_options).
+  m = parse_error(R"({"seed": 1e999})");
+  CHECK_THAT(m, Catch::Contains("not valid JSON"));
+  CHECK_THAT(m, Catch::Contains("number overflow parsing '1e999'"));
 
   const std::string bad =
       write_file("bad.json", "{\n  \"task\": \"tensor\",\n  \"rank\": [1,,]\n}\n");
@@ -636,6 +660,10 @@ TEST_CASE("NameMatcher rejects bad regex entries, naming them", "[namematcher]")
   CHECK_THAT(m, Catch::Contains("bad regular expression"));
   m = error_of([] { NameMatcher({"name-regex()"}); });
   CHECK_THAT(m, Catch::Contains("non-empty"));
+  m = error_of([] { NameMatcher({"name-regex(" + std::string(1025, 'a') + ")"}); });
+  CHECK_THAT(m, Catch::Contains("1025 characters; allowed: at most 1024"));
+  CHECK(
+      NameMatcher({"name-regex(" + std::string(1024, 'a') + ")"}).matches(std::string(1024, 'a')));
   m = error_of([] { NameMatcher({""}); });
   CHECK_THAT(m, Catch::Contains("empty string"));
 }
@@ -709,4 +737,32 @@ TEST_CASE("the complete example of docs/config.md is accepted", "[options][docs]
   CHECK(m.matches("aten::addmm.0.forward"));
   CHECK(m.matches("aten::gelu.3.forward"));
   CHECK_FALSE(m.matches("aten::mm.0.forward"));
+}
+
+TEST_CASE("IntSet merges at the int64 limits without overflow", "[intset]") {
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  IntSet s;
+  s.add(kMax, kMax);
+  s.add(kMin, kMin);
+  s.add(kMin + 1, kMin + 1);  // touches kMin: merged
+  s.add(kMax - 1, kMax - 1);  // touches kMax: merged
+  CHECK(s.ranges() == std::vector<std::pair<int64_t, int64_t>>{{kMin, kMin + 1}, {kMax - 1, kMax}});
+  CHECK(s.contains(kMax));
+  CHECK(s.contains(kMin));
+  CHECK_FALSE(s.contains(0));
+  CHECK(s.max() == std::optional<int64_t>(kMax));
+  s.add(kMin, kMax);
+  CHECK(s.ranges().size() == 1);
+}
+
+TEST_CASE("a long step list parses into merged ranges", "[intset][options]") {
+  // 200000 entries, every other number descending, then the odd ones: all merge into one.
+  nlohmann::json steps = nlohmann::json::array();
+  for (int64_t v = 199998; v >= 0; v -= 2) steps.push_back(v);
+  for (int64_t v = 1; v < 200000; v += 2) steps.push_back(v);
+  nlohmann::json config = {{"step", steps}};
+  const DebuggerOptions o = DebuggerOptions::from_json(config.dump());
+  CHECK(o.step.ranges() == std::vector<std::pair<int64_t, int64_t>>{{0, 199999}});
+  CHECK(o.step.to_json() == R"(["0-199999"])");
 }

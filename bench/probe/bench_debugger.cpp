@@ -1,0 +1,248 @@
+// The PrecisionDebugger's cost on the reference model: a residual MLP (input 256 ->
+// Linear(256, h) -> 4 x [Linear(h, h) -> LayerNorm -> GELU -> Dropout(0.1), residual add]
+// -> Linear(h, 10)), cross-entropy, AdamW, batch 128, one intra-op thread.
+//
+// Prints, per hidden size, the median step time of each variant and its ratio to the run
+// without a debugger; variants are interleaved in rounds so that drift of a shared machine
+// hits them alike. Also prints the floor (bytes the statistics read per step / memcpy
+// bandwidth), the fixed cost per record, and the compressed bytes per tensor on disk.
+//
+//     bench_debugger [--h 256,1024] [--steps 30] [--rounds 5] [--warmup 5]
+#include <dlfcn.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "precprobe/debugger.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BlockImpl : torch::nn::Module {
+  explicit BlockImpl(int64_t h)
+      : fc(register_module("fc", torch::nn::Linear(h, h))),
+        ln(register_module("ln", torch::nn::LayerNorm(torch::nn::LayerNormOptions({h})))),
+        drop(register_module("drop", torch::nn::Dropout(0.1))) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    return x + drop->forward(torch::gelu(ln->forward(fc->forward(x))));
+  }
+  torch::nn::Linear fc;
+  torch::nn::LayerNorm ln;
+  torch::nn::Dropout drop;
+};
+TORCH_MODULE(Block);
+
+struct MlpImpl : torch::nn::Module {
+  explicit MlpImpl(int64_t h) : in(register_module("in", torch::nn::Linear(256, h))) {
+    for (int i = 0; i < 4; ++i)
+      blocks.push_back(register_module("block" + std::to_string(i), Block(h)));
+    out = register_module("out", torch::nn::Linear(h, 10));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    x = in->forward(x);
+    for (auto& b : blocks) x = b->forward(x);
+    return out->forward(x);
+  }
+  torch::nn::Linear in{nullptr}, out{nullptr};
+  std::vector<Block> blocks;
+};
+TORCH_MODULE(Mlp);
+
+struct Trainer {
+  explicit Trainer(int64_t h)
+      : model(h),
+        opt(model->parameters(), torch::optim::AdamWOptions(1e-3)),
+        x(torch::randn({128, 256})),
+        y(torch::randint(0, 10, {128})) {}
+  void step() {
+    opt.zero_grad();
+    auto loss = torch::nn::functional::cross_entropy(model->forward(x), y);
+    loss.backward();
+    opt.step();
+  }
+  Mlp model;
+  torch::optim::AdamW opt;
+  torch::Tensor x, y;
+};
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// memcpy bandwidth in bytes read per second (a 256 MiB copy, best of 5).
+double memcpy_read_bandwidth() {
+  const size_t n = size_t{256} << 20;
+  std::vector<char> a(n, 1), b(n, 2);
+  double best = 1e30;
+  for (int i = 0; i < 5; ++i) {
+    auto t0 = Clock::now();
+    std::memcpy(b.data(), a.data(), n);
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  if (b[n / 2] != 1) std::puts("");
+  return static_cast<double>(n) / best;
+}
+
+struct Variant {
+  std::string name;
+  bool construct = false, start = false;
+  precprobe::Level level = precprobe::Level::kL1;
+  bool async = true;
+};
+
+struct RunResult {
+  std::vector<double> step_ms;
+  precprobe::DebuggerCounters counters;
+  int64_t steps = 0;
+};
+
+void run_variant(Trainer& tr, const Variant& v, int steps, int warmup, const std::string& dump,
+                 RunResult& res) {
+  std::unique_ptr<precprobe::PrecisionDebugger> dbg;
+  if (v.construct) {
+    precprobe::DebuggerOptions o;
+    o.dump_path = dump;
+    o.overwrite = true;
+    o.level = v.level;
+    o.async_stats = v.async;
+    o.keep_dropout = true;   // the same arithmetic in every variant
+    o.grad_monitor = false;  // ops only: the monitor is measured on its own
+    dbg = std::make_unique<precprobe::PrecisionDebugger>(o);
+    if (v.start) dbg->start(tr.model.ptr());
+  }
+  for (int i = 0; i < warmup + steps; ++i) {
+    auto t0 = Clock::now();
+    tr.step();
+    if (dbg) dbg->step();
+    double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (i >= warmup) res.step_ms.push_back(ms);
+  }
+  if (dbg) {
+    dbg->stop();
+    auto c = dbg->counters();
+    res.counters.ops_seen += c.ops_seen;
+    res.counters.ops_recorded += c.ops_recorded;
+    res.counters.tensors_summarised += c.tensors_summarised;
+    res.counters.tensors_cached += c.tensors_cached;
+    res.counters.bytes_summarised += c.bytes_summarised;
+    res.counters.errors += c.errors;
+    res.counters.writer.bytes_compressed += c.writer.bytes_compressed;
+    res.counters.writer.bytes_uncompressed += c.writer.bytes_uncompressed;
+    res.counters.writer.records_written += c.writer.records_written;
+    res.steps += warmup + steps;
+  }
+}
+
+// µs per recorded op: many tiny ops with and without a started debugger.
+void fixed_cost(const std::string& dump) {
+  auto a = torch::randn({4}), b = torch::randn({4});
+  const int n = 20000;
+  auto time = [&] {
+    auto t0 = Clock::now();
+    for (int i = 0; i < n; ++i) auto c = at::add(a, b);
+    return std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / n;
+  };
+  for (bool async : {true, false}) {
+    std::vector<double> base, with;
+    for (int r = 0; r < 5; ++r) {
+      base.push_back(time());
+      precprobe::DebuggerOptions o;
+      o.dump_path = dump;
+      o.overwrite = true;
+      o.async_stats = async;
+      precprobe::PrecisionDebugger dbg(o);
+      dbg.start();
+      with.push_back(time());
+      dbg.stop();
+    }
+    std::printf("fixed cost per record (aten::add of 4 floats, %s): %.2f us (op alone %.2f us)\n",
+                async ? "async" : "sync", median(with) - median(base), median(base));
+  }
+}
+
+void set_blas_threads_to_one() {
+  using Fn = void (*)(int);
+  if (auto f = reinterpret_cast<Fn>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(1);
+}
+
+std::vector<int64_t> parse_list(const char* s) {
+  std::vector<int64_t> v;
+  for (const char* p = s; *p;) {
+    v.push_back(std::strtoll(p, const_cast<char**>(&p), 10));
+    if (*p == ',') ++p;
+  }
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int64_t> sizes{256, 1024};
+  int steps = 30, rounds = 5, warmup = 5;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string k = argv[i];
+    if (k == "--h") sizes = parse_list(argv[i + 1]);
+    if (k == "--steps") steps = std::atoi(argv[i + 1]);
+    if (k == "--rounds") rounds = std::atoi(argv[i + 1]);
+    if (k == "--warmup") warmup = std::atoi(argv[i + 1]);
+  }
+  at::set_num_threads(1);
+  set_blas_threads_to_one();
+  torch::manual_seed(0);
+  const std::string dump =
+      (std::filesystem::temp_directory_path() / ("precprobe_bench_" + std::to_string(::getpid())))
+          .string();
+  const double bw = memcpy_read_bandwidth();
+  std::printf("memcpy bandwidth: %.1f GB/s read\n", bw / 1e9);
+
+  const std::vector<Variant> variants{
+      {"no debugger", false, false},
+      {"constructed, not started", true, false},
+      {"L1 statistics (async)", true, true, precprobe::Level::kL1, true},
+      {"L1 statistics (sync)", true, true, precprobe::Level::kL1, false},
+      {"L2 statistics (async)", true, true, precprobe::Level::kL2, true},
+  };
+  for (int64_t h : sizes) {
+    Trainer tr(h);
+    for (int i = 0; i < 3; ++i) tr.step();
+    std::map<std::string, RunResult> res;
+    for (int r = 0; r < rounds; ++r)
+      for (const auto& v : variants) run_variant(tr, v, steps, warmup, dump, res[v.name]);
+    const double base = median(res["no debugger"].step_ms);
+    std::printf("\nh=%ld  (%d rounds x %d timed steps, median step time)\n", static_cast<long>(h),
+                rounds, steps);
+    for (const auto& v : variants) {
+      const RunResult& x = res[v.name];
+      const double m = median(x.step_ms);
+      std::printf("  %-26s %8.2f ms  %5.3fx", v.name.c_str(), m, m / base);
+      if (x.steps > 0) {
+        const double per_step = static_cast<double>(x.counters.ops_recorded) / x.steps;
+        const uint64_t tensors = x.counters.tensors_summarised + x.counters.tensors_cached;
+        std::printf("  %5.0f records/step, cache hits %4.1f%%, %5.1f B/tensor on disk",
+                    per_step, 100.0 * x.counters.tensors_cached / std::max<uint64_t>(1, tensors),
+                    static_cast<double>(x.counters.writer.bytes_compressed) /
+                        std::max<uint64_t>(1, tensors));
+        if (x.counters.errors) std::printf("  ERRORS %lu", (unsigned long)x.counters.errors);
+        const double bytes = static_cast<double>(x.counters.bytes_summarised) / x.steps;
+        std::printf("\n  %-26s stats read %.1f MB/step; floor if done inline %.2f ms (%.3fx)", "",
+                    bytes / 1e6, 1e3 * bytes / bw, 1.0 + 1e3 * bytes / bw / base);
+      }
+      std::printf("\n");
+    }
+  }
+  fixed_cost(dump);
+  std::filesystem::remove_all(dump);
+  return 0;
+}

@@ -1,0 +1,143 @@
+// The global RecordFunction callbacks and the op-schema registry. Nesting depth and the
+// autograd node stack are tracked here for every event, whether or not an Observer wants
+// it, so start and end always pair up on each thread.
+#include <ATen/core/function_schema.h>
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "observer.h"
+#include "observer_internal.h"
+#include "precprobe/error.h"
+#include "torch_compat.h"
+
+namespace precprobe {
+namespace detail {
+namespace {
+
+std::atomic<Observer*> g_observer{nullptr};
+std::atomic<int> g_inside{0};  // threads inside an Observer call
+
+// Process-wide: schema facts never change. Keyed by the schema's name pointer, which is
+// stable for a dispatcher op (it points into the registered FunctionSchema).
+std::mutex g_registry_mu;
+std::unordered_map<const char*, std::unique_ptr<OpInfo>>& registry() {
+  static auto* r = new std::unordered_map<const char*, std::unique_ptr<OpInfo>>();
+  return *r;
+}
+
+bool writes(const c10::AliasInfo* a) {
+  if (a == nullptr) return false;
+  if (a->isWrite()) return true;
+  for (const auto& c : a->containedTypes())
+    if (writes(&c)) return true;
+  return false;
+}
+
+std::unique_ptr<OpInfo> make_info(const at::RecordFunction& fn) {
+  auto schema = op_schema(fn);
+  if (!schema) return nullptr;
+  auto info = std::make_unique<OpInfo>();
+  info->name = schema->name();
+  info->overload = schema->overload_name();
+  const auto& args = schema->arguments();
+  for (size_t i = 0; i < args.size(); ++i)
+    if (writes(args[i].alias_info())) info->write_args.push_back(i);
+  return info;
+}
+
+// Counts the calling thread in while it uses the Observer, so that uninstall can wait.
+struct Inside {
+  Inside() { g_inside.fetch_add(1, std::memory_order_acq_rel); }
+  ~Inside() { g_inside.fetch_sub(1, std::memory_order_acq_rel); }
+};
+
+struct OpContext;
+
+std::unique_ptr<at::ObserverContext> start_cb(const at::RecordFunction& fn) {
+  ThreadState& ts = thread_state();
+  if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION) {
+    ts.nodes.push_back(NodeFrame{fn.name(), fn.seqNr(), ts.depth});
+    ts.depth = 0;
+    Inside in;
+    Observer* o = g_observer.load(std::memory_order_acquire);
+    return o ? o->on_node_start(fn) : nullptr;
+  }
+  const OpInfo* info = lookup_op(fn);
+  if (info == nullptr) return nullptr;  // engine markers and the like are transparent
+  const int32_t depth = ts.depth++;
+  Inside in;
+  Observer* o = g_observer.load(std::memory_order_acquire);
+  return o ? o->on_op_start(fn, *info, depth) : nullptr;
+}
+
+void end_cb(const at::RecordFunction& fn, at::ObserverContext* ctx) {
+  ThreadState& ts = thread_state();
+  if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION) {
+    if (!ts.nodes.empty()) {
+      ts.depth = ts.nodes.back().saved_depth;
+      ts.nodes.pop_back();
+    }
+  } else if (lookup_op(fn) != nullptr) {
+    --ts.depth;
+  }
+  if (ctx == nullptr) return;
+  Inside in;
+  Observer* o = g_observer.load(std::memory_order_acquire);
+  if (o != nullptr) {
+    o->on_end(fn, ctx);
+  } else {
+    Observer::abandon(ctx);  // detached meanwhile: the record goes out without outputs
+  }
+}
+
+}  // namespace
+
+const OpInfo* lookup_op(const at::RecordFunction& fn) {
+  thread_local std::unordered_map<const char*, const OpInfo*> cache;
+  const char* key = fn.name();
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  if (!op_overload_name(fn, nullptr)) return nullptr;  // not a dispatcher op: key unstable
+  std::lock_guard<std::mutex> lk(g_registry_mu);
+  auto& reg = registry();
+  auto r = reg.find(key);
+  if (r == reg.end()) {
+    auto info = make_info(fn);
+    if (!info) return nullptr;
+    r = reg.emplace(key, std::move(info)).first;
+  }
+  cache.emplace(key, r->second.get());
+  return r->second.get();
+}
+
+ThreadState& thread_state() noexcept {
+  thread_local ThreadState ts;
+  return ts;
+}
+
+uint64_t install_callbacks(Observer* o) {
+  Observer* expected = nullptr;
+  if (!g_observer.compare_exchange_strong(expected, o))
+    throw Error("precprobe: another PrecisionDebugger is already started in this process");
+  auto cb = at::RecordFunctionCallback(&start_cb, &end_cb)
+                .needsInputs(true)
+                .needsOutputs(true)
+                .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION});
+  return at::addGlobalCallback(std::move(cb));
+}
+
+void uninstall_callbacks(uint64_t handle) noexcept {
+  try {
+    at::removeCallback(handle);
+  } catch (...) {
+    report_error("precprobe: removing the op callback failed");
+  }
+  g_observer.store(nullptr, std::memory_order_release);
+  while (g_inside.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+}
+
+}  // namespace detail
+}  // namespace precprobe

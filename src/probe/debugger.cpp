@@ -1,0 +1,336 @@
+// PrecisionDebugger: configuration, the start/step/stop life cycle, meta.json. The op
+// observation itself is in observer.cpp, the statistics pipeline in stats_engine.cpp.
+#include "precprobe/debugger.h"
+
+#include <torch/nn/module.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
+#include <nlohmann/json.hpp>
+
+#include "observer.h"
+#include "precprobe/error.h"
+#include "precprobe/version.h"
+#include "torch_compat.h"
+#if __has_include("precprobe/dropout.h")
+#include "precprobe/dropout.h"
+#define PRECPROBE_HAVE_DROPOUT 1
+#endif
+#if __has_include("precprobe/seed.h")
+#include "precprobe/seed.h"
+#define PRECPROBE_HAVE_SEED 1
+#endif
+
+namespace precprobe {
+namespace {
+
+std::atomic<PrecisionDebugger*> g_current{nullptr};
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  if (*end != '\0' || x < 0 || x > (1 << 24))
+    throw Error(std::string("precprobe: environment variable ") + name + "=\"" + v +
+                "\" is not a non-negative integer");
+  return static_cast<int>(x);
+}
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string host_name() {
+  char buf[256] = {0};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "";
+  return buf;
+}
+
+const char* task_name(Task t) {
+  switch (t) {
+    case Task::kStatistics: return "statistics";
+    case Task::kTensor: return "tensor";
+    case Task::kOverflowCheck: return "overflow_check";
+  }
+  return "?";
+}
+
+nlohmann::json parse_or_string(const std::string& text) {
+  auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  return j.is_discarded() ? nlohmann::json(text) : j;
+}
+
+}  // namespace
+
+struct PrecisionDebugger::Impl {
+  DebuggerOptions options;
+  int rank = 0;
+  int world_size = 1;
+  bool rank_selected = true;
+  std::string rank_dir;
+
+  std::unique_ptr<DumpWriter> writer;
+  std::unique_ptr<detail::Observer> observer;
+  std::shared_ptr<torch::nn::Module> model;
+#ifdef PRECPROBE_HAVE_DROPOUT
+  std::unique_ptr<DropoutGuard> no_dropout;
+#endif
+  bool started = false;
+  bool ever_started = false;
+  int64_t step = 0;
+  int64_t observer_step = -1;  // the step the observer's naming state belongs to
+  std::string start_time;
+  std::string seed_report;  // JSON, when seeded
+
+  bool step_selected() const {
+    return options.step.contains(step) && !(observer && observer->overflow_done());
+  }
+  void sync_attachment();
+  std::string meta_json(bool final_meta) const;
+  DebuggerCounters counters() const;
+};
+
+void PrecisionDebugger::Impl::sync_attachment() {
+  if (!observer) return;
+  const bool want = started && step_selected();
+  if (want && !observer->attached()) {
+    observer->attach();
+  } else if (!want && observer->attached()) {
+    observer->detach();
+    // Unobserved ops may now change tensors in place: finish what still reads them.
+    observer->drain();
+  }
+}
+
+DebuggerCounters PrecisionDebugger::Impl::counters() const {
+  DebuggerCounters c;
+  if (observer) {
+    auto o = observer->counters();
+    c.ops_seen = o.ops_seen;
+    c.ops_recorded = o.ops_recorded;
+    c.tensors_summarised = o.engine.summarised;
+    c.tensors_cached = o.engine.cached;
+    c.bytes_summarised = o.engine.bytes;
+    c.errors = o.errors + o.engine.save_errors;
+  }
+  if (writer) c.writer = writer->counters();
+  return c;
+}
+
+std::string PrecisionDebugger::Impl::meta_json(bool final_meta) const {
+  nlohmann::json m;
+  m["format_version"] = kDumpFormatVersion;
+  m["precprobe_version"] = PRECPROBE_VERSION_STRING;
+  m["torch_version"] = TORCH_VERSION;
+  m["rank"] = rank;
+  m["world_size"] = world_size;
+  m["task"] = task_name(options.task);
+  m["level"] = options.level == Level::kL1 ? "L1" : "L2";
+  m["config"] = parse_or_string(options.to_json());
+  if (!seed_report.empty()) m["seed_report"] = parse_or_string(seed_report);
+  m["host"] = host_name();
+  m["pid"] = static_cast<int64_t>(::getpid());
+  m["device"] = "cpu";
+  m["start_time"] = start_time;
+  m["state"] = final_meta ? "stopped" : "running";
+  m["step"] = step;
+  if (final_meta) {
+    m["stop_time"] = utc_now();
+    const DebuggerCounters c = counters();
+    nlohmann::json k;
+    k["ops_seen"] = c.ops_seen;
+    k["ops_recorded"] = c.ops_recorded;
+    k["tensors_summarised"] = c.tensors_summarised;
+    k["tensors_cached"] = c.tensors_cached;
+    k["bytes_summarised"] = c.bytes_summarised;
+    k["errors"] = c.errors;
+    if (observer) {
+      auto o = observer->counters();
+      k["overflows"] = o.overflows;
+      k["tensors_skipped"] = o.tensors_skipped;
+      k["tensors_saved"] = o.engine.saved;
+      k["stats_inline"] = o.engine.inline_computed;
+      k["stats_worker"] = o.engine.worker_computed;
+      k["claimed_for_write"] = o.engine.claimed_for_write;
+      k["waited_for_write"] = o.engine.waited_for_write;
+      k["backpressure"] = o.engine.backpressure;
+      k["stale"] = o.engine.stale;
+    }
+    m["counters"] = k;
+    nlohmann::json w;
+    w["records_written"] = c.writer.records_written;
+    w["records_dropped"] = c.writer.records_dropped;
+    w["bytes_uncompressed"] = c.writer.bytes_uncompressed;
+    w["bytes_compressed"] = c.writer.bytes_compressed;
+    w["frames"] = c.writer.frames;
+    w["failed"] = c.writer.failed;
+    m["writer"] = w;
+    m["dropped"] = c.writer.records_dropped;
+  }
+  return m.dump(2);
+}
+
+PrecisionDebugger::PrecisionDebugger(DebuggerOptions options) : impl_(std::make_unique<Impl>()) {
+  impl_->options = DebuggerOptions::from_env_or(options);
+  impl_->options.validate();
+  NameMatcher check(impl_->options.list);  // a bad "name-regex(...)" throws here, not later
+  impl_->rank = env_int("RANK", 0);
+  impl_->world_size = env_int("WORLD_SIZE", 1);
+  impl_->rank_selected = impl_->options.rank.contains(impl_->rank);
+  impl_->rank_dir = impl_->options.dump_path + "/rank" + std::to_string(impl_->rank);
+}
+
+PrecisionDebugger::PrecisionDebugger(const std::string& config_path)
+    : PrecisionDebugger([&config_path] {
+        const char* env = std::getenv("PRECPROBE_CONFIG");
+        return DebuggerOptions::from_json_file(env && *env ? std::string(env) : config_path);
+      }()) {}
+
+PrecisionDebugger::~PrecisionDebugger() {
+  stop();
+  impl_->observer.reset();  // joins the statistics worker
+  if (impl_->writer) impl_->writer->close();
+}
+
+void PrecisionDebugger::start() { start(std::shared_ptr<torch::nn::Module>()); }
+
+void PrecisionDebugger::start(const std::shared_ptr<torch::nn::Module>& model) {
+  Impl& d = *impl_;
+  if (d.started) return;
+  PrecisionDebugger* expected = nullptr;
+  if (!g_current.compare_exchange_strong(expected, this))
+    throw Error("precprobe: another PrecisionDebugger is already started in this process");
+  try {
+    if (!d.ever_started) {
+      d.start_time = utc_now();
+#ifdef PRECPROBE_HAVE_SEED
+      if (d.options.seed) d.seed_report = seed_all(*d.options.seed, d.options.is_deterministic).to_json();
+#endif
+      if (d.rank_selected) {
+        WriterOptions w;
+        w.dir = d.rank_dir;
+        w.overwrite = d.options.overwrite;
+        w.queue_capacity = d.options.queue_capacity;
+        w.policy = d.options.overflow_policy;
+        w.flush_every_records = d.options.flush_every_records;
+        w.flush_interval_ms = d.options.flush_interval_ms;
+        w.zstd_level = d.options.zstd_level;
+        w.fsync = d.options.fsync;
+        d.writer = std::make_unique<DumpWriter>(std::move(w));
+        d.observer = std::make_unique<detail::Observer>(d.options, d.writer.get(), d.rank_dir);
+      }
+      d.ever_started = true;
+    }
+    d.model = model;
+    if (d.observer) {
+      std::vector<std::pair<std::string, at::Tensor>> named;
+      if (model)
+        for (const auto& p : model->named_parameters(/*recurse=*/true))
+          named.emplace_back(p.key(), p.value());
+      d.observer->set_parameters(named);
+      if (d.observer_step != d.step) {
+        d.observer->begin_step(d.step);
+        d.observer_step = d.step;
+      }
+    }
+#ifdef PRECPROBE_HAVE_DROPOUT
+    if (!d.options.keep_dropout) d.no_dropout = std::make_unique<DropoutGuard>();
+#endif
+    d.started = true;
+    d.sync_attachment();
+    if (d.writer) d.writer->write_meta(d.meta_json(false));
+  } catch (...) {
+    d.started = false;
+    if (d.observer) d.observer->detach();
+#ifdef PRECPROBE_HAVE_DROPOUT
+    d.no_dropout.reset();
+#endif
+    g_current.store(nullptr);
+    throw;
+  }
+}
+
+void PrecisionDebugger::stop() noexcept {
+  Impl& d = *impl_;
+  if (!d.started) return;
+  try {
+    d.started = false;
+    d.sync_attachment();
+    if (d.observer) d.observer->drain();
+    if (d.writer) {
+      d.writer->flush(/*wait=*/true);
+      d.writer->write_meta(d.meta_json(true));
+    }
+  } catch (const std::exception& e) {
+    report_error(std::string("precprobe: stopping the debugger: ") + e.what());
+  } catch (...) {
+    report_error("precprobe: stopping the debugger failed");
+  }
+#ifdef PRECPROBE_HAVE_DROPOUT
+  d.no_dropout.reset();
+#endif
+  d.model.reset();
+  PrecisionDebugger* self = this;
+  g_current.compare_exchange_strong(self, nullptr);
+}
+
+void PrecisionDebugger::step() {
+  Impl& d = *impl_;
+  if (d.started && d.observer) {
+    // TODO(grad_monitor): observe gradients here once GradMonitor lands.
+    if (d.observer->attached()) d.observer->end_step();
+  }
+  ++d.step;
+  if (d.started && d.observer) {
+    d.observer->begin_step(d.step);
+    d.observer_step = d.step;
+    d.sync_attachment();
+  }
+}
+
+int64_t PrecisionDebugger::current_step() const noexcept { return impl_->step; }
+bool PrecisionDebugger::started() const noexcept { return impl_->started; }
+int PrecisionDebugger::rank() const noexcept { return impl_->rank; }
+
+void PrecisionDebugger::log_scalar(const std::string& name, double value) noexcept {
+  try {
+    if (!impl_->writer) return;
+    ScalarRecord r;
+    r.step = impl_->step;
+    r.name = name;
+    r.value = value;
+    impl_->writer->submit(std::move(r));
+  } catch (...) {
+    report_error("precprobe: log_scalar failed");
+  }
+}
+
+std::string PrecisionDebugger::parameter_name(const at::Tensor& t) const {
+  if (impl_->observer) {
+    const std::string* n = impl_->observer->parameter_name(t);
+    return n ? *n : std::string();
+  }
+  return std::string();
+}
+
+DumpWriter* PrecisionDebugger::writer() noexcept { return impl_->writer.get(); }
+DebuggerCounters PrecisionDebugger::counters() const noexcept {
+  try {
+    return impl_->counters();
+  } catch (...) {
+    return {};
+  }
+}
+const DebuggerOptions& PrecisionDebugger::options() const noexcept { return impl_->options; }
+PrecisionDebugger* PrecisionDebugger::current() noexcept { return g_current.load(); }
+
+}  // namespace precprobe

@@ -1,0 +1,424 @@
+// Observer: see observer.h. The callbacks never throw: every body is wrapped, failures
+// are reported and counted, and a record that was already queued is still ended.
+#include "observer.h"
+
+#include <ATen/core/grad_mode.h>
+
+#include "observer_internal.h"
+#include "precprobe/debugger.h"
+#include "precprobe/error.h"
+
+namespace precprobe {
+namespace detail {
+namespace {
+
+std::atomic<uint64_t> g_generation{0};
+
+struct OpContext final : at::ObserverContext {
+  std::shared_ptr<PendingOp> op;
+  bool save = false;
+  std::string name;  // full name, when saving tensors
+  const char* origin = "(autograd node)";  // process-lifetime op name, for diagnostics
+};
+
+const void* storage_of(const at::Tensor& t) {
+  if (!t.defined() || !t.has_storage()) return nullptr;
+  return t.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
+}
+
+bool any_requires_grad(c10::ArrayRef<const c10::IValue> values) {
+  for (const auto& v : values) {
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().requires_grad()) return true;
+    if (v.isTensorList())
+      for (const at::Tensor& t : v.toTensorList().vec())
+        if (t.defined() && t.requires_grad()) return true;
+  }
+  return false;
+}
+
+template <typename Fn>
+void for_each_tensor(const c10::IValue& v, Fn&& fn) {
+  if (v.isTensor()) {
+    fn(v.toTensor());
+  } else if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList().vec()) fn(t);
+  } else if (v.isList()) {
+    for (const auto& e : v.toListRef())
+      if (e.isTensor()) fn(e.toTensor());
+  }
+}
+
+bool scope_prefix_matches(const std::string& path, const std::string& prefix) {
+  if (path.compare(0, prefix.size(), prefix) != 0) return false;
+  return path.size() == prefix.size() || path[prefix.size()] == '/';
+}
+
+}  // namespace
+
+Observer::Observer(const DebuggerOptions& options, DumpWriter* writer, std::string rank_dir)
+    : options_(options),
+      list_(options.list),
+      writer_(writer),
+      rank_dir_(std::move(rank_dir)),
+      generation_(++g_generation) {
+  EngineConfig cfg;
+  cfg.async = options.async_stats;
+  cfg.with_hash = options.summary_mode == SummaryMode::kHash;
+  const int level = options.zstd_level;
+  cfg.save_tensor = [level](const at::Tensor& t, const std::string& path) {
+    return write_npy_zst(t, path, level);
+  };
+  cfg.emit = [this](PendingOp& op) { emit(op); };
+  engine_ = std::make_unique<StatsEngine>(std::move(cfg));
+}
+
+Observer::~Observer() {
+  detach();
+  engine_.reset();  // drains: emit() still needs the members above
+}
+
+void Observer::set_parameters(const std::vector<std::pair<std::string, at::Tensor>>& named) {
+  params_.clear();
+  for (const auto& [name, t] : named) {
+    const void* s = storage_of(t);
+    if (s != nullptr) params_.emplace(s, std::make_pair(name, t.numel()));
+  }
+}
+
+const std::string* Observer::parameter_name(const at::Tensor& t) const {
+  if (params_.empty()) return nullptr;
+  auto it = params_.find(storage_of(t));
+  // A view of the whole parameter (weight.t()) keeps the name; a slice does not.
+  if (it == params_.end() || it->second.second != t.numel()) return nullptr;
+  return &it->second.first;
+}
+
+void Observer::attach() {
+  if (handle_ != 0) return;
+  thread_index();  // the controlling thread is thread 0
+  handle_ = install_callbacks(this);
+}
+
+void Observer::detach() noexcept {
+  if (handle_ == 0) return;
+  uninstall_callbacks(handle_);
+  handle_ = 0;
+}
+
+void Observer::begin_step(int64_t step) {
+  std::lock_guard<std::mutex> lk(engine_->order_mutex());
+  step_ = step;
+  seq_ = 0;
+  calls_[0].clear();
+  calls_[1].clear();
+  in_range_ = false;
+}
+
+void Observer::end_step() {
+  auto marker = std::make_shared<PendingOp>();
+  marker->flush_marker = true;
+  {
+    std::lock_guard<std::mutex> lk(engine_->order_mutex());
+    engine_->push_op(std::move(marker));
+  }
+  engine_->clear_cache();
+}
+
+void Observer::drain() { engine_->drain(); }
+
+uint32_t Observer::thread_index() {
+  ThreadState& ts = thread_state();
+  if (ts.generation != generation_) {
+    ts.generation = generation_;
+    ts.index = next_thread_.fetch_add(1, std::memory_order_relaxed);
+  }
+  return ts.index;
+}
+
+Observer::Selection Observer::select(const std::string& op, Direction dir, int64_t call) {
+  Selection s;
+  if (dir == Direction::kForward ? !options_.dump_forward : !options_.dump_backward) return s;
+  const bool range = options_.scope.size() == 2;
+  if (!list_.empty() || range || options_.task == Task::kTensor) {
+    s.name = op;
+    s.name += '.';
+    s.name += std::to_string(call);
+    s.name += dir == Direction::kForward ? ".forward" : ".backward";
+  }
+  const bool listed = list_.empty() || list_.matches(s.name);
+  bool scoped = true;
+  if (range) {
+    if (!in_range_ && s.name == options_.scope[0]) in_range_ = true;
+    scoped = in_range_;
+    if (in_range_ && s.name == options_.scope[1]) in_range_ = false;
+  } else if (options_.scope.size() == 1) {
+    scoped = scope_prefix_matches(Scope::current_path(), options_.scope[0]);
+  }
+  if (options_.task == Task::kTensor) {
+    s.record = true;
+    s.save = listed && scoped;
+  } else {
+    s.record = listed && scoped;
+  }
+  return s;
+}
+
+std::shared_ptr<PendingOp> Observer::make_op(const std::string& op, const std::string& overload,
+                                             Direction dir, int32_t depth) {
+  auto p = std::make_shared<PendingOp>();
+  OpRecord& h = p->header;
+  h.step = step_;
+  h.seq = seq_++;
+  h.op = op;
+  h.overload = overload;
+  h.dir = dir;
+  h.depth = depth;
+  return p;
+}
+
+std::unique_ptr<at::ObserverContext> Observer::on_op_start(const at::RecordFunction& fn,
+                                                           const OpInfo& info, int32_t depth) {
+  ops_seen_.fetch_add(1, std::memory_order_relaxed);
+  std::shared_ptr<PendingOp> op;
+  const bool grad_on = at::GradMode::is_enabled();  // the caller's mode
+  try {
+    at::RecordFunctionGuard no_callbacks(false);
+    at::NoGradGuard no_grad_for_us;  // restores the caller's mode on exit
+    std::unique_ptr<OpContext> ctx;
+    const bool wanted = !overflow_done() && (options_.level == Level::kL2 || depth == 0);
+    if (wanted) {
+      const ThreadState& ts = thread_state();
+      const Direction dir = ts.nodes.empty() ? Direction::kForward : Direction::kBackward;
+      Selection sel;
+      {
+        std::lock_guard<std::mutex> lk(engine_->order_mutex());
+        const int64_t call = calls_[static_cast<int>(dir)][info.name]++;
+        sel = select(info.name, dir, call);
+        if (sel.record) {
+          op = make_op(info.name, info.overload, dir, depth);
+          op->header.call = call;
+          engine_->push_op(op);
+        }
+      }
+      if (op) {
+        set_capture_origin(info.name.c_str());
+        OpRecord& h = op->header;
+        h.thread = thread_index();
+        h.scope = Scope::current_path();
+        if (dir == Direction::kBackward) {
+          h.node = ts.nodes.back().name;
+          h.seqnr = ts.nodes.back().seqnr;
+        }
+        ctx = std::make_unique<OpContext>();
+        ctx->origin = info.name.c_str();
+        ctx->op = op;
+        ctx->save = sel.save;
+        ctx->name = std::move(sel.name);
+        auto inputs = fn.inputs();
+        // Only an op that may have made an autograd node gets its number: otherwise
+        // seqNr() is just the next free number, which a later op will take.
+        if (dir == Direction::kForward && grad_on && any_requires_grad(inputs))
+          h.seqnr = fn.seqNr();
+        if (options_.dump_inputs || options_.task == Task::kOverflowCheck)
+          capture_args(inputs, op->in, *op, sel.save ? &ctx->name : nullptr, true);
+      }
+    }
+    // Whether recorded or not: nothing queued may still read what this op overwrites.
+    if (!info.write_args.empty() && engine_->busy()) {
+      auto inputs = fn.inputs();
+      for (size_t i : info.write_args)
+        if (i < inputs.size())
+          for_each_tensor(inputs[i], [this](const at::Tensor& t) { engine_->before_write(t); });
+    }
+    return ctx;
+  } catch (const std::exception& e) {
+    errors_.fetch_add(1, std::memory_order_relaxed);
+    report_error(std::string("precprobe: observing ") + info.name + " failed: " + e.what());
+  } catch (...) {
+    errors_.fetch_add(1, std::memory_order_relaxed);
+    report_error("precprobe: observing " + info.name + " failed");
+  }
+  if (op) engine_->end_op(*op);  // queued: it must end or it blocks every later record
+  return nullptr;
+}
+
+std::unique_ptr<at::ObserverContext> Observer::on_node_start(const at::RecordFunction& fn) {
+  ops_seen_.fetch_add(1, std::memory_order_relaxed);
+  std::shared_ptr<PendingOp> op;
+  try {
+    if (overflow_done()) return nullptr;
+    at::RecordFunctionGuard no_callbacks(false);
+    at::NoGradGuard no_grad;
+    const NodeFrame& node = thread_state().nodes.back();
+    Selection sel;
+    {
+      std::lock_guard<std::mutex> lk(engine_->order_mutex());
+      const int64_t call = calls_[1][node.name]++;
+      sel = select(node.name, Direction::kBackward, call);
+      if (!sel.record) return nullptr;
+      op = make_op(node.name, "", Direction::kBackward, 0);
+      op->header.call = call;
+      engine_->push_op(op);
+    }
+    set_capture_origin("(autograd node)");
+    op->header.thread = thread_index();
+    op->header.scope = Scope::current_path();
+    op->header.node = node.name;
+    op->header.seqnr = node.seqnr;
+    auto ctx = std::make_unique<OpContext>();
+    ctx->op = op;
+    ctx->save = sel.save;
+    ctx->name = std::move(sel.name);
+    if (options_.dump_inputs || options_.task == Task::kOverflowCheck)
+      capture_args(fn.inputs(), op->in, *op, sel.save ? &ctx->name : nullptr, true);
+    return ctx;
+  } catch (const std::exception& e) {
+    errors_.fetch_add(1, std::memory_order_relaxed);
+    report_error(std::string("precprobe: observing a backward node failed: ") + e.what());
+  } catch (...) {
+    errors_.fetch_add(1, std::memory_order_relaxed);
+    report_error("precprobe: observing a backward node failed");
+  }
+  if (op) engine_->end_op(*op);
+  return nullptr;
+}
+
+void Observer::on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
+  auto* c = static_cast<OpContext*>(ctx);
+  PendingOp& op = *c->op;
+  set_capture_origin(c->origin);
+  try {
+    at::RecordFunctionGuard no_callbacks(false);
+    at::NoGradGuard no_grad;
+    const bool outputs = options_.dump_outputs || options_.task == Task::kOverflowCheck;
+    if (outputs && fn.scope() != at::RecordScope::BACKWARD_FUNCTION)
+    {
+      const std::vector<c10::IValue>& outs = fn.outputs();
+      capture_args(c10::ArrayRef<const c10::IValue>(outs.data(), outs.size()), op.out, op,
+                   c->save ? &c->name : nullptr, false);
+    }
+  } catch (const std::exception& e) {
+    errors_.fetch_add(1, std::memory_order_relaxed);
+    report_error(std::string("precprobe: observing the outputs of ") + op.header.op +
+                 " failed: " + e.what());
+  } catch (...) {
+    errors_.fetch_add(1, std::memory_order_relaxed);
+    report_error("precprobe: observing the outputs of " + op.header.op + " failed");
+  }
+  engine_->end_op(op);
+}
+
+void Observer::abandon(at::ObserverContext* ctx) noexcept {
+  static_cast<OpContext*>(ctx)->op->ended.store(true, std::memory_order_release);
+}
+
+std::string Observer::tensor_path(const std::string& name, bool input, size_t index) const {
+  return rank_dir_ + "/tensors/step" + std::to_string(step_) + "/" + name +
+         (input ? ".in" : ".out") + std::to_string(index) + ".npy.zst";
+}
+
+void Observer::capture_args(c10::ArrayRef<const c10::IValue> values, std::vector<ArgRef>& out,
+                            const PendingOp& op, const std::string* save_name, bool inputs) {
+  out.reserve(out.size() + values.size());
+  std::string path;
+  auto tensor = [&](const at::Tensor& t, int64_t li) {
+    if (!t.defined()) {
+      out.emplace_back();  // value None: "null"
+      return;
+    }
+    if (save_name) path = tensor_path(*save_name, inputs, out.size());
+    capture_tensor(t, li, out, save_name ? &path : nullptr);
+  };
+  for (const c10::IValue& v : values) {
+    if (v.isTensor()) {
+      tensor(v.toTensor(), -1);
+    } else if (v.isTensorList()) {
+      auto list = v.toTensorList();
+      for (size_t i = 0; i < list.size(); ++i) tensor(list.get(i), static_cast<int64_t>(i));
+    } else if (v.isList() && !v.toListRef().empty() && v.toListRef()[0].isTensor()) {
+      int64_t i = 0;
+      for (const auto& e : v.toListRef()) {  // Tensor?[] (index): None stays "null"
+        if (e.isTensor()) {
+          tensor(e.toTensor(), i);
+        } else {
+          out.emplace_back();
+        }
+        ++i;
+      }
+    } else {
+      ArgRef a;
+      a.value = v;
+      out.push_back(std::move(a));
+    }
+  }
+}
+
+void Observer::capture_tensor(const at::Tensor& t, int64_t list_index, std::vector<ArgRef>& out,
+                              const std::string* save_path) {
+  ArgRef a;
+  a.is_tensor = true;
+  a.list_index = list_index;
+  a.requires_grad = t.requires_grad();
+  a.param = parameter_name(t);
+  a.slot = engine_->capture(t);
+  if (save_path) {
+    const int64_t bytes = static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
+    if (bytes > options_.max_tensor_bytes) {
+      tensors_skipped_.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      engine_->capture_for_save(t, *save_path);
+    }
+  }
+  out.push_back(std::move(a));
+}
+
+bool Observer::keep_overflow(const OpRecord& r) {
+  if (!r.outputs_non_finite() || r.inputs_non_finite()) return false;
+  if (overflow_done()) return false;
+  ++overflow_count_;
+  overflows_.fetch_add(1, std::memory_order_relaxed);
+  if (options_.overflow_nums >= 0 && overflow_count_ >= options_.overflow_nums)
+    overflow_done_.store(true, std::memory_order_release);
+  return true;
+}
+
+void Observer::emit(PendingOp& op) {
+  if (op.flush_marker) {
+    writer_->flush(false);
+    return;
+  }
+  OpRecord r = std::move(op.header);
+  auto convert = [](const std::vector<ArgRef>& from, std::vector<Arg>& to) {
+    to.reserve(from.size());
+    for (const ArgRef& a : from) {
+      Arg x;
+      if (a.is_tensor) {
+        x.tensor = a.slot->stats;
+        x.tensor->param = a.param ? *a.param : std::string();
+        x.tensor->list_index = a.list_index;
+        x.tensor->requires_grad = a.requires_grad;
+      } else {
+        x.value = ivalue_to_json(a.value);
+      }
+      to.push_back(std::move(x));
+    }
+  };
+  convert(op.in, r.inputs);
+  convert(op.out, r.outputs);
+  if (options_.task == Task::kOverflowCheck && !keep_overflow(r)) return;
+  if (writer_->submit(std::move(r))) ops_recorded_.fetch_add(1, std::memory_order_relaxed);
+}
+
+ObserverCounters Observer::counters() const {
+  ObserverCounters c;
+  c.ops_seen = ops_seen_.load(std::memory_order_relaxed);
+  c.ops_recorded = ops_recorded_.load(std::memory_order_relaxed);
+  c.overflows = overflows_.load(std::memory_order_relaxed);
+  c.errors = errors_.load(std::memory_order_relaxed);
+  c.tensors_skipped = tensors_skipped_.load(std::memory_order_relaxed);
+  c.engine = engine_->counters();
+  return c;
+}
+
+}  // namespace detail
+}  // namespace precprobe

@@ -1,0 +1,126 @@
+// Observer: the RecordFunction callbacks behind PrecisionDebugger. It decides per op call
+// whether it is recorded (level, step, data_mode, list, scope, overflow limit), names it
+// (op, overload, call index, direction, thread, depth, scope, autograd node), captures its
+// arguments into a StatsEngine and turns finished calls into OpRecords for the writer.
+//
+// Depth: the number of enclosing dispatcher ops on this thread. Autograd resets it: the
+// ops an autograd node runs start again at depth 0 under that node (so level L1 records,
+// in backward, the node itself and the outermost ops it runs). Engine-internal events
+// ("autograd::engine::evaluate_function: ...") are transparent.
+//
+// Threads: attach(), detach(), begin_step(), end_step(), drain() and set_parameters() are
+// called from the controlling thread; set_parameters() only while detached. The callbacks
+// run on any thread. Only one Observer is attached in a process at a time.
+#pragma once
+
+#include <ATen/record_function.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "precprobe/options.h"
+#include "precprobe/writer.h"
+#include "stats_engine.h"
+
+namespace precprobe {
+namespace detail {
+
+struct OpInfo;
+
+struct ObserverCounters {
+  uint64_t ops_seen = 0;      ///< op and node events observed while attached
+  uint64_t ops_recorded = 0;  ///< records submitted to the writer
+  uint64_t overflows = 0;     ///< overflow_check records
+  uint64_t errors = 0;        ///< exceptions caught in callbacks or while emitting
+  uint64_t tensors_skipped = 0;  ///< task tensor: larger than max_tensor_bytes
+  EngineCounters engine;
+};
+
+class Observer {
+ public:
+  /// `writer` must outlive the Observer. `rank_dir` is where tensor files go.
+  Observer(const DebuggerOptions& options, DumpWriter* writer, std::string rank_dir);
+  ~Observer();  ///< detaches and drains
+  Observer(const Observer&) = delete;
+  Observer& operator=(const Observer&) = delete;
+
+  /// Names the parameters (by storage); only while detached.
+  void set_parameters(const std::vector<std::pair<std::string, at::Tensor>>& named);
+  /// The parameter name of `t`, or nullptr.
+  const std::string* parameter_name(const at::Tensor& t) const;
+
+  /// Installs / removes the global callback. attach() throws precprobe::Error when another
+  /// Observer is attached.
+  void attach();
+  void detach() noexcept;
+  bool attached() const noexcept { return handle_ != 0; }
+
+  /// Per-step state: call indices, seq, scope range. `step` is written into records.
+  void begin_step(int64_t step);
+  /// Queues a writer flush after this step's records and forgets the stats cache.
+  void end_step();
+  /// Finishes all statistics and submits every finished record.
+  void drain();
+  /// True once overflow_check has written overflow_nums records.
+  bool overflow_done() const noexcept { return overflow_done_.load(std::memory_order_acquire); }
+
+  ObserverCounters counters() const;
+
+  // The callbacks (called through static trampolines).
+  std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction& fn,
+                                                   const OpInfo& info, int32_t depth);
+  std::unique_ptr<at::ObserverContext> on_node_start(const at::RecordFunction& fn);
+  void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx);
+  /// Ends a call whose Observer detached meanwhile (no outputs captured).
+  static void abandon(at::ObserverContext* ctx) noexcept;
+
+ private:
+  struct Selection {
+    bool record = false;
+    bool save = false;
+    std::string name;
+  };
+  Selection select(const std::string& op, Direction dir, int64_t call);
+  std::shared_ptr<PendingOp> make_op(const std::string& op, const std::string& overload,
+                                     Direction dir, int32_t depth);
+  void capture_args(c10::ArrayRef<const c10::IValue> values, std::vector<ArgRef>& out,
+                    const PendingOp& op, const std::string* save_name, bool inputs);
+  void capture_tensor(const at::Tensor& t, int64_t list_index, std::vector<ArgRef>& out,
+                      const std::string* save_path);
+  std::string tensor_path(const std::string& name, bool input, size_t index) const;
+  void emit(PendingOp& op);
+  bool keep_overflow(const OpRecord& r);
+  uint32_t thread_index();
+
+  DebuggerOptions options_;
+  NameMatcher list_;
+  DumpWriter* writer_;
+  std::string rank_dir_;
+  std::unique_ptr<StatsEngine> engine_;
+  uint64_t generation_;
+  std::atomic<uint32_t> next_thread_{0};
+  uint64_t handle_ = 0;
+
+  // Parameters: StorageImpl* -> (name, numel). Read-only while attached.
+  std::unordered_map<const void*, std::pair<std::string, int64_t>> params_;
+
+  // Under engine_->order_mutex(): per-step naming state.
+  int64_t step_ = 0;
+  int64_t seq_ = 0;
+  std::unordered_map<std::string, int64_t> calls_[2];  // per (op or node name, dir)
+  bool in_range_ = false;
+
+  std::atomic<uint64_t> ops_seen_{0}, ops_recorded_{0}, overflows_{0}, errors_{0};
+  std::atomic<uint64_t> tensors_skipped_{0};
+  std::atomic<bool> overflow_done_{false};
+  int64_t overflow_count_ = 0;  // emitter only
+};
+
+}  // namespace detail
+}  // namespace precprobe

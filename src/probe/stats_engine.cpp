@@ -1,0 +1,303 @@
+// StatsEngine: see stats_engine.h.
+#include "stats_engine.h"
+
+#include <ATen/core/grad_mode.h>
+#include <ATen/record_function.h>
+
+#include <chrono>
+
+#include "precprobe/error.h"
+
+namespace precprobe {
+namespace detail {
+namespace {
+
+// The worker is woken early only when this much work waits; otherwise it looks again
+// within kShortSleep. Waking a sleeping thread costs the training thread a syscall.
+constexpr size_t kWakeJobs = 64;
+constexpr int64_t kWakeBytes = int64_t{8} << 20;
+constexpr auto kShortSleep = std::chrono::microseconds(500);
+constexpr auto kIdleSleep = std::chrono::milliseconds(20);
+// Before sleeping, the worker polls for new jobs this long: ops come in bursts.
+constexpr auto kSpin = std::chrono::microseconds(50);
+
+const void* storage_of(const at::Tensor& t) {
+  if (!t.defined() || !t.has_storage()) return nullptr;
+  return t.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
+}
+
+thread_local const char* tl_origin = "";
+
+}  // namespace
+
+void set_capture_origin(const char* op) noexcept { tl_origin = op; }
+
+StatsEngine::StatsEngine(EngineConfig config) : cfg_(std::move(config)) {
+  if (cfg_.async) worker_ = std::thread([this] { worker_main(); });
+}
+
+StatsEngine::~StatsEngine() {
+  drain();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t) {
+  TensorKey key = make_key(t);
+  const bool cacheable = key.versioned && key.storage != nullptr;
+  std::unique_lock<std::mutex> lk(mu_);
+  if (cacheable) {
+    auto it = cache_.find(key);
+    if (it != cache_.end()) {
+      bump(kCached);
+      return it->second;
+    }
+  }
+  auto s = std::make_shared<Slot>();
+  s->key = key;
+  s->origin = tl_origin;
+  if (key.storage) s->storage_alive = t.unsafeGetTensorImpl()->unsafe_storage().getWeakStorageImpl();
+  bump(kSummarised);
+  if (cacheable) cache_.emplace(key, s);
+  n_[kBytes].fetch_add(static_cast<uint64_t>(t.numel()) * t.element_size(),
+                       std::memory_order_relaxed);
+  const bool now = !cfg_.async || key.storage == nullptr || t.numel() < cfg_.inline_numel;
+  if (now) {
+    bump(kInline);
+    s->state.store(Slot::kRunning, std::memory_order_relaxed);
+    lk.unlock();
+    s->tensor = t;
+    compute(*s);
+    return s;
+  }
+  s->tensor = t;
+  s->bytes = static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
+  enqueue_locked(s, lk);
+  return s;
+}
+
+void StatsEngine::capture_for_save(const at::Tensor& t, std::string path) {
+  auto s = std::make_shared<Slot>();
+  s->key = make_key(t);
+  s->save_path = std::move(path);
+  s->tensor = t;
+  s->bytes = static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
+  std::unique_lock<std::mutex> lk(mu_);
+  if (!cfg_.async || s->key.storage == nullptr) {
+    s->state.store(Slot::kRunning, std::memory_order_relaxed);
+    lk.unlock();
+    compute(*s);
+    return;
+  }
+  enqueue_locked(std::move(s), lk);
+}
+
+void StatsEngine::enqueue_locked(std::shared_ptr<Slot> s, std::unique_lock<std::mutex>& lk) {
+  held_bytes_ += s->bytes;
+  ++pending_[s->key.storage];
+  pending_jobs_.fetch_add(1, std::memory_order_release);
+  queue_.push_back(std::move(s));
+  if (worker_sleeping_ &&
+      (worker_idle_ || queue_.size() >= kWakeJobs || held_bytes_ >= kWakeBytes)) {
+    worker_sleeping_ = false;
+    work_cv_.notify_one();
+  }
+  while (held_bytes_ > cfg_.max_pending_bytes && help_one_locked(lk)) bump(kBackpressure);
+}
+
+void StatsEngine::compute(Slot& s) {
+  at::RecordFunctionGuard no_callbacks(false);  // our own ATen calls are not observed
+  at::NoGradGuard no_grad;
+  at::Tensor t = std::move(s.tensor);
+  try {
+    if (!s.save_path.empty()) {
+      std::string err = cfg_.save_tensor ? cfg_.save_tensor(t, s.save_path) : "no tensor sink";
+      if (err.empty()) {
+        bump(kSaved);
+      } else {
+        bump(kSaveErrors);
+        report_error("precprobe: cannot save tensor " + s.save_path + ": " + err);
+      }
+    } else {
+      summarize(t, s.stats, cfg_.with_hash);
+    }
+    if (s.key.versioned && make_key(t).version != s.key.version) {
+      s.stale = true;
+      bump(kStale);
+      report_error(std::string("precprobe: a tensor captured by ") + s.origin +
+                   " changed in place before its statistics were computed (version " +
+                   std::to_string(s.key.version) + " -> " +
+                   std::to_string(make_key(t).version) + ")");
+    }
+  } catch (const std::exception& e) {
+    report_error(std::string("precprobe: statistics failed: ") + e.what());
+  } catch (...) {
+    report_error("precprobe: statistics failed");
+  }
+  t.reset();  // may free memory: outside any lock
+  s.state.store(Slot::kDone, std::memory_order_release);
+}
+
+void StatsEngine::run_claimed(const std::shared_ptr<Slot>& s, std::unique_lock<std::mutex>& lk) {
+  lk.unlock();
+  compute(*s);
+  lk.lock();
+  held_bytes_ -= s->bytes;
+  auto it = pending_.find(s->key.storage);
+  if (it != pending_.end() && --it->second <= 0) pending_.erase(it);
+  pending_jobs_.fetch_sub(1, std::memory_order_release);
+  done_cv_.notify_all();
+}
+
+bool StatsEngine::help_one_locked(std::unique_lock<std::mutex>& lk) {
+  while (!queue_.empty()) {
+    std::shared_ptr<Slot> s = std::move(queue_.front());
+    queue_.pop_front();
+    uint8_t expected = Slot::kQueued;
+    if (s->state.compare_exchange_strong(expected, Slot::kRunning)) {
+      run_claimed(s, lk);
+      return true;
+    }
+  }
+  return false;
+}
+
+void StatsEngine::before_write(const at::Tensor& t) {
+  if (pending_jobs_.load(std::memory_order_acquire) == 0) return;
+  const void* storage = storage_of(t);
+  if (storage == nullptr) return;
+  std::unique_lock<std::mutex> lk(mu_);
+  bool again = true;
+  while (again && pending_.count(storage)) {
+    again = false;
+    for (auto& q : queue_) {
+      uint8_t expected = Slot::kQueued;
+      if (q->key.storage == storage && q->state.compare_exchange_strong(expected, Slot::kRunning)) {
+        auto s = q;  // run_claimed unlocks: the queue may change under us
+        bump(kClaimed);
+        run_claimed(s, lk);
+        again = true;
+        break;
+      }
+    }
+  }
+  // What is left is being computed by the worker right now.
+  while (pending_.count(storage)) {
+    bump(kWaited);
+    done_cv_.wait(lk);
+  }
+}
+
+void StatsEngine::push_op(std::shared_ptr<PendingOp> op) {
+  std::lock_guard<std::mutex> lk(mu_);
+  ops_.push_back(std::move(op));
+}
+
+void StatsEngine::end_op(PendingOp& op) {
+  op.ended.store(true, std::memory_order_release);
+  if (!cfg_.async) emit_ready();
+}
+
+void StatsEngine::clear_cache() {
+  std::unordered_map<TensorKey, std::shared_ptr<Slot>, TensorKeyHash> old;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    old.swap(cache_);
+  }
+}  // slots freed here, outside the lock
+
+bool StatsEngine::op_ready(const PendingOp& op) const {
+  if (op.flush_marker) return true;
+  if (!op.ended.load(std::memory_order_acquire)) return false;
+  for (const auto* args : {&op.in, &op.out})
+    for (const auto& a : *args)
+      if (a.slot && a.slot->state.load(std::memory_order_acquire) != Slot::kDone) return false;
+  return true;
+}
+
+void StatsEngine::emit_ready() {
+  std::lock_guard<std::mutex> emit_lock(emit_mu_);
+  for (;;) {
+    std::shared_ptr<PendingOp> op;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (ops_.empty() || !op_ready(*ops_.front())) return;
+      op = std::move(ops_.front());
+      ops_.pop_front();
+    }
+    try {
+      cfg_.emit(*op);
+    } catch (...) {
+      report_error("precprobe: emitting a record failed");
+    }
+  }
+}
+
+void StatsEngine::drain() {
+  {
+    std::unique_lock<std::mutex> lk(mu_);
+    while (help_one_locked(lk)) {
+    }
+    while (pending_jobs_.load(std::memory_order_acquire) != 0) done_cv_.wait(lk);
+  }
+  emit_ready();
+}
+
+EngineCounters StatsEngine::counters() const {
+  EngineCounters c;
+  auto get = [this](Counter k) { return n_[k].load(std::memory_order_relaxed); };
+  c.summarised = get(kSummarised);
+  c.cached = get(kCached);
+  c.inline_computed = get(kInline);
+  c.worker_computed = get(kWorker);
+  c.claimed_for_write = get(kClaimed);
+  c.waited_for_write = get(kWaited);
+  c.backpressure = get(kBackpressure);
+  c.stale = get(kStale);
+  c.saved = get(kSaved);
+  c.save_errors = get(kSaveErrors);
+  c.bytes = get(kBytes);
+  return c;
+}
+
+void StatsEngine::worker_main() {
+  at::RecordFunctionGuard no_callbacks(false);
+  at::NoGradGuard no_grad;
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    bool worked = false;
+    while (help_one_locked(lk)) {
+      bump(kWorker);
+      worked = true;
+      if (!ops_.empty()) {
+        lk.unlock();
+        emit_ready();
+        lk.lock();
+      }
+    }
+    if (stop_) break;
+    lk.unlock();
+    emit_ready();
+    if (worked) {  // more is likely to come soon
+      auto until = std::chrono::steady_clock::now() + kSpin;
+      while (pending_jobs_.load(std::memory_order_acquire) == 0 &&
+             std::chrono::steady_clock::now() < until) {
+      }
+    }
+    lk.lock();
+    if (!queue_.empty() || stop_) continue;
+    worker_idle_ = ops_.empty();
+    worker_sleeping_ = true;
+    work_cv_.wait_for(lk, worker_idle_ ? std::chrono::duration_cast<std::chrono::microseconds>(
+                                             kIdleSleep)
+                                       : kShortSleep);
+    worker_sleeping_ = false;
+  }
+}
+
+}  // namespace detail
+}  // namespace precprobe

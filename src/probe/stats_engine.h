@@ -1,0 +1,167 @@
+// StatsEngine: computes the statistics of the tensors an op observer captures, off the
+// training thread, and hands finished op records back in execution order.
+//
+// The observer captures a tensor by taking a reference (a refcount bump) and its
+// TensorKey. A key already seen this step shares the earlier Slot (a cache hit); a new
+// one becomes a Slot that is either summarised at once (small tensors, or async off) or
+// queued for the worker thread. Pending ops wait in a FIFO until they have ended and
+// every Slot they reference is done; the emitter then passes them on, in order.
+//
+// In-place safety: before an op that writes to a tensor runs, before_write() finishes
+// (claims and computes inline, or waits for) every queued job on that tensor's storage,
+// so no statistic is ever computed from data an op has already overwritten. After
+// computing, the version counter is checked again; a change is counted as `stale`.
+// Back-pressure: while the bytes held by queued jobs exceed max_pending_bytes, the
+// capturing thread computes queued jobs itself.
+//
+// Threads: capture(), before_write(), push_op(), end_op() may be called from any observed
+// thread; drain() and clear_cache() from the controlling thread. The emit function runs on
+// the worker thread (async) or on the thread that ended the op / called drain().
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "precprobe/records.h"
+#include "stats.h"
+
+namespace precprobe {
+namespace detail {
+
+/// One distinct tensor version of this step (stats), or one tensor file to write (save).
+struct Slot {
+  enum State : uint8_t { kQueued, kRunning, kDone };
+  std::atomic<uint8_t> state{kQueued};
+  TensorStats stats;
+  at::Tensor tensor;           ///< held until done
+  TensorKey key;               ///< at capture time
+  /// Keeps the StorageImpl's address from being reused while the key is cached (a freed
+  /// storage's address can come back for a new tensor with an equal key).
+  std::optional<c10::weak_intrusive_ptr<c10::StorageImpl>> storage_alive;
+  int64_t bytes = 0;           ///< held bytes while queued
+  std::string save_path;       ///< non-empty: write the tensor here instead of stats
+  bool stale = false;          ///< the version changed before the stats were computed
+  const char* origin = "";     ///< the op that captured it (static storage), for messages
+};
+
+/// The op being captured on this thread (a string that lives for the process), for
+/// diagnostics in Slot::origin.
+void set_capture_origin(const char* op) noexcept;
+
+/// One input or output of a pending op.
+struct ArgRef {
+  std::shared_ptr<Slot> slot;  ///< tensors
+  c10::IValue value;           ///< non-tensor arguments, turned into JSON when emitted
+  const std::string* param = nullptr;
+  int64_t list_index = -1;
+  bool requires_grad = false;
+  bool is_tensor = false;
+};
+
+/// An op call waiting for its statistics. Header fields are final once pushed;
+/// outputs are filled by end_op() on the thread that ran the op.
+struct PendingOp {
+  OpRecord header;             ///< everything but inputs/outputs
+  std::vector<ArgRef> in, out;
+  std::atomic<bool> ended{false};
+  bool flush_marker = false;   ///< not an op: flush the writer when reached
+};
+
+struct EngineConfig {
+  bool async = true;
+  bool with_hash = false;
+  /// Tensors with fewer elements are summarised inline (cheaper than a handover).
+  int64_t inline_numel = 4096;
+  /// Bytes held by queued jobs before the capturing thread helps.
+  int64_t max_pending_bytes = int64_t{256} << 20;
+  /// Write a tensor file; returns "" or an error message. Runs where the slot is computed.
+  std::function<std::string(const at::Tensor&, const std::string&)> save_tensor;
+  /// Receives each finished op, in push order. Never throws (errors are reported).
+  std::function<void(PendingOp&)> emit;
+};
+
+struct EngineCounters {
+  uint64_t summarised = 0, cached = 0, inline_computed = 0, worker_computed = 0;
+  uint64_t claimed_for_write = 0, waited_for_write = 0, backpressure = 0, stale = 0;
+  uint64_t saved = 0, save_errors = 0;
+  uint64_t bytes = 0;  ///< bytes summarised
+};
+
+class StatsEngine {
+ public:
+  explicit StatsEngine(EngineConfig config);
+  ~StatsEngine();  ///< drains and joins
+  StatsEngine(const StatsEngine&) = delete;
+  StatsEngine& operator=(const StatsEngine&) = delete;
+
+  /// The slot holding `t`'s statistics this step (shared on a cache hit).
+  std::shared_ptr<Slot> capture(const at::Tensor& t);
+  /// Queues writing `t` to `path` (task "tensor"); kept in order with in-place writes.
+  void capture_for_save(const at::Tensor& t, std::string path);
+  /// Called before an op writes to `t`: no queued job may still read its storage after.
+  void before_write(const at::Tensor& t);
+  /// Appends an op (or flush marker) to the in-order FIFO. Holds `order_mutex()` already
+  /// when the caller needs seq numbers to match the FIFO order.
+  void push_op(std::shared_ptr<PendingOp> op);
+  /// Marks `op` ended (outputs captured); emits inline in sync mode.
+  void end_op(PendingOp& op);
+  /// Forgets this step's keys (slots live on in pending ops).
+  void clear_cache();
+  /// Finishes every job and emits every ended op. Ops that never ended stay queued.
+  void drain();
+  /// Whether any job is queued or running (cheap; any thread).
+  bool busy() const noexcept { return pending_jobs_.load(std::memory_order_acquire) != 0; }
+
+  /// Serialises seq assignment with push_op() for callers.
+  std::mutex& order_mutex() noexcept { return order_mu_; }
+  EngineCounters counters() const;
+
+ private:
+  void enqueue_locked(std::shared_ptr<Slot> s, std::unique_lock<std::mutex>& lk);
+  void compute(Slot& s);
+  void run_claimed(const std::shared_ptr<Slot>& s, std::unique_lock<std::mutex>& lk);
+  bool help_one_locked(std::unique_lock<std::mutex>& lk);
+  void wait_done_locked(Slot& s, std::unique_lock<std::mutex>& lk);
+  void emit_ready();
+  bool op_ready(const PendingOp& op) const;
+  void worker_main();
+
+  EngineConfig cfg_;
+  mutable std::mutex mu_;           // cache_, queue_, pending_, held_bytes_, ops_, counters_
+  std::mutex order_mu_;             // seq order == FIFO order
+  std::mutex emit_mu_;              // one emitter at a time
+  std::condition_variable work_cv_;  // worker: jobs or ops
+  std::condition_variable done_cv_;  // a slot finished
+  std::unordered_map<TensorKey, std::shared_ptr<Slot>, TensorKeyHash> cache_;
+  std::deque<std::shared_ptr<Slot>> queue_;
+  std::unordered_map<const void*, int> pending_;  // storage -> queued/running jobs
+  std::deque<std::shared_ptr<PendingOp>> ops_;
+  int64_t held_bytes_ = 0;
+  std::atomic<int64_t> pending_jobs_{0};
+  bool worker_sleeping_ = false;
+  bool worker_idle_ = false;
+  bool stop_ = false;
+  enum Counter : int {
+    kSummarised, kCached, kInline, kWorker, kClaimed, kWaited, kBackpressure, kStale,
+    kSaved, kSaveErrors, kBytes, kNumCounters
+  };
+  void bump(Counter c) noexcept { n_[c].fetch_add(1, std::memory_order_relaxed); }
+  std::array<std::atomic<uint64_t>, kNumCounters> n_{};
+  std::thread worker_;
+};
+
+}  // namespace detail
+}  // namespace precprobe

@@ -185,6 +185,32 @@ void BM_EncodeCompressWrite(benchmark::State& state) {
 }
 BENCHMARK(BM_EncodeCompressWrite)->Arg(1)->Arg(3)->Unit(benchmark::kMillisecond);
 
+// DumpWriter end to end, as the probe uses it: submit() from the producer thread, the
+// writer thread encodes, compresses and writes; the time ends when flush(wait) returns.
+// Copying each record for submit() is included (the probe builds new ones instead).
+void BM_WriterEndToEnd(benchmark::State& state) {
+  int level = static_cast<int>(state.range(0));
+  ops();
+  std::string dir = bench_dir("writer");
+  for (auto _ : state) {
+    state.PauseTiming();
+    fs::remove_all(dir);
+    WriterOptions o;
+    o.dir = dir;
+    o.zstd_level = level;
+    DumpWriter w(o);
+    state.ResumeTiming();
+    for (const OpRecord& r : ops()) w.submit(OpRecord(r));
+    w.flush(true);
+    state.PauseTiming();
+    w.close();
+    state.ResumeTiming();
+  }
+  fs::remove_all(dir);
+  state.SetItemsProcessed(state.iterations() * kRecords);
+}
+BENCHMARK(BM_WriterEndToEnd)->Arg(1)->Arg(3)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 // The reader end to end: open the dump, decompress every frame, parse every line.
 void BM_ReadOps(benchmark::State& state) {
   int level = static_cast<int>(state.range(0));

@@ -26,10 +26,10 @@ struct StreamStatus {
   bool present = false;
   uint64_t frames = 0;
   uint64_t records = 0;
-  uint64_t bad_lines = 0;      ///< lines that did not parse (skipped)
-  bool truncated = false;      ///< the file ended inside a frame, or a frame was corrupt
+  uint64_t bad_lines = 0;  ///< lines that did not parse (skipped)
+  bool truncated = false;  ///< the file ended inside a frame, or a frame was corrupt
   uint64_t truncated_bytes = 0;
-  std::string message;         ///< what was wrong, for people
+  std::string message;  ///< what was wrong, for people
 };
 
 struct RankInfo {
@@ -43,8 +43,10 @@ struct RankInfo {
 struct RecordFilter {
   std::optional<int64_t> step_min, step_max;  ///< inclusive bounds
   std::vector<int> ranks;
-  std::string name_contains;                  ///< substring of OpRecord::name()
-  std::optional<Direction> dir;
+  /// Substring of OpRecord::name(); of GradRecord::param and ScalarRecord::name for those
+  /// streams; not applied to scaler records.
+  std::string name_contains;
+  std::optional<Direction> dir;  ///< op records only
 };
 
 class DumpReader {

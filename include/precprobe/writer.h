@@ -40,7 +40,8 @@ struct WriterOptions {
   std::string dir;
   /// Replace the files of an existing non-empty directory instead of refusing it.
   bool overwrite = false;
-  /// Records the queue holds before `policy` applies.
+  /// Records the queue holds before `policy` applies. The writer thread takes the whole
+  /// queue at once, so up to twice this many records can be in memory.
   size_t queue_capacity = 65536;
   OverflowPolicy policy = OverflowPolicy::kBlock;
   /// Close the current frame after this many records of a stream.

@@ -212,7 +212,20 @@ void DumpWriter::Impl::run() noexcept {
       last = stopping;  // close() admits nothing after setting it: this batch is the last
     }
     cv_space.notify_all();
-    for (Item& item : batch) process(item);
+    for (Item& item : batch) {
+      try {
+        process(item);
+      } catch (const std::exception& e) {  // bad_alloc while encoding: stop, don't terminate
+        fail(std::string("out of memory in the writer thread: ") + e.what());
+        if (auto* f = std::get_if<FlushRequest>(&item)) {
+          std::lock_guard<std::mutex> lock(mu);
+          flush_done = std::max(flush_done, f->ticket);
+          cv_flushed.notify_all();
+        } else {
+          dropped.fetch_add(1, std::memory_order_relaxed);
+        }
+      }
+    }
     batch.clear();
     end_aged_frames(Clock::now());
   }

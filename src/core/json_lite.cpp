@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <iterator>
 #include <limits>
 
 namespace precprobe::json {
@@ -356,13 +355,6 @@ bool Cursor::number_slow(double& v) noexcept {
   double d = std::strtod(buf, nullptr);
   if (std::isinf(d)) return fail("number out of range");
   v = d;
-  return true;
-}
-
-bool Cursor::number_float32(double& v) noexcept {
-  if (!number(v)) return false;
-  auto f = static_cast<float>(v);
-  if (std::isfinite(f)) v = static_cast<double>(f);
   return true;
 }
 

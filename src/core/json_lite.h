@@ -7,6 +7,7 @@
 // at most a few times the input size. A Cursor is used by one thread at a time.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -179,8 +180,13 @@ class Cursor {
   bool uint32(uint32_t& v) noexcept;
   /// A number, or one of the strings "nan", "inf", "-inf".
   inline bool number(double& v) noexcept;
-  /// Like number(), then rounded to float32 when that is finite (see append_float32).
-  bool number_float32(double& v) noexcept;
+  /// Like number(), then rounded to float32 when that is finite (see TextOut::float32).
+  bool number_float32(double& v) noexcept {
+    if (!number(v)) return false;
+    auto f = static_cast<float>(v);
+    if (std::isfinite(f)) v = static_cast<double>(f);
+    return true;
+  }
   bool boolean(bool& v) noexcept;
   /// A string of 1 to 16 hex digits.
   bool hex64(uint64_t& v) noexcept;

@@ -3,6 +3,7 @@
 #pragma GCC diagnostic ignored "-Wfloat-equal"
 #include <catch2/catch.hpp>
 #include <cfloat>
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -194,6 +195,36 @@ TEST_CASE("op record: every field round-trips, special doubles and extreme integ
   OpRecord b1 = round_trip(one);
   CHECK(b1.outputs[0].tensor->mean == static_cast<double>(0.1f));
   CHECK(b1.outputs[0].tensor->norm == 1e300);
+}
+
+TEST_CASE("mean and norm survive as float32 for random bit patterns", "[records]") {
+  // Independent reference: the float itself. Every finite float written by the encoder
+  // must parse back to exactly that float (decimal -> double -> float double rounding
+  // must not bite on shortest representations).
+  std::mt19937 rng(11);
+  OpRecord r;
+  r.op = "x";
+  r.outputs.push_back(Arg{tensor("Float", {1}), {}});
+  std::string line;
+  OpRecord back;
+  int checked = 0;
+  for (int i = 0; i < 200000; ++i) {
+    uint32_t bits = static_cast<uint32_t>(rng());
+    float f;
+    std::memcpy(&f, &bits, 4);
+    if (!std::isfinite(f)) continue;
+    r.outputs[0].tensor->mean = f;
+    r.outputs[0].tensor->norm = std::nextafter(f, 0.0f);
+    line.clear();
+    append_json(r, line);
+    REQUIRE(parse_record(line, back));
+    const TensorStats& t = *back.outputs[0].tensor;
+    if (!same_bits(t.mean, f) || !same_bits(t.norm, std::nextafter(f, 0.0f))) {
+      FAIL(line);
+    }
+    ++checked;
+  }
+  CHECK(checked > 190000);
 }
 
 TEST_CASE("op record: values that are not JSON or empty are still written readably", "[records]") {

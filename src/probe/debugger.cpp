@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "observer.h"
+#include "precprobe/distributed.h"
 #include "precprobe/error.h"
 #include "precprobe/version.h"
 #include "torch_compat.h"
@@ -28,17 +29,6 @@ namespace precprobe {
 namespace {
 
 std::atomic<PrecisionDebugger*> g_current{nullptr};
-
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  char* end = nullptr;
-  long x = std::strtol(v, &end, 10);
-  if (*end != '\0' || x < 0 || x > (1 << 24))
-    throw Error(std::string("precprobe: environment variable ") + name + "=\"" + v +
-                "\" is not a non-negative integer");
-  return static_cast<int>(x);
-}
 
 std::string utc_now() {
   std::time_t t = std::time(nullptr);
@@ -183,8 +173,8 @@ PrecisionDebugger::PrecisionDebugger(DebuggerOptions options) : impl_(std::make_
   impl_->options = DebuggerOptions::from_env_or(options);
   impl_->options.validate();
   NameMatcher check(impl_->options.list);  // a bad "name-regex(...)" throws here, not later
-  impl_->rank = env_int("RANK", 0);
-  impl_->world_size = env_int("WORLD_SIZE", 1);
+  impl_->rank = rank_from_env();
+  impl_->world_size = world_size_from_env();
   impl_->rank_selected = impl_->options.rank.contains(impl_->rank);
   impl_->rank_dir = impl_->options.dump_path + "/rank" + std::to_string(impl_->rank);
 }

@@ -167,8 +167,9 @@ class BlockSink {
 template <typename T, typename Sink>
 void walk(const T* base, const Geometry& g, Sink& sink) {
   const size_t nd = g.sizes.size();
-  if (nd == 0) {  // a single element
+  if (nd == 0) {  // a single element (e.g. a scalar expanded to any shape)
     sink.run(base, 1);
+    sink.flush();
     return;
   }
   const int64_t inner = g.sizes[nd - 1];

@@ -60,6 +60,7 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t) {
   auto s = std::make_shared<Slot>();
   s->key = key;
   s->origin = tl_origin;
+  if (key.versioned) s->counter = t.unsafeGetTensorImpl()->version_counter();
   if (key.storage) s->storage_alive = t.unsafeGetTensorImpl()->unsafe_storage().getWeakStorageImpl();
   bump(kSummarised);
   if (cacheable) cache_.emplace(key, s);
@@ -83,6 +84,7 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t) {
 void StatsEngine::capture_for_save(const at::Tensor& t, std::string path) {
   auto s = std::make_shared<Slot>();
   s->key = make_key(t);
+  if (s->key.versioned) s->counter = t.unsafeGetTensorImpl()->version_counter();
   s->save_path = std::move(path);
   s->tensor = t;
   s->bytes = static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
@@ -125,13 +127,13 @@ void StatsEngine::compute(Slot& s) {
     } else {
       summarize(t, s.stats, cfg_.with_hash);
     }
-    if (s.key.versioned && make_key(t).version != s.key.version) {
+    if (s.counter && s.counter->current_version() != s.key.version) {
       s.stale = true;
       bump(kStale);
       report_error(std::string("precprobe: a tensor captured by ") + s.origin +
                    " changed in place before its statistics were computed (version " +
                    std::to_string(s.key.version) + " -> " +
-                   std::to_string(make_key(t).version) + ")");
+                   std::to_string(s.counter->current_version()) + ")");
     }
   } catch (const std::exception& e) {
     report_error(std::string("precprobe: statistics failed: ") + e.what());

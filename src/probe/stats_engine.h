@@ -51,6 +51,9 @@ struct Slot {
   /// Keeps the StorageImpl's address from being reused while the key is cached (a freed
   /// storage's address can come back for a new tensor with an equal key).
   std::optional<c10::weak_intrusive_ptr<c10::StorageImpl>> storage_alive;
+  /// The version counter the tensor had at capture. A view made below autograd gets its
+  /// base's counter attached later, so the tensor's own counter can change identity.
+  std::optional<c10::VariableVersion> counter;
   int64_t bytes = 0;           ///< held bytes while queued
   std::string save_path;       ///< non-empty: write the tensor here instead of stats
   bool stale = false;          ///< the version changed before the stats were computed

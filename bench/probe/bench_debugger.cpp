@@ -9,6 +9,7 @@
 //
 //     bench_debugger [--h 256,1024] [--steps 30] [--rounds 5] [--warmup 5]
 #include <dlfcn.h>
+#include <time.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -102,8 +103,16 @@ struct Variant {
   bool async = true;
 };
 
+double cpu_ms(clockid_t clock) {
+  timespec ts{};
+  ::clock_gettime(clock, &ts);
+  return 1e3 * static_cast<double>(ts.tv_sec) + 1e-6 * static_cast<double>(ts.tv_nsec);
+}
+
 struct RunResult {
-  std::vector<double> step_ms;
+  std::vector<double> step_ms;     // wall clock
+  std::vector<double> thread_ms;   // CPU time of the training thread
+  std::vector<double> process_ms;  // CPU time of all threads (worker, writer included)
   precprobe::DebuggerCounters counters;
   int64_t steps = 0;
 };
@@ -123,11 +132,16 @@ void run_variant(Trainer& tr, const Variant& v, int steps, int warmup, const std
     if (v.start) dbg->start(tr.model.ptr());
   }
   for (int i = 0; i < warmup + steps; ++i) {
+    const double c0 = cpu_ms(CLOCK_THREAD_CPUTIME_ID), p0 = cpu_ms(CLOCK_PROCESS_CPUTIME_ID);
     auto t0 = Clock::now();
     tr.step();
     if (dbg) dbg->step();
     double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    if (i >= warmup) res.step_ms.push_back(ms);
+    if (i >= warmup) {
+      res.step_ms.push_back(ms);
+      res.thread_ms.push_back(cpu_ms(CLOCK_THREAD_CPUTIME_ID) - c0);
+      res.process_ms.push_back(cpu_ms(CLOCK_PROCESS_CPUTIME_ID) - p0);
+    }
   }
   if (dbg) {
     dbg->stop();
@@ -145,30 +159,37 @@ void run_variant(Trainer& tr, const Variant& v, int steps, int warmup, const std
   }
 }
 
-// µs per recorded op: many tiny ops with and without a started debugger.
+// µs per recorded op: many tiny ops with and without a started debugger, in CPU time of
+// the training thread and of the whole process (worker and writer threads included).
 void fixed_cost(const std::string& dump) {
   auto a = torch::randn({4}), b = torch::randn({4});
   const int n = 20000;
-  auto time = [&] {
-    auto t0 = Clock::now();
+  auto time = [&](double* process) {
+    const double c0 = cpu_ms(CLOCK_THREAD_CPUTIME_ID), p0 = cpu_ms(CLOCK_PROCESS_CPUTIME_ID);
     for (int i = 0; i < n; ++i) auto c = at::add(a, b);
-    return std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / n;
+    *process = (cpu_ms(CLOCK_PROCESS_CPUTIME_ID) - p0) * 1e3 / n;
+    return (cpu_ms(CLOCK_THREAD_CPUTIME_ID) - c0) * 1e3 / n;
   };
   for (bool async : {true, false}) {
-    std::vector<double> base, with;
+    std::vector<double> base, with, base_all, with_all;
     for (int r = 0; r < 5; ++r) {
-      base.push_back(time());
+      double p = 0;
+      base.push_back(time(&p));
+      base_all.push_back(p);
       precprobe::DebuggerOptions o;
       o.dump_path = dump;
       o.overwrite = true;
       o.async_stats = async;
       precprobe::PrecisionDebugger dbg(o);
       dbg.start();
-      with.push_back(time());
+      with.push_back(time(&p));
       dbg.stop();
+      with_all.push_back(p);
     }
-    std::printf("fixed cost per record (aten::add of 4 floats, %s): %.2f us (op alone %.2f us)\n",
-                async ? "async" : "sync", median(with) - median(base), median(base));
+    std::printf("fixed cost per record (aten::add of 4 floats, %s): training thread %.2f us, "
+                "all threads %.2f us (the op alone %.2f us)\n",
+                async ? "async" : "sync", median(with) - median(base),
+                median(with_all) - median(base_all), median(base));
   }
 }
 
@@ -221,23 +242,27 @@ int main(int argc, char** argv) {
     for (int r = 0; r < rounds; ++r)
       for (const auto& v : variants) run_variant(tr, v, steps, warmup, dump, res[v.name]);
     const double base = median(res["no debugger"].step_ms);
-    std::printf("\nh=%ld  (%d rounds x %d timed steps, median step time)\n", static_cast<long>(h),
-                rounds, steps);
+    const double base_cpu = median(res["no debugger"].thread_ms);
+    std::printf("\nh=%ld  (%d rounds x %d timed steps; medians; wall = step time, train = CPU "
+                "time of the training thread, all = CPU time of every thread)\n",
+                static_cast<long>(h), rounds, steps);
     for (const auto& v : variants) {
       const RunResult& x = res[v.name];
-      const double m = median(x.step_ms);
-      std::printf("  %-26s %8.2f ms  %5.3fx", v.name.c_str(), m, m / base);
+      const double m = median(x.step_ms), c = median(x.thread_ms), p = median(x.process_ms);
+      std::printf("  %-26s wall %8.2f ms %6.3fx | train %8.2f ms %6.3fx | all %8.2f ms\n",
+                  v.name.c_str(), m, m / base, c, c / base_cpu, p);
+      std::printf("  %-26s", "");
       if (x.steps > 0) {
         const double per_step = static_cast<double>(x.counters.ops_recorded) / x.steps;
         const uint64_t tensors = x.counters.tensors_summarised + x.counters.tensors_cached;
-        std::printf("  %5.0f records/step, cache hits %4.1f%%, %5.1f B/tensor on disk",
+        std::printf("%5.0f records/step, cache hits %4.1f%%, %5.1f B/tensor on disk",
                     per_step, 100.0 * x.counters.tensors_cached / std::max<uint64_t>(1, tensors),
                     static_cast<double>(x.counters.writer.bytes_compressed) /
                         std::max<uint64_t>(1, tensors));
         if (x.counters.errors) std::printf("  ERRORS %lu", (unsigned long)x.counters.errors);
         const double bytes = static_cast<double>(x.counters.bytes_summarised) / x.steps;
-        std::printf("\n  %-26s stats read %.1f MB/step; floor if done inline %.2f ms (%.3fx)", "",
-                    bytes / 1e6, 1e3 * bytes / bw, 1.0 + 1e3 * bytes / bw / base);
+        std::printf("\n  %-26s stats read %.1f MB/step; at memcpy speed %.2f ms (%.3fx if inline)",
+                    "", bytes / 1e6, 1e3 * bytes / bw, 1.0 + 1e3 * bytes / bw / base);
       }
       std::printf("\n");
     }

@@ -44,8 +44,9 @@ void check_stats(const TensorStats& s, const at::Tensor& t) {
   } else {
     CHECK(s.min == r.min);  // min and max are values of the tensor: exact
     CHECK(s.max == r.max);
-    CHECK(s.mean == Approx(r.mean).epsilon(1e-12).margin(1e-300));
-    CHECK(s.norm == Approx(r.norm).epsilon(1e-12).margin(1e-300));
+    // Accumulated in float64 but written as float32 (docs/dump-format.md): one rounding.
+    CHECK(s.mean == Approx(r.mean).epsilon(1.2e-7).margin(1e-300));
+    CHECK(s.norm == Approx(r.norm).epsilon(1.2e-7).margin(1e-300));
   }
 }
 
@@ -96,7 +97,6 @@ TEST_CASE("in-place ops never change a tensor before its statistics are taken",
   TempDir dir("dbg_inplace");
   auto x = torch::randn({1 << 20});
   auto opts = options_in(dir, /*async=*/true);
-  opts.level = Level::kL2;  // nested writes too (zero_ -> fill_)
   {
     PrecisionDebugger dbg(opts);
     dbg.start();
@@ -111,6 +111,7 @@ TEST_CASE("in-place ops never change a tensor before its statistics are taken",
     dbg.stop();
   }
   auto ops = read_ops(dir);
+  CHECK(ops.size() == 12 * 5);
   auto y0 = x * 2, y1 = x * 2 + 1, y2 = (x * 2 + 1) * 3;
   auto mul = with_name(ops, "aten::mul");
   auto add_ = with_name(ops, "aten::add_");

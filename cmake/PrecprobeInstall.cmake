@@ -25,3 +25,7 @@ write_basic_package_version_file("${PROJECT_BINARY_DIR}/precprobeConfigVersion.c
 install(FILES "${PROJECT_BINARY_DIR}/precprobeConfig.cmake"
               "${PROJECT_BINARY_DIR}/precprobeConfigVersion.cmake"
         DESTINATION ${PRECPROBE_CMAKE_DIR})
+
+# The report embeds uPlot (MIT): its license travels with the binaries.
+install(FILES "${PROJECT_SOURCE_DIR}/third_party/uplot/LICENSE"
+        DESTINATION ${CMAKE_INSTALL_DOCDIR}/third_party/uplot)

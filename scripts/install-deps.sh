@@ -4,12 +4,16 @@
 #   --core   only what the torch-free core, the CLI and their tests need
 set -euo pipefail
 
-core_pkgs=(build-essential cmake ninja-build pkg-config ccache git zstd zlib1g-dev
+core_pkgs=(build-essential clang libclang-rt-14-dev cmake ninja-build pkg-config ccache git zstd zlib1g-dev
            libfmt-dev nlohmann-json3-dev libzstd-dev libxxhash-dev catch2 libcli11-dev
-           libbenchmark-dev)
+           libbenchmark-dev chromium)
 torch_pkgs=(libtorch-dev libgloo-dev libopenblas0-pthread dataset-fashion-mnist)
 
 pkgs=("${core_pkgs[@]}")
+# The report's browser test runs node (playwright-core from npm) against Debian's chromium.
+# A node that is already there (e.g. a newer one with its own npm) is kept.
+command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
+command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 [[ "${1:-}" == "--core" ]] || pkgs+=("${torch_pkgs[@]}")
 
 missing=()

@@ -1,9 +1,25 @@
 #!/usr/bin/env bash
 # The test command of the README and of CI: installs the dependencies (Debian packages),
-# builds everything and runs the whole test suite with ctest.
+# builds everything and runs the whole test suite with ctest, then the torch-free core
+# again under ASan+UBSan with the fuzz targets (clang, bounded runs) and under TSan.
+#   PRECPROBE_QUICK=1   only the main build and its tests
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
+jobs="$(nproc)"
+
+echo "== main build: probe, core, CLI, examples, tests"
 scripts/build.sh
-cd build
-ctest --output-on-failure -j "$(nproc)"
+(cd build && ctest --output-on-failure -j "$jobs")
+[[ "${PRECPROBE_QUICK:-0}" == "1" ]] && exit 0
+
+echo "== torch-free core under ASan+UBSan, with bounded fuzzing"
+CXX=clang++ BUILD_DIR=build-asan scripts/build.sh -DPRECPROBE_WITH_TORCH=OFF \
+  -DPRECPROBE_SANITIZE=address,undefined -DPRECPROBE_BUILD_FUZZERS=ON \
+  -DPRECPROBE_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
+(cd build-asan && ctest --output-on-failure -j "$jobs")
+
+echo "== torch-free core under TSan"
+CXX=clang++ BUILD_DIR=build-tsan scripts/build.sh -DPRECPROBE_WITH_TORCH=OFF \
+  -DPRECPROBE_SANITIZE=thread -DPRECPROBE_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
+(cd build-tsan && ctest --output-on-failure -j "$jobs")

@@ -1,13 +1,13 @@
 // Content hashes of tensors and modules, to tell in one number whether two runs (or two
 // ranks, or two steps) hold bit-identical values.
 //
-// tensor_hash() is XXH64 (seed 0) over the c10 dtype name, the shape and the element bytes
-// in logical row-major order, so a non-contiguous view and its contiguous copy hash alike,
-// while one changed bit, another dtype or another shape changes the hash. It is the value a
-// dump writes as "hash" (summary_mode=hash). Bit-level: -0.0 and 0.0, or two NaN payloads,
-// hash differently. Tensors on other devices are copied to the CPU first. Tensors whose
-// values cannot be read (meta, sparse, mkldnn, quantized, nested) hash their dtype (with
-// layout) and shape only; an undefined tensor hashes as dtype "undefined".
+// tensor_hash() is XXH3-64 (XXH3_64bits, seed 0) over the c10 dtype name, the shape and
+// the element bytes in logical row-major order, so a non-contiguous view and its contiguous
+// copy hash alike, while one changed bit, another dtype or another shape changes the hash.
+// It is the value a dump writes as "hash" (summary_mode=hash). Bit-level: -0.0 and 0.0, or
+// two NaN payloads, hash differently. Tensors on other devices are copied to the CPU first.
+// Tensors whose values cannot be read (meta, sparse, mkldnn, quantized, nested) hash their
+// dtype (with layout) and shape only; an undefined tensor hashes as dtype "undefined".
 //
 // module_hash() combines, in name order, the names and tensor hashes of every parameter and
 // buffer of a module and its submodules (named_parameters() and named_buffers()).

@@ -34,7 +34,7 @@ enum class Level : uint8_t {
 /// "summary_mode": what is computed per tensor.
 enum class SummaryMode : uint8_t {
   kStatistics,  ///< "statistics": counts, min, max, mean, norm
-  kHash,        ///< "hash" (alias "md5"): statistics plus an xxh64 of the values
+  kHash,        ///< "hash" (alias "md5"): statistics plus an XXH3-64 hash of the values
 };
 
 /// A set of integers from msprobe's syntax: [1, 3, "5-7"]; empty = all.
@@ -113,7 +113,8 @@ struct DebuggerOptions {
   static DebuggerOptions from_json(const std::string& json_text);
   /// Reads and parses a file; errors name the file.
   static DebuggerOptions from_json_file(const std::string& path);
-  /// from_json_file($PRECPROBE_CONFIG) when that variable is set, else `fallback`.
+  /// from_json_file($PRECPROBE_CONFIG) when that variable is set and not empty, else
+  /// `fallback`. Errors say that the path came from PRECPROBE_CONFIG.
   static DebuggerOptions from_env_or(const DebuggerOptions& fallback);
 
   /// Throws precprobe::Error when fields contradict each other or are out of range.

@@ -42,7 +42,7 @@ struct TensorStats {
   double max = 0;               ///< "max" over finite values
   double mean = 0;              ///< "mean" over finite values
   double norm = 0;              ///< "norm": L2 norm over finite values
-  std::optional<uint64_t> hash; ///< "hash": xxh64 of values+dtype+shape (summary_mode=hash)
+  std::optional<uint64_t> hash; ///< "hash": XXH3-64 of dtype+shape+values (precprobe/hash.h)
   std::string param;            ///< "param": parameter name when the tensor is a parameter
   int64_t list_index = -1;      ///< "li": position inside a TensorList argument, else -1
 

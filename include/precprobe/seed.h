@@ -34,10 +34,10 @@ namespace precprobe {
 /// The largest seed seed_all() accepts: 2^32 - 1. LibTorch's generators take 64-bit seeds,
 /// but std::srand() takes an unsigned int and msprobe (the peer tool) checks [0, 2^32 - 1];
 /// one bound for every generator means one seed reproduces a run everywhere.
-constexpr uint64_t kMaxSeed = 0xFFFFFFFFull;
+inline constexpr uint64_t kMaxSeed = 0xFFFFFFFFull;
 
 /// The seed rng() uses until seed_all() is called (and seed_all()'s default).
-constexpr uint64_t kDefaultSeed = 1234;
+inline constexpr uint64_t kDefaultSeed = 1234;
 
 /// Everything seed_all() can do; every field has a default.
 struct SeedOptions {

@@ -63,6 +63,11 @@ struct WriterCounters {
   bool failed = false;  ///< an I/O error stopped writing
 };
 
+/// The counters as the JSON object meta.json stores under "writer" (docs/dump-format.md):
+/// {"records_written":..,"records_dropped":..,"bytes_uncompressed":..,
+///  "bytes_compressed":..,"frames":..,"failed":false}.
+std::string to_json(const WriterCounters& c);
+
 class DumpWriter {
  public:
   /// Creates the directory and opens the streams lazily. Throws precprobe::Error.

@@ -120,7 +120,8 @@ bool selects(const RecordFilter& f, const ScalarRecord& r) {
 }  // namespace
 
 DumpReader::DumpReader(const std::string& path) : path_(path) {
-  fs::path root(path);
+  fs::path root = fs::path(path).lexically_normal();
+  if (!root.has_filename() && root.has_parent_path()) root = root.parent_path();  // "rank3/"
   std::error_code ec;
   if (!fs::exists(root, ec)) throw Error(fmt::format("'{}' does not exist; {}", path, kExpected));
   if (!fs::is_directory(root, ec)) {

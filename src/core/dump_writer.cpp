@@ -66,7 +66,7 @@ void prepare_directory(const WriterOptions& o) {
   if (o.dir.empty()) throw Error("dump directory: the path is empty");
   std::error_code ec;
   fs::create_directories(o.dir, ec);
-  if (ec || !fs::is_directory(o.dir)) {
+  if (ec || !fs::is_directory(o.dir, ec)) {
     throw Error(fmt::format("cannot create dump directory '{}': {}", o.dir,
                             ec ? ec.message() : "a file of that name exists"));
   }
@@ -321,6 +321,14 @@ void DumpWriter::Impl::close_streams() {
 }
 
 // ---- DumpWriter ----
+
+std::string to_json(const WriterCounters& c) {
+  return fmt::format(
+      "{{\"records_written\":{},\"records_dropped\":{},\"bytes_uncompressed\":{},"
+      "\"bytes_compressed\":{},\"frames\":{},\"failed\":{}}}",
+      c.records_written, c.records_dropped, c.bytes_uncompressed, c.bytes_compressed, c.frames,
+      c.failed);
+}
 
 DumpWriter::DumpWriter(WriterOptions options) {
   prepare_directory(options);

@@ -3,6 +3,7 @@
 #include <fmt/compile.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -48,70 +49,80 @@ void append_utf8(std::string& out, uint32_t cp) {
 
 // ---- writing ----
 
-void append_string(std::string& out, std::string_view s) {
-  out.push_back('"');
-  size_t start = 0;
-  for (size_t i = 0; i < s.size(); ++i) {
-    auto c = static_cast<unsigned char>(s[i]);
-    if (!needs_escape(c)) continue;
-    out.append(s.data() + start, i - start);
-    start = i + 1;
-    switch (c) {
-      case '"':
-        out.append("\\\"");
-        break;
-      case '\\':
-        out.append("\\\\");
-        break;
-      case '\n':
-        out.append("\\n");
-        break;
-      case '\t':
-        out.append("\\t");
-        break;
-      case '\r':
-        out.append("\\r");
-        break;
-      default: {
-        char buf[6] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 15]};
-        out.append(buf, 6);
-      }
-    }
-  }
-  out.append(s.data() + start, s.size() - start);
-  out.push_back('"');
+void TextOut::grow(size_t n) {
+  size_t used = static_cast<size_t>(p_ - s_.data());
+  // Only the size grows by what is needed (resize zero-fills); the capacity grows
+  // geometrically inside std::string.
+  s_.resize(used + n + 1024);
+  p_ = s_.data() + used;
+  end_ = s_.data() + s_.size();
 }
 
-void append_int(std::string& out, int64_t v) {
-  fmt::format_int f(v);
-  out.append(f.data(), f.size());
-}
+void TextOut::int64(int64_t v) { p_ = fmt::format_to(p_, FMT_COMPILE("{}"), v); }
 
-void append_double(std::string& out, double v) {
+void TextOut::number(double v) {
   if (std::isnan(v)) {
-    out.append("\"nan\"");
+    lit("\"nan\"");
   } else if (std::isinf(v)) {
-    out.append(v > 0 ? "\"inf\"" : "\"-inf\"");
+    if (v > 0) {
+      lit("\"inf\"");
+    } else {
+      lit("\"-inf\"");
+    }
   } else {
-    fmt::format_to(std::back_inserter(out), FMT_COMPILE("{}"), v);
+    p_ = fmt::format_to(p_, FMT_COMPILE("{}"), v);
   }
 }
 
-void append_float32(std::string& out, double v) {
+void TextOut::float32(double v) {
   auto f = static_cast<float>(v);
   if (!std::isfinite(f)) {
-    append_double(out, v);  // NaN/Inf, or a double beyond the float range: keep it whole
+    number(v);  // NaN/Inf, or a double beyond the float range: keep it whole
   } else {
-    fmt::format_to(std::back_inserter(out), FMT_COMPILE("{}"), f);
+    p_ = fmt::format_to(p_, FMT_COMPILE("{}"), f);
   }
 }
 
-void append_hex64(std::string& out, uint64_t v) {
-  char buf[18];
-  buf[0] = '"';
-  for (int i = 0; i < 16; ++i) buf[16 - i] = kHex[(v >> (4 * i)) & 15];
-  buf[17] = '"';
-  out.append(buf, sizeof buf);
+void TextOut::hex64(uint64_t v) {
+  p_[0] = '"';
+  for (int i = 0; i < 16; ++i) p_[16 - i] = kHex[(v >> (4 * i)) & 15];
+  p_[17] = '"';
+  p_ += 18;
+}
+
+void TextOut::string(std::string_view s) {
+  *p_++ = '"';
+  for (char ch : s) {
+    auto c = static_cast<unsigned char>(ch);
+    if (!needs_escape(c)) {
+      *p_++ = ch;
+      continue;
+    }
+    *p_++ = '\\';
+    switch (c) {
+      case '"':
+        *p_++ = '"';
+        break;
+      case '\\':
+        *p_++ = '\\';
+        break;
+      case '\n':
+        *p_++ = 'n';
+        break;
+      case '\t':
+        *p_++ = 't';
+        break;
+      case '\r':
+        *p_++ = 'r';
+        break;
+      default:
+        std::memcpy(p_, "u00", 3);
+        p_[3] = kHex[c >> 4];
+        p_[4] = kHex[c & 15];
+        p_ += 5;
+    }
+  }
+  *p_++ = '"';
 }
 
 bool is_valid_value(std::string_view text) {
@@ -134,8 +145,7 @@ std::string Cursor::error_message() const {
   return fmt::format("{} at byte {}", error_, error_pos_);
 }
 
-bool Cursor::expect(char c) noexcept {
-  if (consume(c)) return true;
+bool Cursor::expect_failed(char c) noexcept {
   switch (c) {
     case '{':
       return fail("expected '{'");
@@ -152,7 +162,7 @@ bool Cursor::expect(char c) noexcept {
   }
 }
 
-bool Cursor::key(std::string_view& k) {
+bool Cursor::key_slow(std::string_view& k) {
   skip_ws();
   if (p_ >= end_ || *p_ != '"') return fail("expected a key");
   const char* start = p_ + 1;
@@ -168,22 +178,10 @@ bool Cursor::key(std::string_view& k) {
   return expect(':');
 }
 
-bool Cursor::string(std::string& out) {
+// Strings with escapes or after blanks.
+bool Cursor::string_slow(std::string& out) {
   skip_ws();
   if (p_ >= end_ || *p_ != '"') return fail("expected a string");
-  const char* start = p_ + 1;
-  const char* q = start;
-  while (q < end_ && !needs_escape(static_cast<unsigned char>(*q))) ++q;
-  if (q < end_ && *q == '"') {
-    out.assign(start, static_cast<size_t>(q - start));
-    p_ = q + 1;
-    return true;
-  }
-  return string_slow(out);
-}
-
-// Strings with escapes; p_ is at the opening quote.
-bool Cursor::string_slow(std::string& out) {
   out.clear();
   ++p_;
   while (p_ < end_) {
@@ -256,7 +254,7 @@ bool Cursor::string_slow(std::string& out) {
   return fail("unterminated string");
 }
 
-bool Cursor::int64(int64_t& v) noexcept {
+bool Cursor::int64_slow(int64_t& v) noexcept {
   skip_ws();
   const char* q = p_;
   bool neg = q < end_ && *q == '-';
@@ -322,7 +320,7 @@ bool Cursor::number_token(std::string_view& tok) noexcept {
   return true;
 }
 
-bool Cursor::number(double& v) noexcept {
+bool Cursor::number_slow(double& v) noexcept {
   skip_ws();
   if (p_ < end_ && *p_ == '"') {
     // Non-finite values are strings (JSON has no NaN); compare without allocating.

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 
@@ -18,20 +19,84 @@ inline constexpr int kMaxDepth = 64;
 
 // ---- writing ----
 
-/// Appends `s` as a quoted JSON string (escapes quotes, backslashes, control bytes).
-void append_string(std::string& out, std::string_view s);
-void append_int(std::string& out, int64_t v);
-/// Shortest text that parses back to exactly `v`; NaN/±Inf as "nan", "inf", "-inf".
-void append_double(std::string& out, double v);
-/// Shortest text of `v` rounded to float32 (for statistics whose last bits carry no
-/// information). Values outside the float32 range are written as doubles.
-void append_float32(std::string& out, double v);
-/// 16 lower-case hex digits in quotes.
-void append_hex64(std::string& out, uint64_t v);
+/// Appends to a std::string through a raw pointer, so a record costs no per-field size
+/// checks: callers reserve() an upper bound for the next fields, then write them. The
+/// string has its final size after finish() (called by the destructor too).
+class TextOut {
+ public:
+  explicit TextOut(std::string& s) : s_(s) {
+    size_t used = s.size();
+    s.resize(used + 1024);
+    p_ = s.data() + used;
+    end_ = s.data() + s.size();
+  }
+  ~TextOut() { finish(); }
+  TextOut(const TextOut&) = delete;
+  TextOut& operator=(const TextOut&) = delete;
+
+  void finish() {
+    if (p_ != nullptr) s_.resize(static_cast<size_t>(p_ - s_.data()));
+    p_ = end_ = nullptr;
+  }
+  void reserve(size_t n) {
+    if (static_cast<size_t>(end_ - p_) < n) grow(n);
+  }
+  void put(char c) { *p_++ = c; }
+  template <size_t N>
+  void lit(const char (&text)[N]) {
+    std::memcpy(p_, text, N - 1);
+    p_ += N - 1;
+  }
+  void raw(std::string_view text) {
+    std::memcpy(p_, text.data(), text.size());
+    p_ += text.size();
+  }
+  /// Replaces the last character (a trailing ',' by a closing bracket).
+  void replace_last(char c) { p_[-1] = c; }
+  char last() const { return p_[-1]; }
+
+  static constexpr size_t kMaxNumber = 32;
+  void int64(int64_t v);
+  /// Shortest text that parses back to exactly `v`; NaN/±Inf as "nan", "inf", "-inf".
+  void number(double v);
+  /// Shortest text of `v` rounded to float32 (statistics whose last bits carry no
+  /// information). Values outside the float32 range are written as doubles.
+  void float32(double v);
+  /// 16 lower-case hex digits in quotes.
+  void hex64(uint64_t v);
+  /// A quoted JSON string; needs at most string_bound(s.size()) bytes.
+  void string(std::string_view s);
+  static constexpr size_t string_bound(size_t n) { return 6 * n + 2; }
+
+ private:
+  void grow(size_t n);
+  std::string& s_;
+  char* p_ = nullptr;
+  char* end_ = nullptr;
+};
+
 /// True when `text` is exactly one JSON value (surrounding whitespace allowed).
 bool is_valid_value(std::string_view text);
 
 // ---- reading ----
+
+/// `"name":` prepared for matching with one 8-byte load (see Cursor::match).
+struct KeyLiteral {
+  constexpr explicit KeyLiteral(std::string_view name) noexcept : size(name.size() + 3) {
+    text[0] = '"';
+    for (size_t i = 0; i < name.size() && i < 12; ++i) text[i + 1] = name[i];
+    text[name.size() + 1] = '"';
+    text[name.size() + 2] = ':';
+    for (size_t i = 0; i < 8 && i < size; ++i) {
+      head |= uint64_t{static_cast<unsigned char>(text[i])} << (8 * i);
+      mask |= uint64_t{0xff} << (8 * i);
+    }
+  }
+  char text[16] = {};
+  size_t size;
+  uint64_t head = 0;  // the first 8 bytes, little-endian
+  uint64_t mask = 0;
+};
 
 class Cursor {
  public:
@@ -49,6 +114,10 @@ class Cursor {
   }
   /// Consumes `c` (after whitespace) when it is next.
   bool consume(char c) noexcept {
+    if (p_ < end_ && *p_ == c) {  // the writer puts no blanks between tokens
+      ++p_;
+      return true;
+    }
     skip_ws();
     if (p_ < end_ && *p_ == c) {
       ++p_;
@@ -56,7 +125,7 @@ class Cursor {
     }
     return false;
   }
-  bool expect(char c) noexcept;
+  bool expect(char c) noexcept { return consume(c) || expect_failed(c); }
   /// True when only whitespace is left.
   bool at_end() noexcept {
     skip_ws();
@@ -68,14 +137,48 @@ class Cursor {
     return p_ < end_ ? *p_ : '\0';
   }
 
+  /// Consumes `text` when it comes next, byte for byte; nothing otherwise.
+  bool literal(std::string_view text) noexcept {
+    if (static_cast<size_t>(end_ - p_) < text.size() ||
+        std::memcmp(p_, text.data(), text.size()) != 0) {
+      return false;
+    }
+    p_ += text.size();
+    return true;
+  }
+  /// Consumes `"name":` when it comes next, byte for byte; nothing otherwise.
+  bool quoted_key(std::string_view name) noexcept {
+    size_t n = name.size();
+    if (static_cast<size_t>(end_ - p_) < n + 3 || p_[0] != '"' || p_[n + 1] != '"' ||
+        p_[n + 2] != ':') {
+      return false;
+    }
+    for (size_t i = 0; i < n; ++i) {  // names are short: a loop beats a memcmp call
+      if (p_[i + 1] != name[i]) return false;
+    }
+    p_ += n + 3;
+    return true;
+  }
+  /// Consumes the key literal when it comes next; nothing otherwise.
+  bool match(const KeyLiteral& k) noexcept {
+    if (end_ - p_ < 16) return literal(std::string_view(k.text, k.size));
+    uint64_t w;
+    std::memcpy(&w, p_, 8);
+    if ((w & k.mask) != k.head) return false;
+    for (size_t i = 8; i < k.size; ++i) {
+      if (p_[i] != k.text[i]) return false;
+    }
+    p_ += k.size;
+    return true;
+  }
   /// An object key followed by ':'; the view is valid until the next call.
-  bool key(std::string_view& k);
-  bool string(std::string& out);
-  bool int64(int64_t& v) noexcept;
+  inline bool key(std::string_view& k);
+  inline bool string(std::string& out);
+  inline bool int64(int64_t& v) noexcept;
   bool int32(int32_t& v) noexcept;
   bool uint32(uint32_t& v) noexcept;
   /// A number, or one of the strings "nan", "inf", "-inf".
-  bool number(double& v) noexcept;
+  inline bool number(double& v) noexcept;
   /// Like number(), then rounded to float32 when that is finite (see append_float32).
   bool number_float32(double& v) noexcept;
   bool boolean(bool& v) noexcept;
@@ -110,7 +213,13 @@ class Cursor {
   }
 
  private:
+  // The inline functions below handle the common case (what our writer produces) and
+  // leave everything else, errors included, to these.
+  bool expect_failed(char c) noexcept;
+  bool key_slow(std::string_view& k);
   bool string_slow(std::string& out);
+  bool int64_slow(int64_t& v) noexcept;
+  bool number_slow(double& v) noexcept;
   bool number_token(std::string_view& tok) noexcept;
 
   const char* p_;
@@ -120,5 +229,85 @@ class Cursor {
   size_t error_pos_ = 0;
   std::string key_scratch_;
 };
+
+namespace detail {
+inline bool is_digit(char c) noexcept { return static_cast<unsigned char>(c - '0') < 10; }
+inline bool is_plain(char c) noexcept {
+  return c != '"' && c != '\\' && static_cast<unsigned char>(c) >= 0x20;
+}
+}  // namespace detail
+
+inline bool Cursor::key(std::string_view& k) {
+  if (p_ < end_ && *p_ == '"') {
+    const char* q = p_ + 1;
+    while (q < end_ && detail::is_plain(*q)) ++q;
+    if (end_ - q >= 2 && q[0] == '"' && q[1] == ':') {
+      k = std::string_view(p_ + 1, static_cast<size_t>(q - p_ - 1));
+      p_ = q + 2;
+      return true;
+    }
+  }
+  return key_slow(k);
+}
+
+inline bool Cursor::string(std::string& out) {
+  if (p_ < end_ && *p_ == '"') {
+    const char* q = p_ + 1;
+    while (q < end_ && detail::is_plain(*q)) ++q;
+    if (q < end_ && *q == '"') {
+      out.assign(p_ + 1, static_cast<size_t>(q - p_ - 1));
+      p_ = q + 1;
+      return true;
+    }
+  }
+  return string_slow(out);
+}
+
+inline bool Cursor::int64(int64_t& v) noexcept {
+  const char* q = p_;
+  bool neg = q < end_ && *q == '-';
+  if (neg) ++q;
+  const char* digits = q;
+  uint64_t u = 0;
+  while (q < end_ && detail::is_digit(*q) && q - digits < 18) u = u * 10 + (*q++ - '0');
+  auto n = q - digits;
+  bool ends = q == end_ || (*q != '.' && *q != 'e' && *q != 'E' && !detail::is_digit(*q));
+  if (n > 0 && ends && (n == 1 || *digits != '0')) {
+    v = neg ? -static_cast<int64_t>(u) : static_cast<int64_t>(u);
+    p_ = q;
+    return true;
+  }
+  return int64_slow(v);
+}
+
+// Clinger's fast path: up to 19 digits whose value is below 2^53, without exponent, and at
+// most 22 decimals is exact with one division (both operands are exact doubles).
+inline bool Cursor::number(double& v) noexcept {
+  static constexpr double kPow10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                      1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                                      1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+  const char* q = p_;
+  bool neg = q < end_ && *q == '-';
+  if (neg) ++q;
+  const char* int_start = q;
+  uint64_t m = 0;
+  int nd = 0;
+  while (q < end_ && detail::is_digit(*q) && nd < 19) m = m * 10 + (*q++ - '0'), ++nd;
+  if (nd == 0 || (nd > 1 && *int_start == '0')) return number_slow(v);
+  int frac = 0;
+  if (q < end_ && *q == '.') {
+    ++q;
+    while (q < end_ && detail::is_digit(*q) && nd < 19) m = m * 10 + (*q++ - '0'), ++nd, ++frac;
+    if (frac == 0) return number_slow(v);
+  }
+  if (q < end_ && (*q == 'e' || *q == 'E' || *q == '.' || detail::is_digit(*q))) {
+    return number_slow(v);
+  }
+  if (m > (uint64_t{1} << 53)) return number_slow(v);
+  double d = static_cast<double>(m) / kPow10[frac];
+  v = neg ? -d : d;
+  p_ = q;
+  return true;
+}
 
 }  // namespace precprobe::json

@@ -3,8 +3,10 @@
 // Plain entries match as substrings, which covers exact full names too: an entry like
 // "aten::addmm.0.forward" only occurs inside that one name. "name-regex(...)" entries are
 // ECMAScript regexes searched anywhere in the name (anchor with ^...$ for a full match).
-// No cache: names carry per-step call counts, so a name cache would only grow; the probe
-// may cache per op if std::regex ever shows up in a profile.
+// std::regex backtracks: nested quantifiers like (a|aa)*b take exponential time, so keep
+// patterns simple (docs/config.md says so). No cache: names carry per-step call counts, so
+// a name cache would only grow; the probe may cache per op if std::regex ever shows up in a
+// profile.
 #include <regex>
 #include <string>
 #include <vector>
@@ -17,6 +19,7 @@ namespace precprobe {
 namespace {
 constexpr char kRegexPrefix[] = "name-regex(";
 constexpr size_t kRegexPrefixLen = sizeof(kRegexPrefix) - 1;
+constexpr size_t kMaxPatternChars = 1024;
 }  // namespace
 
 struct NameMatcher::Impl {
@@ -43,6 +46,12 @@ NameMatcher::NameMatcher(const std::vector<std::string>& list) {
                   "PATTERN and the closing ')'");
     }
     const std::string pattern = entry.substr(kRegexPrefixLen, entry.size() - kRegexPrefixLen - 1);
+    // libstdc++ compiles regexes recursively: ~100k nested groups overflow the stack.
+    if (pattern.size() > kMaxPatternChars) {
+      throw Error("list entry 'name-regex(" + pattern.substr(0, 40) + "...)': the pattern has " +
+                  std::to_string(pattern.size()) + " characters; allowed: at most " +
+                  std::to_string(kMaxPatternChars));
+    }
     try {
       impl->regexes.emplace_back(pattern, std::regex::ECMAScript | std::regex::optimize);
     } catch (const std::regex_error& e) {

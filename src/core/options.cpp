@@ -285,19 +285,7 @@ std::string DebuggerOptions::to_json() const {
 // ---- from text, files and the environment ----
 
 DebuggerOptions DebuggerOptions::from_json(const std::string& json_text) {
-  json root;
-  try {
-    root = json::parse(json_text);
-  } catch (const json::parse_error& e) {
-    // Drop nlohmann's "[json.exception.parse_error.101] " tag; keep line and column.
-    std::string what = e.what();
-    const size_t tag_end = what.find("] ");
-    if (tag_end != std::string::npos && what.rfind("[json.exception", 0) == 0) {
-      what = what.substr(tag_end + 2);
-    }
-    throw Error("config is not valid JSON: " + what);
-  }
-  DebuggerOptions options = detail::parse_options(root);
+  DebuggerOptions options = detail::parse_options(detail::parse_json(json_text));
   options.validate();
   return options;
 }

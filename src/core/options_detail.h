@@ -42,7 +42,10 @@ nlohmann::ordered_json int_set_json(const IntSet& set);
 /// Throws Error("config key '<key>': <what>").
 [[noreturn]] void fail_key(const std::string& key, const std::string& what);
 
-/// The JSON text → options step of from_json, without validate().
+/// Parses config text; throws Error for invalid JSON (with line and column) and for a key
+/// written twice in one object (JSON would silently keep the last).
+nlohmann::json parse_json(const std::string& text);
+/// The JSON → options step of from_json, without validate().
 DebuggerOptions parse_options(const nlohmann::json& root);
 
 }  // namespace detail

@@ -6,6 +6,7 @@
 // unread (msprobe's shipped config.json carries them all), but every key of the top level
 // and of the active section must be known.
 #include <cctype>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -64,7 +65,9 @@ std::string get_enum(const json& v, const std::string& key,
   for (const std::string& a : allowed) {
     if (s == a) return s;
   }
-  fail_expected(key, v, expected);
+  const std::string suggestion = closest_match(s, allowed);
+  fail_expected(key, v,
+                expected + (suggestion.empty() ? "" : " (did you mean \"" + suggestion + "\"?)"));
 }
 
 std::vector<std::string> get_string_list(const json& v, const std::string& key) {
@@ -450,6 +453,48 @@ bool is_any_section(const std::string& name) {
 }
 
 }  // namespace
+
+json parse_json(const std::string& text) {
+  // Keys seen in each open object, with the object's dotted path for messages. `name` is
+  // the key holding the object, restored on close so objects in an array share it.
+  struct Open {
+    std::string name;
+    std::string path;
+    std::set<std::string> keys;
+  };
+  std::vector<Open> open;
+  std::string last_key;
+  auto check_duplicates = [&](int /*depth*/, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) {
+      const std::string parent = open.empty() ? "" : open.back().path;
+      const std::string path = parent.empty() ? last_key : parent + "." + last_key;
+      open.push_back({last_key, path, {}});
+    } else if (event == json::parse_event_t::object_end && !open.empty()) {
+      last_key = open.back().name;
+      open.pop_back();
+    } else if (event == json::parse_event_t::key && !open.empty()) {
+      last_key = parsed.get<std::string>();
+      if (!open.back().keys.insert(last_key).second) {
+        const std::string& path = open.back().path;
+        fail_key(path.empty() ? last_key : path + "." + last_key,
+                 "written twice in one object; JSON would keep only the last, so remove one");
+      }
+    }
+    return true;
+  };
+  try {
+    return json::parse(text, check_duplicates);
+  } catch (const json::exception& e) {
+    // parse_error, and out_of_range for numbers like 1e999. Drop nlohmann's
+    // "[json.exception.parse_error.101] " tag; keep line and column.
+    std::string what = e.what();
+    const size_t tag_end = what.find("] ");
+    if (tag_end != std::string::npos && what.rfind("[json.exception", 0) == 0) {
+      what = what.substr(tag_end + 2);
+    }
+    throw Error("config is not valid JSON: " + what);
+  }
+}
 
 DebuggerOptions parse_options(const json& root) {
   if (!root.is_object()) {

@@ -44,114 +44,124 @@ bool any_non_finite(const std::vector<Arg>& args) noexcept {
                      [](const Arg& a) { return a.tensor.has_value() && !a.tensor->all_finite(); });
 }
 
-// `"key":` — keys are literals without characters that need escaping.
-void key(std::string& out, std::string_view k) {
-  out.push_back('"');
-  out.append(k);
-  out.append("\":");
+using json::TextOut;
+
+// Fixed-size fields of one object: keys, numbers, booleans and brackets.
+constexpr size_t kFieldBound = 16 + TextOut::kMaxNumber;
+
+void str_field(TextOut& o, std::string_view quoted_key, std::string_view v) {
+  o.reserve(quoted_key.size() + TextOut::string_bound(v.size()) + 1);
+  o.raw(quoted_key);
+  o.string(v);
+  o.put(',');
 }
 
-void int_field(std::string& out, std::string_view k, int64_t v) {
-  key(out, k);
-  json::append_int(out, v);
-  out.push_back(',');
-}
-
-void str_field(std::string& out, std::string_view k, std::string_view v) {
-  key(out, k);
-  json::append_string(out, v);
-  out.push_back(',');
-}
-
-void double_field(std::string& out, std::string_view k, double v) {
-  key(out, k);
-  json::append_double(out, v);
-  out.push_back(',');
-}
-
-void bool_field(std::string& out, std::string_view k, bool v) {
-  key(out, k);
-  out.append(v ? "true," : "false,");
-}
-
-void string_list_field(std::string& out, std::string_view k, const std::vector<std::string>& v) {
-  key(out, k);
-  out.push_back('[');
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i > 0) out.push_back(',');
-    json::append_string(out, v[i]);
+void string_list(TextOut& o, std::string_view quoted_key, const std::vector<std::string>& v) {
+  o.reserve(quoted_key.size() + 2);
+  o.raw(quoted_key);
+  o.put('[');
+  for (const std::string& x : v) {
+    o.reserve(TextOut::string_bound(x.size()) + 1);
+    o.string(x);
+    o.put(',');
   }
-  out.append("],");
+  if (o.last() == ',')
+    o.replace_last(']');
+  else
+    o.put(']');
+  o.reserve(1);
+  o.put(',');
 }
 
 // Replaces the trailing ',' of the last field with the closing brace and the newline.
-void end_object_line(std::string& out) {
-  out.back() = '}';
-  out.push_back('\n');
+void end_line(TextOut& o) {
+  o.reserve(2);
+  o.replace_last('}');
+  o.put('\n');
 }
 
-void append_tensor(const TensorStats& t, std::string& out) {
-  out.push_back('{');
-  str_field(out, "dtype", t.dtype);
-  key(out, "shape");
-  out.push_back('[');
+void append_tensor(const TensorStats& t, TextOut& o) {
+  o.reserve(40 + TextOut::string_bound(t.dtype.size()) + TextOut::string_bound(t.device.size()) +
+            t.shape.size() * 21 + 12 * kFieldBound + TextOut::string_bound(t.param.size()));
+  o.lit("{\"dtype\":");
+  o.string(t.dtype);
+  o.lit(",\"shape\":[");
   for (size_t i = 0; i < t.shape.size(); ++i) {
-    if (i > 0) out.push_back(',');
-    json::append_int(out, t.shape[i]);
+    if (i > 0) o.put(',');
+    o.int64(t.shape[i]);
   }
-  out.append("],");
-  str_field(out, "device", t.device);
-  if (t.requires_grad) out.append("\"rg\":true,");
-  int_field(out, "numel", t.numel);
-  int_field(out, "nan", t.nan);
-  int_field(out, "pinf", t.pinf);
-  int_field(out, "ninf", t.ninf);
-  int_field(out, "zero", t.zero);
-  int_field(out, "neg", t.neg);
-  int_field(out, "pos", t.pos);
-  double_field(out, "min", t.min);
-  double_field(out, "max", t.max);
-  key(out, "mean");
-  json::append_float32(out, t.mean);
-  out.push_back(',');
-  key(out, "norm");
-  json::append_float32(out, t.norm);
-  out.push_back(',');
+  o.lit("],\"device\":");
+  o.string(t.device);
+  if (t.requires_grad) o.lit(",\"rg\":true");
+  o.lit(",\"numel\":");
+  o.int64(t.numel);
+  o.lit(",\"nan\":");
+  o.int64(t.nan);
+  o.lit(",\"pinf\":");
+  o.int64(t.pinf);
+  o.lit(",\"ninf\":");
+  o.int64(t.ninf);
+  o.lit(",\"zero\":");
+  o.int64(t.zero);
+  o.lit(",\"neg\":");
+  o.int64(t.neg);
+  o.lit(",\"pos\":");
+  o.int64(t.pos);
+  o.lit(",\"min\":");
+  o.number(t.min);
+  o.lit(",\"max\":");
+  o.number(t.max);
+  o.lit(",\"mean\":");
+  o.float32(t.mean);
+  o.lit(",\"norm\":");
+  o.float32(t.norm);
   if (t.hash) {
-    key(out, "hash");
-    json::append_hex64(out, *t.hash);
-    out.push_back(',');
+    o.lit(",\"hash\":");
+    o.hex64(*t.hash);
   }
-  if (!t.param.empty()) str_field(out, "param", t.param);
-  if (t.list_index >= 0) int_field(out, "li", t.list_index);
-  out.back() = '}';
+  if (!t.param.empty()) {
+    o.lit(",\"param\":");
+    o.string(t.param);
+  }
+  if (t.list_index >= 0) {
+    o.lit(",\"li\":");
+    o.int64(t.list_index);
+  }
+  o.put('}');
 }
 
-void append_arg(const Arg& a, std::string& out) {
+void append_arg(const Arg& a, TextOut& o) {
   if (a.tensor) {
-    append_tensor(*a.tensor, out);
+    append_tensor(*a.tensor, o);
     return;
   }
-  out.append("{\"v\":");
+  o.reserve(8 + TextOut::string_bound(a.value.size()));
+  o.lit("{\"v\":");
   if (a.value.empty()) {
-    out.append("null");
+    o.lit("null");
   } else if (json::is_valid_value(a.value)) {
-    out.append(a.value);
+    o.raw(a.value);
   } else {
     // A producer bug must not make the whole line unreadable: keep the text as a string.
-    json::append_string(out, a.value);
+    o.string(a.value);
   }
-  out.push_back('}');
+  o.put('}');
 }
 
-void append_args(std::string_view k, const std::vector<Arg>& args, std::string& out) {
-  key(out, k);
-  out.push_back('[');
+void append_args(const char* quoted_key, size_t key_size, const std::vector<Arg>& args,
+                 TextOut& o) {
+  o.reserve(key_size + 1);
+  o.raw(std::string_view(quoted_key, key_size));
+  o.put('[');
   for (size_t i = 0; i < args.size(); ++i) {
-    if (i > 0) out.push_back(',');
-    append_arg(args[i], out);
+    if (i > 0) {
+      o.reserve(1);
+      o.put(',');
+    }
+    append_arg(args[i], o);
   }
-  out.append("],");
+  o.reserve(2);
+  o.lit("],");
 }
 
 }  // namespace
@@ -160,64 +170,113 @@ bool OpRecord::outputs_non_finite() const noexcept { return any_non_finite(outpu
 bool OpRecord::inputs_non_finite() const noexcept { return any_non_finite(inputs); }
 
 void append_json(const OpRecord& r, std::string& out) {
-  out.push_back('{');
-  int_field(out, "step", r.step);
-  int_field(out, "seq", r.seq);
-  str_field(out, "op", r.op);
-  if (!r.overload.empty()) str_field(out, "ovl", r.overload);
-  int_field(out, "call", r.call);
-  key(out, "dir");
-  out.append(r.dir == Direction::kBackward ? "\"backward\"," : "\"forward\",");
-  int_field(out, "thr", r.thread);
-  int_field(out, "depth", r.depth);
-  int_field(out, "sn", r.seqnr);
-  if (!r.scope.empty()) str_field(out, "scope", r.scope);
-  if (!r.node.empty()) str_field(out, "node", r.node);
-  append_args("in", r.inputs, out);
-  append_args("out", r.outputs, out);
-  end_object_line(out);
+  TextOut o(out);
+  o.reserve(8 * kFieldBound + TextOut::string_bound(r.op.size()) +
+            TextOut::string_bound(r.overload.size()));
+  o.lit("{\"step\":");
+  o.int64(r.step);
+  o.lit(",\"seq\":");
+  o.int64(r.seq);
+  o.lit(",\"op\":");
+  o.string(r.op);
+  if (!r.overload.empty()) {
+    o.lit(",\"ovl\":");
+    o.string(r.overload);
+  }
+  o.lit(",\"call\":");
+  o.int64(r.call);
+  if (r.dir == Direction::kBackward) {
+    o.lit(",\"dir\":\"backward\",\"thr\":");
+  } else {
+    o.lit(",\"dir\":\"forward\",\"thr\":");
+  }
+  o.int64(r.thread);
+  o.lit(",\"depth\":");
+  o.int64(r.depth);
+  o.lit(",\"sn\":");
+  o.int64(r.seqnr);
+  o.put(',');
+  if (!r.scope.empty()) str_field(o, "\"scope\":", r.scope);
+  if (!r.node.empty()) str_field(o, "\"node\":", r.node);
+  append_args("\"in\":", 5, r.inputs, o);
+  append_args("\"out\":", 6, r.outputs, o);
+  end_line(o);
 }
 
+namespace {
+
+void int_field(TextOut& o, std::string_view quoted_key, int64_t v) {
+  o.reserve(kFieldBound);
+  o.raw(quoted_key);
+  o.int64(v);
+  o.put(',');
+}
+
+void number_field(TextOut& o, std::string_view quoted_key, double v) {
+  o.reserve(kFieldBound);
+  o.raw(quoted_key);
+  o.number(v);
+  o.put(',');
+}
+
+void bool_field(TextOut& o, std::string_view quoted_key, bool v) {
+  o.reserve(kFieldBound);
+  o.raw(quoted_key);
+  if (v) {
+    o.lit("true,");
+  } else {
+    o.lit("false,");
+  }
+}
+
+}  // namespace
+
 void append_json(const ScalerRecord& r, std::string& out) {
-  out.push_back('{');
-  int_field(out, "step", r.step);
-  int_field(out, "opt", r.optimizer);
-  int_field(out, "group", r.group);
-  bool_field(out, "found_inf", r.found_inf);
-  int_field(out, "n_bad", r.nonfinite_params);
-  string_list_field(out, "bad", r.bad_params);
-  double_field(out, "gn_scaled", r.grad_norm_scaled);
-  double_field(out, "gn", r.grad_norm);
-  double_field(out, "scale", r.scale_before);
-  double_field(out, "scale_next", r.scale_after);
-  int_field(out, "tracker", r.growth_tracker);
-  bool_field(out, "skipped", r.skipped);
-  str_field(out, "event", r.event);
-  end_object_line(out);
+  TextOut o(out);
+  o.reserve(1);
+  o.put('{');
+  int_field(o, "\"step\":", r.step);
+  int_field(o, "\"opt\":", r.optimizer);
+  int_field(o, "\"group\":", r.group);
+  bool_field(o, "\"found_inf\":", r.found_inf);
+  int_field(o, "\"n_bad\":", r.nonfinite_params);
+  string_list(o, "\"bad\":", r.bad_params);
+  number_field(o, "\"gn_scaled\":", r.grad_norm_scaled);
+  number_field(o, "\"gn\":", r.grad_norm);
+  number_field(o, "\"scale\":", r.scale_before);
+  number_field(o, "\"scale_next\":", r.scale_after);
+  int_field(o, "\"tracker\":", r.growth_tracker);
+  bool_field(o, "\"skipped\":", r.skipped);
+  str_field(o, "\"event\":", r.event);
+  end_line(o);
 }
 
 void append_json(const GradRecord& r, std::string& out) {
-  out.push_back('{');
-  int_field(out, "step", r.step);
-  str_field(out, "param", r.param);
-  double_field(out, "gn", r.grad_norm);
-  double_field(out, "gmax", r.grad_abs_max);
-  double_field(out, "gmean", r.grad_abs_mean);
-  int_field(out, "gnan", r.grad_nan);
-  int_field(out, "ginf", r.grad_inf);
-  bool_field(out, "has_grad", r.has_grad);
-  double_field(out, "wn", r.weight_norm);
-  double_field(out, "ur", r.update_ratio);
-  string_list_field(out, "watch", r.watch);
-  end_object_line(out);
+  TextOut o(out);
+  o.reserve(1);
+  o.put('{');
+  int_field(o, "\"step\":", r.step);
+  str_field(o, "\"param\":", r.param);
+  number_field(o, "\"gn\":", r.grad_norm);
+  number_field(o, "\"gmax\":", r.grad_abs_max);
+  number_field(o, "\"gmean\":", r.grad_abs_mean);
+  int_field(o, "\"gnan\":", r.grad_nan);
+  int_field(o, "\"ginf\":", r.grad_inf);
+  bool_field(o, "\"has_grad\":", r.has_grad);
+  number_field(o, "\"wn\":", r.weight_norm);
+  number_field(o, "\"ur\":", r.update_ratio);
+  string_list(o, "\"watch\":", r.watch);
+  end_line(o);
 }
 
 void append_json(const ScalarRecord& r, std::string& out) {
-  out.push_back('{');
-  int_field(out, "step", r.step);
-  str_field(out, "name", r.name);
-  double_field(out, "value", r.value);
-  end_object_line(out);
+  TextOut o(out);
+  o.reserve(1);
+  o.put('{');
+  int_field(o, "\"step\":", r.step);
+  str_field(o, "\"name\":", r.name);
+  number_field(o, "\"value\":", r.value);
+  end_line(o);
 }
 
 }  // namespace precprobe

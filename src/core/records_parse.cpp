@@ -14,6 +14,10 @@ namespace {
 
 using json::Cursor;
 
+// An Arg takes ~250 bytes for 7 bytes of text (`{"v":1}`): without a bound, one hostile
+// 256 MiB line would ask for gigabytes. Real TensorLists are far shorter.
+constexpr size_t kMaxListSize = size_t{1} << 18;
+
 void reset(TensorStats& t) {
   t.dtype.clear();
   t.shape.clear();
@@ -39,6 +43,7 @@ bool parse_int_list(Cursor& c, std::vector<int64_t>& v) {
 bool parse_string_list(Cursor& c, std::vector<std::string>& v) {
   size_t n = 0;
   bool ok = c.array([&] {
+    if (n >= kMaxListSize) return c.fail("list too long");
     if (n == v.size()) v.emplace_back();
     return c.string(v[n++]);
   });
@@ -46,68 +51,145 @@ bool parse_string_list(Cursor& c, std::vector<std::string>& v) {
   return ok;
 }
 
-// Members of a tensor object; false for an unknown key (the caller skips it).
-bool tensor_member(Cursor& c, std::string_view k, TensorStats& t, bool& known) {
-  known = true;
-  switch (k.size()) {
-    case 2:
-      if (k == "rg") return c.boolean(t.requires_grad);
-      if (k == "li") return c.int64(t.list_index);
-      break;
-    case 3:
-      if (k == "nan") return c.int64(t.nan);
-      if (k == "neg") return c.int64(t.neg);
-      if (k == "pos") return c.int64(t.pos);
-      if (k == "min") return c.number(t.min);
-      if (k == "max") return c.number(t.max);
-      break;
-    case 4:
-      if (k == "pinf") return c.int64(t.pinf);
-      if (k == "ninf") return c.int64(t.ninf);
-      if (k == "zero") return c.int64(t.zero);
-      if (k == "mean") return c.number_float32(t.mean);
-      if (k == "norm") return c.number_float32(t.norm);
-      if (k == "hash") {
-        uint64_t h = 0;
-        if (!c.hex64(h)) return false;
-        t.hash = h;
-        return true;
-      }
-      break;
-    case 5:
-      if (k == "dtype") return c.string(t.dtype);
-      if (k == "shape") return parse_int_list(c, t.shape);
-      if (k == "numel") return c.int64(t.numel);
-      if (k == "param") return c.string(t.param);
-      break;
-    case 6:
-      if (k == "device") return c.string(t.device);
-      break;
-    default:
-      break;
+// Tensor keys in the order the writer emits them (optional ones included).
+enum TensorKey : int {
+  kDtype,
+  kShape,
+  kDevice,
+  kRg,
+  kNumel,
+  kNan,
+  kPinf,
+  kNinf,
+  kZero,
+  kNeg,
+  kPos,
+  kMin,
+  kMax,
+  kMean,
+  kNorm,
+  kHash,
+  kParam,
+  kLi,
+  kTensorKeys,
+  kUnknownKey = kTensorKeys
+};
+constexpr std::string_view kTensorKeyNames[kTensorKeys] = {
+    "dtype", "shape", "device", "rg",  "numel", "nan",  "pinf", "ninf",  "zero",
+    "neg",   "pos",   "min",    "max", "mean",  "norm", "hash", "param", "li"};
+
+constexpr json::KeyLiteral kTensorKeyLiterals[kTensorKeys] = {
+    json::KeyLiteral("dtype"), json::KeyLiteral("shape"), json::KeyLiteral("device"),
+    json::KeyLiteral("rg"),    json::KeyLiteral("numel"), json::KeyLiteral("nan"),
+    json::KeyLiteral("pinf"),  json::KeyLiteral("ninf"),  json::KeyLiteral("zero"),
+    json::KeyLiteral("neg"),   json::KeyLiteral("pos"),   json::KeyLiteral("min"),
+    json::KeyLiteral("max"),   json::KeyLiteral("mean"),  json::KeyLiteral("norm"),
+    json::KeyLiteral("hash"),  json::KeyLiteral("param"), json::KeyLiteral("li")};
+
+int tensor_key_id(std::string_view k) {
+  for (int i = 0; i < kTensorKeys; ++i) {
+    if (k == kTensorKeyNames[i]) return i;
   }
-  known = false;
+  return kUnknownKey;
+}
+
+// The next key: a line from our writer has the keys in kTensorKeyNames order, so the
+// expected key is matched without scanning; anything else takes the generic path.
+bool next_tensor_key(Cursor& c, int& expected, int& id, std::string_view& k) {
+  for (int i = expected; i < kTensorKeys && i < expected + 4; ++i) {
+    if (c.match(kTensorKeyLiterals[i])) {
+      id = i;
+      expected = i + 1;
+      return true;
+    }
+  }
+  if (!c.key(k)) return false;
+  id = tensor_key_id(k);
   return true;
 }
 
+bool tensor_value(Cursor& c, int id, TensorStats& t) {
+  switch (id) {
+    case kDtype:
+      return c.string(t.dtype);
+    case kShape:
+      return parse_int_list(c, t.shape);
+    case kDevice:
+      return c.string(t.device);
+    case kRg:
+      return c.boolean(t.requires_grad);
+    case kNumel:
+      return c.int64(t.numel);
+    case kNan:
+      return c.int64(t.nan);
+    case kPinf:
+      return c.int64(t.pinf);
+    case kNinf:
+      return c.int64(t.ninf);
+    case kZero:
+      return c.int64(t.zero);
+    case kNeg:
+      return c.int64(t.neg);
+    case kPos:
+      return c.int64(t.pos);
+    case kMin:
+      return c.number(t.min);
+    case kMax:
+      return c.number(t.max);
+    case kMean:
+      return c.number_float32(t.mean);
+    case kNorm:
+      return c.number_float32(t.norm);
+    case kHash: {
+      uint64_t h = 0;
+      if (!c.hex64(h)) return false;
+      t.hash = h;
+      return true;
+    }
+    case kParam:
+      return c.string(t.param);
+    case kLi:
+      return c.int64(t.list_index);
+    default:
+      return c.skip_value(2);
+  }
+}
+
+// {"v": <json>} for a value, else the statistics of a tensor.
 bool parse_arg(Cursor& c, Arg& a) {
+  if (!c.expect('{')) return false;
+  if (c.quoted_key("v")) {
+    a.tensor.reset();
+    if (!c.raw_value(a.value)) return false;
+    // Only unknown keys may follow (skipped).
+    while (c.consume(',')) {
+      std::string_view k;
+      if (!c.key(k) || !c.skip_value(2)) return false;
+    }
+    return c.expect('}');
+  }
   if (!a.tensor) a.tensor.emplace();
   TensorStats& t = *a.tensor;
   reset(t);
   a.value.clear();
   bool saw_value = false;
   bool saw_dtype = false;
-  bool ok = c.object([&](std::string_view k) {
-    if (k == "v") {
-      saw_value = true;
-      return c.raw_value(a.value);
-    }
-    if (k == "dtype") saw_dtype = true;
-    bool known = false;
-    if (!tensor_member(c, k, t, known)) return false;
-    return known || c.skip_value(2);
-  });
-  if (!ok) return false;
+  if (!c.consume('}')) {
+    int expected = 0;
+    do {
+      int id = kUnknownKey;
+      std::string_view k;
+      if (!next_tensor_key(c, expected, id, k)) return false;
+      if (id == kUnknownKey && k == "v") {
+        saw_value = true;
+        if (!c.raw_value(a.value)) return false;
+        continue;
+      }
+      saw_dtype |= id == kDtype;
+      if (!tensor_value(c, id, t)) return false;
+    } while (c.consume(','));
+    if (!c.expect('}')) return false;
+  }
   if (saw_value) {
     a.tensor.reset();
     return true;
@@ -119,6 +201,7 @@ bool parse_arg(Cursor& c, Arg& a) {
 bool parse_args(Cursor& c, std::vector<Arg>& args) {
   size_t n = 0;
   bool ok = c.array([&] {
+    if (n >= kMaxListSize) return c.fail("too many arguments");
     if (n == args.size()) args.emplace_back();
     return parse_arg(c, args[n++]);
   });
@@ -126,11 +209,10 @@ bool parse_args(Cursor& c, std::vector<Arg>& args) {
   return ok;
 }
 
-bool parse_direction(Cursor& c, std::string& scratch, Direction& d) {
-  if (!c.string(scratch)) return false;
-  if (scratch == "forward") {
+bool parse_direction(Cursor& c, Direction& d) {
+  if (c.literal("\"forward\"")) {
     d = Direction::kForward;
-  } else if (scratch == "backward") {
+  } else if (c.literal("\"backward\"")) {
     d = Direction::kBackward;
   } else {
     return c.fail("\"dir\" must be \"forward\" or \"backward\"");
@@ -138,36 +220,103 @@ bool parse_direction(Cursor& c, std::string& scratch, Direction& d) {
   return true;
 }
 
-bool op_member(Cursor& c, std::string_view k, OpRecord& r, std::string& scratch, bool& has_op) {
-  switch (k.size()) {
-    case 2:
-      if (k == "op") {
-        has_op = true;
-        return c.string(r.op);
-      }
-      if (k == "in") return parse_args(c, r.inputs);
-      if (k == "sn") return c.int64(r.seqnr);
-      break;
-    case 3:
-      if (k == "seq") return c.int64(r.seq);
-      if (k == "ovl") return c.string(r.overload);
-      if (k == "dir") return parse_direction(c, scratch, r.dir);
-      if (k == "thr") return c.uint32(r.thread);
-      if (k == "out") return parse_args(c, r.outputs);
-      break;
-    case 4:
-      if (k == "step") return c.int64(r.step);
-      if (k == "call") return c.int64(r.call);
-      if (k == "node") return c.string(r.node);
-      break;
-    case 5:
-      if (k == "depth") return c.int32(r.depth);
-      if (k == "scope") return c.string(r.scope);
-      break;
-    default:
-      break;
+// Op keys in the order the writer emits them.
+enum OpKey : int {
+  kStep,
+  kSeq,
+  kOp,
+  kOvl,
+  kCall,
+  kDir,
+  kThr,
+  kDepth,
+  kSn,
+  kScope,
+  kNode,
+  kIn,
+  kOut,
+  kOpKeys,
+  kUnknownOpKey = kOpKeys
+};
+constexpr std::string_view kOpKeyNames[kOpKeys] = {
+    "step", "seq", "op", "ovl", "call", "dir", "thr", "depth", "sn", "scope", "node", "in", "out"};
+
+constexpr json::KeyLiteral kOpKeyLiterals[kOpKeys] = {
+    json::KeyLiteral("step"),  json::KeyLiteral("seq"),   json::KeyLiteral("op"),
+    json::KeyLiteral("ovl"),   json::KeyLiteral("call"),  json::KeyLiteral("dir"),
+    json::KeyLiteral("thr"),   json::KeyLiteral("depth"), json::KeyLiteral("sn"),
+    json::KeyLiteral("scope"), json::KeyLiteral("node"),  json::KeyLiteral("in"),
+    json::KeyLiteral("out")};
+
+int next_op_key(Cursor& c, int& expected) {
+  for (int i = expected; i < kOpKeys && i < expected + 3; ++i) {
+    if (c.match(kOpKeyLiterals[i])) {
+      expected = i + 1;
+      return i;
+    }
   }
-  return c.skip_value(1);
+  std::string_view k;
+  if (!c.key(k)) return -1;
+  for (int i = 0; i < kOpKeys; ++i) {
+    if (k == kOpKeyNames[i]) return i;
+  }
+  return kUnknownOpKey;
+}
+
+bool op_value(Cursor& c, int id, OpRecord& r) {
+  switch (id) {
+    case kStep:
+      return c.int64(r.step);
+    case kSeq:
+      return c.int64(r.seq);
+    case kOp:
+      return c.string(r.op);
+    case kOvl:
+      return c.string(r.overload);
+    case kCall:
+      return c.int64(r.call);
+    case kDir:
+      return parse_direction(c, r.dir);
+    case kThr:
+      return c.uint32(r.thread);
+    case kDepth:
+      return c.int32(r.depth);
+    case kSn:
+      return c.int64(r.seqnr);
+    case kScope:
+      return c.string(r.scope);
+    case kNode:
+      return c.string(r.node);
+    case kIn:
+      return parse_args(c, r.inputs);
+    case kOut:
+      return parse_args(c, r.outputs);
+    default:
+      return c.skip_value(1);
+  }
+}
+
+bool parse_op(Cursor& c, OpRecord& r, bool& has_op) {
+  bool has_in = false;
+  bool has_out = false;
+  bool ok = c.expect('{');
+  if (ok && !c.consume('}')) {
+    int expected = 0;
+    do {
+      int id = next_op_key(c, expected);
+      if (id < 0 || !op_value(c, id, r)) {
+        ok = false;
+        break;
+      }
+      has_op |= id == kOp;
+      has_in |= id == kIn;
+      has_out |= id == kOut;
+    } while (c.consume(','));
+    ok = ok && c.expect('}');
+  }
+  if (!has_in) r.inputs.clear();
+  if (!has_out) r.outputs.clear();
+  return ok && (c.at_end() || c.fail("text after the record"));
 }
 
 // Parses one line as an object, then checks nothing but blanks follows it.
@@ -198,19 +347,14 @@ bool parse_record(std::string_view line, OpRecord& out, std::string* error) {
   out.thread = 0;
   out.depth = 0;
   out.rank = 0;
-  bool has_in = false;
-  bool has_out = false;
+  Cursor c(line);
   bool has_op = false;
-  std::string scratch;
-  bool ok = parse_line(line, error, [&](Cursor& c, std::string_view k) {
-    has_in |= k == "in";
-    has_out |= k == "out";
-    return op_member(c, k, out, scratch, has_op);
-  });
-  if (!has_in) out.inputs.clear();
-  if (!has_out) out.outputs.clear();
-  if (ok && !has_op) return missing(error, "op record without \"op\"");
-  return ok;
+  if (!parse_op(c, out, has_op)) {
+    if (error != nullptr) *error = c.error_message();
+    return false;
+  }
+  if (!has_op) return missing(error, "op record without \"op\"");
+  return true;
 }
 
 bool parse_record(std::string_view line, ScalerRecord& out, std::string* error) {

@@ -25,13 +25,12 @@ uint64_t module_hash(const torch::nn::Module& m) {
     entries.emplace_back("b:" + item.key(), detail::hash_tensor(item.value()));
   }
   std::sort(entries.begin(), entries.end());
-  XXH64_state_t state;
-  XXH64_reset(&state, 0);
+  detail::TensorHasher hasher;
   for (const auto& [name, h] : entries) {
-    XXH64_update(&state, name.data(), name.size() + 1);  // with the '\0' as separator
-    XXH64_update(&state, &h, sizeof h);
+    hasher.update(name.data(), name.size() + 1);  // with the '\0' as separator
+    hasher.update(&h, sizeof h);
   }
-  return XXH64_digest(&state);
+  return hasher.digest();
 }
 
 }  // namespace precprobe

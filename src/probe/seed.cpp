@@ -72,7 +72,8 @@ void set_cublas_env(SeedReport& r) {
     r.applied.push_back({key, std::string(old) + " (already set; kept)"});
   } else {
     ::setenv(name, ":4096:8", 1);
-    r.applied.push_back({key, old ? ":4096:8 (replaced " + std::string(old) + ")" : ":4096:8"});
+    r.applied.push_back(
+        {key, old != nullptr ? ":4096:8 (replaced " + std::string(old) + ")" : ":4096:8"});
   }
   if (!r.cuda_available) {
     return;  // No cuBLAS here; the variable still reaches child processes.
@@ -92,24 +93,39 @@ void set_cublas_env(SeedReport& r) {
 
 void set_distributed_env(const SeedOptions& o, SeedReport& r) {
   if (o.deterministic) {
-    // Ascend's HCCL: deterministic reduction order (what msprobe sets).
-    ::setenv("HCCL_DETERMINISTIC", "true", 1);
-    r.applied.push_back({"env HCCL_DETERMINISTIC", "true"});
+    // Ascend's HCCL: deterministic reductions (what msprobe sets). A user's "strict"
+    // (order-preserving as well) is stronger than "true" and is kept.
+    const char* old = std::getenv("HCCL_DETERMINISTIC");
+    if (old != nullptr && (std::string(old) == "strict" || std::string(old) == "true")) {
+      r.applied.push_back({"env HCCL_DETERMINISTIC", std::string(old) + " (already set; kept)"});
+    } else {
+      ::setenv("HCCL_DETERMINISTIC", "true", 1);
+      r.applied.push_back({"env HCCL_DETERMINISTIC", "true"});
+    }
   } else {
     r.skipped.push_back({"env HCCL_DETERMINISTIC", "deterministic=false: left as it is"});
   }
   r.skipped.push_back(
       {"env NCCL_*",
-       "NCCL has no documented determinism switch; its reductions repeat bitwise for the "
-       "same ranks, topology, NCCL version and algorithm/protocol choice. NCCL_ALGO / "
-       "NCCL_PROTO can pin the choice at a cost: not set"});
+       "not set: NCCL has no determinism switch. Its algorithm and protocol depend on "
+       "message size and topology, and NVLS reductions can vary between calls; pin "
+       "NCCL_ALGO=Ring and NCCL_NVLS_ENABLE=0 yourself if needed (slower); see "
+       "docs/reproducibility.md"});
 }
 
 void seed_generators(const SeedOptions& o, SeedReport& r) {
   // Seeds CPU, then every CUDA generator (at::manual_seed skips CUDA without devices).
-  at::manual_seed(o.seed);
+  // The CPU generator is seeded first, so a CUDA failure leaves it seeded.
+  std::string cuda_failure;
+  try {
+    at::manual_seed(o.seed);
+  } catch (const c10::Error& e) {
+    cuda_failure = e.what_without_backtrace();
+  }
   r.applied.push_back({"torch.manual_seed (CPU generator)", std::to_string(o.seed)});
-  if (r.cuda_available && r.cuda_devices > 0) {
+  if (!cuda_failure.empty()) {
+    r.skipped.push_back({"torch.cuda.manual_seed_all", "failed: " + cuda_failure});
+  } else if (r.cuda_available && r.cuda_devices > 0) {
     r.applied.push_back(
         {"torch.cuda.manual_seed_all", fmt::format("{} on {} device(s)", o.seed, r.cuda_devices)});
   } else {

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <exception>
 #include <limits>
+#include <memory>
 #include <string>
 
 #include "precprobe/error.h"
@@ -163,35 +164,89 @@ class BlockSink {
   T buf_[kStatsBlock];
 };
 
-// Visits every element once, innermost dimension last, in runs along that dimension.
-template <typename T, typename Sink>
-void walk(const T* base, const Geometry& g, Sink& sink) {
-  const size_t nd = g.sizes.size();
-  if (nd == 0) {  // a single element (e.g. a scalar expanded to any shape)
-    sink.run(base, 1);
-    sink.flush();
-    return;
-  }
-  const int64_t inner = g.sizes[nd - 1];
-  const int64_t inner_stride = g.strides[nd - 1];
-  c10::SmallVector<int64_t, 8> index(nd - 1, 0);
+// Calls fn(offset) for every index of the first `nd_outer` dims of g, in row-major order.
+template <typename Fn>
+void for_each_outer(const Geometry& g, size_t nd_outer, Fn&& fn) {
+  c10::SmallVector<int64_t, 8> index(nd_outer, 0);
   int64_t offset = 0;
   while (true) {
-    if (inner_stride == 1) {
-      sink.run(base + offset, inner);
-    } else {
-      sink.gather(base + offset, inner, inner_stride);
-    }
-    size_t d = nd - 1;
+    fn(offset);
+    size_t d = nd_outer;
     for (; d-- > 0;) {
       offset += g.strides[d];
       if (++index[d] < g.sizes[d]) break;
       offset -= g.strides[d] * g.sizes[d];
       index[d] = 0;
     }
-    if (d == static_cast<size_t>(-1)) break;
+    if (d == static_cast<size_t>(-1)) return;
+  }
+}
+
+// Visits every element once in the order of g's dims, in runs along the last one.
+template <typename T, typename Sink>
+void walk(const T* base, const Geometry& g, Sink& sink) {
+  const size_t nd = g.sizes.size();
+  if (nd == 0) {  // a single element
+    sink.run(base, 1);
+  } else {
+    const int64_t inner = g.sizes[nd - 1];
+    const int64_t inner_stride = g.strides[nd - 1];
+    for_each_outer(g, nd - 1, [&](int64_t offset) {
+      if (inner_stride == 1) {
+        sink.run(base + offset, inner);
+      } else {
+        sink.gather(base + offset, inner, inner_stride);
+      }
+    });
   }
   sink.flush();
+}
+
+// Elements a tile buffer of walk_tiled holds (256 KiB of float32: L2-resident).
+constexpr int64_t kTileElements = int64_t(1) << 18;
+
+// Whether the logical walk of g reads memory across its last dim while the dim before
+// it is the near one (a transposed matrix): then walk_tiled is much faster than walk.
+bool wants_tiles(const Geometry& g) {
+  const size_t nd = g.sizes.size();
+  if (nd < 2) return false;
+  const int64_t row_stride = g.strides[nd - 2], col_stride = g.strides[nd - 1];
+  return col_stride != 1 && row_stride != 0 && row_stride < col_stride &&
+         g.sizes[nd - 1] * 2 <= kTileElements;
+}
+
+// Logical order for wants_tiles() geometries: copies groups of rows of the last two dims
+// into a buffer, reading along the near dim, then hands the rows on in order. The buffer's
+// row pitch is padded off a power of two so that its rows do not share L1 sets.
+template <typename T, typename Sink>
+void walk_tiled(const T* base, const Geometry& g, Sink& sink) {
+  const size_t nd = g.sizes.size();
+  const int64_t rows = g.sizes[nd - 2], cols = g.sizes[nd - 1];
+  const int64_t row_stride = g.strides[nd - 2], col_stride = g.strides[nd - 1];
+  const int64_t pitch = cols + 64 / static_cast<int64_t>(sizeof(T));
+  const int64_t group = std::min<int64_t>(rows, std::clamp<int64_t>(kTileElements / pitch, 1, 64));
+  std::unique_ptr<T[]> tile(new T[static_cast<size_t>(group * pitch)]);  // not vector<bool>
+  for_each_outer(g, nd - 2, [&](int64_t offset) {
+    for (int64_t r0 = 0; r0 < rows; r0 += group) {
+      const int64_t nr = std::min(group, rows - r0);
+      const T* src = base + offset + r0 * row_stride;
+      for (int64_t c = 0; c < cols; ++c) {
+        const T* col = src + c * col_stride;
+        for (int64_t r = 0; r < nr; ++r) tile[r * pitch + c] = col[r * row_stride];
+      }
+      for (int64_t r = 0; r < nr; ++r) sink.run(tile.get() + r * pitch, cols);
+    }
+  });
+  sink.flush();
+}
+
+template <typename T, typename Sink>
+void walk_logical(const T* base, const Geometry& g, Sink& sink) {
+  if (wants_tiles(g)) {
+    walk_tiled(base, g, sink);
+  } else {
+    walk(base, g, sink);
+  }
 }
 
 void fill_stats(const Totals& s, int64_t repeat, TensorStats& out) {
@@ -235,15 +290,21 @@ void summarize_cpu(const at::Tensor& view, TensorStats* out, TensorHasher* hashe
     fill_stats(s, 1, *out);
     return;
   }
-  const bool logical = hasher != nullptr;
-  const Geometry g = logical ? logical_geometry(view) : memory_geometry(view);
+  if (hasher == nullptr) {  // statistics only: any order will do
+    const Geometry g = memory_geometry(view);
+    BlockSink<T, true> sink(nullptr);
+    walk(base, g, sink);
+    fill_stats(sink.totals(), g.repeat, *out);
+    return;
+  }
+  const Geometry g = logical_geometry(view);
   if (out == nullptr) {
     BlockSink<T, false> sink(hasher);
-    walk(base, g, sink);
+    walk_logical(base, g, sink);
     return;
   }
   BlockSink<T, true> sink(hasher);
-  walk(base, g, sink);
+  walk_logical(base, g, sink);
   fill_stats(sink.totals(), g.repeat, *out);
 }
 
@@ -350,7 +411,11 @@ at::Tensor values_view(const at::Tensor& t) {
 bool run_cpu(const at::Tensor& t, TensorStats* out, TensorHasher* hasher) {
   if (hasher) hasher->header(dtype_name(t), t.sizes());
   if (t.numel() == 0) return true;
-  return dispatch_cpu(values_view(t), out, hasher);
+  // A ZeroTensor (autograd's efficient zeros) has no data behind its pointer: rare, so
+  // materialise it.
+  const at::Tensor values = values_view(t._is_zerotensor() ? at::zeros(t.sizes(), t.options()) : t);
+  if (values.data_ptr() == nullptr) return false;
+  return dispatch_cpu(values, out, hasher);
 }
 
 }  // namespace

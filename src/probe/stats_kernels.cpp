@@ -5,6 +5,10 @@
 #include <cmath>
 #include <cstring>
 
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #pragma GCC diagnostic ignored "-Wfloat-equal"
 
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__) && \
@@ -48,41 +52,32 @@ PRECPROBE_INLINE void fast_pass(const F* __restrict p, int n, BlockStats& out) {
   out.pos = pos;
 }
 
-// Masked pass: NaN and +-Inf are counted and replaced by neutral values.
+// Masked pass: NaN and +-Inf are counted and replaced by neutral values. Two simple loops
+// (classify into a zeroed copy, then the fast pass over it) vectorise well; one loop doing
+// both does not with GCC 12 (measured ~8x slower, 3 ns per element).
 template <typename F>
 PRECPROBE_INLINE void careful_pass(const F* __restrict p, int n, BlockStats& out) {
   constexpr F kInf = std::numeric_limits<F>::infinity();
-  double sum = 0, sumsq = 0;
+  alignas(64) F finite_only[kStatsBlock];
   F lo = kInf, hi = -kInf;
-  int32_t zero = 0, neg = 0, pos = 0, nan = 0, pinf = 0, ninf = 0;
-#pragma omp simd reduction(+ : sum, sumsq, zero, neg, pos, nan, pinf, ninf) \
-    reduction(min : lo) reduction(max : hi)
+  int32_t nan = 0, pinf = 0, ninf = 0;
+#pragma omp simd reduction(+ : nan, pinf, ninf) reduction(min : lo) reduction(max : hi)
   for (int i = 0; i < n; ++i) {
     const F x = p[i];
-    const bool is_nan = x != x;
-    const bool is_pinf = x == kInf;
-    const bool is_ninf = x == -kInf;
-    const bool finite = !(is_nan | is_pinf | is_ninf);
-    const F v = finite ? x : F(0);
-    const double d = v;
-    sum += d;
-    sumsq += d * d;
-    lo = (finite && x < lo) ? x : lo;
-    hi = (finite && x > hi) ? x : hi;
-    zero += x == F(0);
-    neg += v < F(0);
-    pos += v > F(0);
-    nan += is_nan;
-    pinf += is_pinf;
-    ninf += is_ninf;
+    nan += x != x;
+    pinf += x == kInf;
+    ninf += x == -kInf;
+    const bool finite = x - x == F(0);  // Inf - Inf and NaN - NaN are NaN
+    finite_only[i] = finite ? x : F(0);
+    const F x_lo = finite ? x : kInf;
+    const F x_hi = finite ? x : -kInf;
+    lo = x_lo < lo ? x_lo : lo;
+    hi = x_hi > hi ? x_hi : hi;
   }
-  out.sum = sum;
-  out.sumsq = sumsq;
+  fast_pass(finite_only, n, out);
+  out.zero -= nan + pinf + ninf;  // the zeros that stood in for them
   out.min = lo;
   out.max = hi;
-  out.zero = zero;
-  out.neg = neg;
-  out.pos = pos;
   out.nan = nan;
   out.pinf = pinf;
   out.ninf = ninf;
@@ -138,9 +133,33 @@ PRECPROBE_INLINE void widen(const c10::BFloat16* __restrict p, int n, float* __r
   }
 }
 
+#if defined(__GNUC__) && defined(__x86_64__)
+// F16C converts 8 halves per instruction, exactly (denormals, Inf, NaN included).
+__attribute__((target("avx2,f16c"))) void widen_f16c(const uint16_t* p, int n, float* out) {
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i));
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < n; ++i) out[i] = c10::detail::fp16_ieee_to_fp32_value(p[i]);
+}
+// __builtin_cpu_init first: this initializer may run before libgcc's own.
+const bool kHaveF16c = [] {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2");
+}();
+#else
+const bool kHaveF16c = false;
+void widen_f16c(const uint16_t*, int, float*) {}
+#endif
+
 // c10's branch-free IEEE half -> float conversion (exact, denormals included), inlined.
 PRECPROBE_INLINE void widen(const c10::Half* __restrict p, int n, float* __restrict out) {
   const auto* bits = reinterpret_cast<const uint16_t*>(p);
+  if (kHaveF16c) {
+    widen_f16c(bits, n, out);
+    return;
+  }
 #pragma omp simd
   for (int i = 0; i < n; ++i) out[i] = c10::detail::fp16_ieee_to_fp32_value(bits[i]);
 }

@@ -107,7 +107,7 @@ TEST_CASE("rank directories are found, ordered and tagged", "[dump_reader]") {
   CHECK(reader.scaler().size() == 15);
   CHECK(reader.statuses().size() == 12);
 
-  DumpReader one(dir / "rank3");
+  DumpReader one(dir / "rank3/");
   REQUIRE(one.ranks().size() == 1);
   CHECK(one.ranks()[0].rank == 3);
   auto ops = one.ops();
@@ -126,6 +126,9 @@ TEST_CASE("without meta.json the rank comes from the directory name", "[dump_rea
   auto ops = reader.ops();
   REQUIRE_FALSE(ops.empty());
   CHECK(ops[0].rank == 5);
+  DumpReader direct(dir / "rank5/");  // trailing slash: the name still gives the rank
+  REQUIRE(direct.ranks().size() == 1);
+  CHECK(direct.ranks()[0].rank == 5);
 }
 
 TEST_CASE("filters select by step, rank, name and direction", "[dump_reader]") {
@@ -203,7 +206,7 @@ TEST_CASE("format version and not-a-dump errors say what was expected", "[dump_r
   }
 }
 
-TEST_CASE("bad lines are skipped and counted; a truncated tail is reported", "[dump_reader]") {
+TEST_CASE("bad lines are skipped and counted, a truncated tail is reported", "[dump_reader]") {
   TempDir dir("bad");
   std::string rank_dir = dir / "rank0";
   fs::create_directories(rank_dir);

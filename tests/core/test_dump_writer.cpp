@@ -275,6 +275,18 @@ TEST_CASE("overwrite removes the previous dump's files", "[dump_writer]") {
   CHECK(reader.scalars().size() == 1);
 }
 
+TEST_CASE("counters as the writer object of meta.json", "[dump_writer]") {
+  WriterCounters c;
+  c.records_written = 10;
+  c.records_dropped = 2;
+  c.bytes_uncompressed = 1000;
+  c.bytes_compressed = 120;
+  c.frames = 3;
+  c.failed = true;
+  CHECK(to_json(c) == R"({"records_written":10,"records_dropped":2,"bytes_uncompressed":1000,)"
+                      R"("bytes_compressed":120,"frames":3,"failed":true})");
+}
+
 TEST_CASE("write_meta replaces meta.json atomically", "[dump_writer]") {
   TempDir dir("meta");
   DumpWriter w(options(dir / "rank0"));

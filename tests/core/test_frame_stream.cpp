@@ -125,7 +125,7 @@ TEST_CASE("a file cut at every byte offset yields exactly its complete frames", 
   }
 }
 
-TEST_CASE("a corrupt byte stops the stream at its frame; earlier frames are intact",
+TEST_CASE("a corrupt byte stops the stream at its frame, earlier frames are intact",
           "[frame_stream]") {
   TempDir dir("corrupt");
   auto frames = three_frames();
@@ -203,7 +203,7 @@ std::string zero_frame(size_t total, bool declare_size) {
 
 }  // namespace
 
-TEST_CASE("frames without a declared size are read; oversized frames are refused",
+TEST_CASE("frames without a declared size are read, oversized frames are refused",
           "[frame_stream]") {
   TempDir dir("bomb");
   std::string path = dir / "s.zst";

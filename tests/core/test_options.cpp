@@ -232,6 +232,23 @@ TEST_CASE("unknown keys get a suggestion and the list of valid keys", "[options]
   CHECK_THAT(parse_error(R"({"zstd_lveel": 3})"), Catch::Contains("did you mean 'zstd_level'?"));
   CHECK_THAT(parse_error(R"({"statistic": {}})"), Catch::Contains("did you mean 'statistics'?"));
 
+  // Enum values get suggestions too.
+  CHECK_THAT(parse_error(R"({"task": "statistic"})"),
+             Catch::Contains("did you mean \"statistics\"?"));
+  CHECK_THAT(parse_error(R"({"overflow_policy": "Drop"})"),
+             Catch::Contains("did you mean \"drop\"?"));
+
+  // A key written twice is an error, not a silent "last one wins".
+  m = parse_error(R"({"step": [1], "level": "L2", "step": [2]})");
+  CHECK_THAT(m, Catch::Contains("config key 'step': written twice"));
+  m = parse_error(R"({"statistics": {"list": ["a"], "scope": [], "list": ["b"]}})");
+  CHECK_THAT(m, Catch::Contains("config key 'statistics.list': written twice"));
+  m = parse_error(R"({"grad_probe": {"bounds": [{"x": 1}, {"y": 2, "y": 3}]}})");
+  CHECK_THAT(m, Catch::Contains("config key 'grad_probe.bounds.y': written twice"));
+  // The same key in different objects is fine.
+  CHECK_NOTHROW(DebuggerOptions::from_json(
+      R"({"statistics": {"list": ["a"]}, "tensor": {"list": ["b"], "x": {"list": 1}}})"));
+
   // Nothing close: no suggestion, still the list.
   m = parse_error(R"({"verbosity": 3})");
   CHECK_THAT(m, Catch::Contains("unknown config key 'verbosity'"));
@@ -545,6 +562,10 @@ TEST_CASE("invalid JSON and unreadable files are reported with the file and posi
   std::string m = parse_error("{\"task\": }");
   CHECK_THAT(m, Catch::Contains("not valid JSON"));
   CHECK_THAT(m, Catch::Contains("line 1, column 10"));
+  // nlohmann reports this one as out_of_range, not parse_error (found by fuzz_options).
+  m = parse_error(R"({"seed": 1e999})");
+  CHECK_THAT(m, Catch::Contains("not valid JSON"));
+  CHECK_THAT(m, Catch::Contains("number overflow parsing '1e999'"));
 
   const std::string bad =
       write_file("bad.json", "{\n  \"task\": \"tensor\",\n  \"rank\": [1,,]\n}\n");
@@ -636,6 +657,10 @@ TEST_CASE("NameMatcher rejects bad regex entries, naming them", "[namematcher]")
   CHECK_THAT(m, Catch::Contains("bad regular expression"));
   m = error_of([] { NameMatcher({"name-regex()"}); });
   CHECK_THAT(m, Catch::Contains("non-empty"));
+  m = error_of([] { NameMatcher({"name-regex(" + std::string(1025, 'a') + ")"}); });
+  CHECK_THAT(m, Catch::Contains("1025 characters; allowed: at most 1024"));
+  CHECK(
+      NameMatcher({"name-regex(" + std::string(1024, 'a') + ")"}).matches(std::string(1024, 'a')));
   m = error_of([] { NameMatcher({""}); });
   CHECK_THAT(m, Catch::Contains("empty string"));
 }

@@ -376,6 +376,19 @@ TEST_CASE("hostile lines fail cleanly with a message", "[records]") {
     CHECK_FALSE(parse_record(line, r, &error));
     CHECK_FALSE(error.empty());
   }
+  // Bounded memory: at most 2^18 arguments (and list entries) per list.
+  std::string many = R"({"op":"x","in":[)";
+  for (int i = 0; i < (1 << 18) + 1; ++i) many += R"({"v":1},)";
+  many.back() = ']';
+  many += '}';
+  OpRecord r;
+  std::string error;
+  CHECK_FALSE(parse_record(many, r, &error));
+  CHECK(error.find("too many arguments") != std::string::npos);
+  many.erase(many.size() - 10, 8);  // exactly 2^18 arguments: accepted
+  REQUIRE(parse_record(many, r, &error));
+  CHECK(r.inputs.size() == (1u << 18));
+
   ScalerRecord s;
   CHECK_FALSE(parse_record(R"({"step":1,"found_inf":"yes"})", s));
   GradRecord g;
@@ -386,7 +399,7 @@ TEST_CASE("hostile lines fail cleanly with a message", "[records]") {
   CHECK_FALSE(parse_record(R"({"value":1})", v));
 }
 
-TEST_CASE("every truncation of a valid line fails; random corruption never crashes", "[records]") {
+TEST_CASE("every truncation of a valid line fails, random corruption never crashes", "[records]") {
   std::mt19937_64 rng(42);
   OpRecord r = precprobe::test::sample_op(rng, 3, 9);
   r.scope = "x/y";

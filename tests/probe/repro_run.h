@@ -14,6 +14,7 @@ struct TrainRun {
   std::string initial_seed;
   std::vector<std::string> losses;            // float bit patterns, hex, one per step
   std::map<std::string, std::string> params;  // name -> bit patterns of every element
+  std::string module_hash;                    // precprobe::module_hash of the trained model, hex
   std::string output;                         // everything the helper printed to stdout
   int status = -1;
 };
@@ -40,6 +41,8 @@ inline TrainRun run_helper(const std::string& args) {
       std::string step, hex;
       in >> step >> hex;
       run.losses.push_back(hex);
+    } else if (kind == "module_hash") {
+      in >> run.module_hash;
     } else if (kind == "param") {
       std::string name, hex;
       in >> name >> hex;

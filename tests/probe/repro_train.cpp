@@ -6,7 +6,7 @@
 //
 // Prints "initial_seed <n>" (LibTorch's CPU generator before anything is seeded), then
 // "loss <step> <float bits as 8 hex digits>" per step, then "param <name> <hex of every
-// float's bits>" per parameter after training.
+// float's bits>" per parameter after training, and "module_hash <hex>" of the model.
 #include <torch/library.h>
 #include <torch/torch.h>
 
@@ -22,6 +22,7 @@
 
 #include "precprobe/dropout.h"
 #include "precprobe/error.h"
+#include "precprobe/hash.h"
 #include "precprobe/seed.h"
 
 namespace {
@@ -85,6 +86,8 @@ void train(int steps) {
     std::printf("loss %d %08x\n", step, bits(loss.item<float>()));
   }
   print_params(net);
+  std::printf("module_hash %016llx\n",
+              static_cast<unsigned long long>(precprobe::module_hash(*net)));
 }
 
 void noop_fallback(const c10::OperatorHandle&, torch::jit::Stack*) {}

@@ -57,6 +57,8 @@ TEST_CASE(
   REQUIRE(a.params.size() == 4);  // fc1/fc2 weight and bias
   CHECK(a.losses == b.losses);
   CHECK(a.params == b.params);
+  REQUIRE(a.module_hash.size() == 16);
+  CHECK(a.module_hash == b.module_hash);
   // The run trains: the loss moves.
   CHECK(a.losses.front() != a.losses.back());
 }
@@ -70,6 +72,7 @@ TEST_CASE("a different seed, or dropout left on, changes the run", "[seed][proce
   REQUIRE(with_dropout.losses.size() == 20);
   CHECK(base.losses.front() != other_seed.losses.front());
   CHECK(base.params != other_seed.params);
+  CHECK(base.module_hash != other_seed.module_hash);
   // Same seed, same initial parameters and batch order: only the dropout masks differ.
   CHECK(base.losses.front() != with_dropout.losses.front());
   CHECK(base.params != with_dropout.params);
@@ -80,8 +83,8 @@ TEST_CASE("a different seed, or dropout left on, changes the run", "[seed][proce
 }
 
 TEST_CASE("without seed_all two processes train differently", "[seed][process]") {
-  // LibTorch (unlike Python torch, which seeds 67280421310721 at import) seeds its default
-  // CPU generator from c10::detail::getNonDeterministicRandom() at first use.
+  // LibTorch seeds its default CPU generator from c10::detail::getNonDeterministicRandom()
+  // at first use, so an unseeded program differs from run to run.
   TrainRun a = run_helper("--no-seed --guard --steps 5");
   TrainRun b = run_helper("--no-seed --guard --steps 5");
   REQUIRE(a.status == 0);
@@ -92,6 +95,7 @@ TEST_CASE("without seed_all two processes train differently", "[seed][process]")
   CHECK(a.initial_seed != b.initial_seed);
   CHECK(a.losses.front() != b.losses.front());
   CHECK(a.params != b.params);
+  CHECK(a.module_hash != b.module_hash);
 }
 
 TEST_CASE("within one process, draws repeat only after re-seeding", "[seed]") {
@@ -150,6 +154,7 @@ TEST_CASE("the report lists every setting made and skipped", "[seed][report]") {
   ContextRestorer restore;
   const int threads_before = at::get_num_threads();
   ::unsetenv("CUBLAS_WORKSPACE_CONFIG");
+  ::unsetenv("HCCL_DETERMINISTIC");
   precprobe::SeedOptions o;
   o.seed = 42;
   o.deterministic = true;
@@ -232,6 +237,12 @@ TEST_CASE("seed_all keeps a deterministic CUBLAS_WORKSPACE_CONFIG the user chose
   ::setenv("CUBLAS_WORKSPACE_CONFIG", ":1:1", 1);  // not deterministic: replaced
   r = precprobe::seed_all(1);
   CHECK(r.find_applied("env CUBLAS_WORKSPACE_CONFIG")->value == ":4096:8 (replaced :1:1)");
+  ::setenv("HCCL_DETERMINISTIC", "strict", 1);
+  r = precprobe::seed_all(1, /*deterministic=*/true);
+  CHECK(r.find_applied("env HCCL_DETERMINISTIC")->value == "strict (already set; kept)");
+  CHECK(std::string(std::getenv("HCCL_DETERMINISTIC")) == "strict");
+  at::globalContext().setDeterministicAlgorithms(false, false);
+  r = precprobe::seed_all(1);
   // Without `deterministic` nothing of the context is touched, and the report says so.
   CHECK(r.find_applied("torch.use_deterministic_algorithms") == nullptr);
   CHECK(r.find_skipped("torch.use_deterministic_algorithms") != nullptr);

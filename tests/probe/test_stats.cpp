@@ -215,6 +215,9 @@ TEST_CASE("non-contiguous views are summarised without copying, like their copie
     // With the hash the walk is in logical order: same statistics.
     auto h = stats_of(v, /*with_hash=*/true);
     check_against(h, reference_stats(v), 1e-12);
+    CHECK(h.hash == stats_of(v.contiguous(), true).hash);
+    CHECK(h.hash == precprobe::tensor_hash(v));
+    CHECK(h.hash == precprobe::tensor_hash(v.contiguous()));
   }
 }
 
@@ -363,6 +366,17 @@ TEST_CASE("tensors without readable values never crash", "[stats]") {
   check_no_values(s);
 }
 
+TEST_CASE("an efficient ZeroTensor (null data pointer) reads as zeros", "[stats]") {
+  auto z = at::_efficientzerotensor({2, 3});
+  REQUIRE(z.data_ptr() == nullptr);
+  auto s = stats_of(z, true);
+  CHECK(s.zero == 6);
+  CHECK(s.min == 0);
+  CHECK(s.max == 0);
+  CHECK(s.norm == 0);
+  CHECK(s.hash == stats_of(torch::zeros({2, 3}), true).hash);
+}
+
 TEST_CASE("requires_grad and device are reported", "[stats]") {
   auto w = torch::ones({2, 2}, torch::requires_grad());
   auto s = stats_of(w);
@@ -435,7 +449,7 @@ TEST_CASE("tensor hash: equal values hash alike, any change shows", "[stats][has
   CHECK(stats_of(bt, true).hash == precprobe::tensor_hash(bt));
 }
 
-TEST_CASE("tensor hash is XXH64 of the documented byte layout", "[stats][hash]") {
+TEST_CASE("tensor hash is XXH3-64 of the documented byte layout", "[stats][hash]") {
   // The byte layout of hash.h, rebuilt here by hand.
   auto t = torch::tensor({1.5f, -2.0f});
   std::string bytes = "Float";
@@ -443,7 +457,7 @@ TEST_CASE("tensor hash is XXH64 of the documented byte layout", "[stats][hash]")
   bytes.append(reinterpret_cast<const char*>(&ndim), 8);
   bytes.append(reinterpret_cast<const char*>(&size), 8);
   bytes.append(reinterpret_cast<const char*>(t.data_ptr<float>()), 8);
-  CHECK(precprobe::tensor_hash(t) == XXH64(bytes.data(), bytes.size(), 0));
+  CHECK(precprobe::tensor_hash(t) == XXH3_64bits(bytes.data(), bytes.size()));
 }
 
 TEST_CASE("module hash follows every parameter and buffer", "[stats][hash]") {

@@ -1,0 +1,165 @@
+// Speed of the single-pass statistics kernel (src/probe/stats.*) against the memory limits:
+// memcpy of the same bytes and a plain vectorised read (sum) of them.
+//
+//   bench_stats --benchmark_counters_tabular=true
+// Bytes/s counts the bytes of the tensor read once (for memcpy: the bytes copied).
+#include <ATen/ATen.h>
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <vector>
+
+#include "precprobe/hash.h"
+#include "stats.h"
+
+namespace {
+
+constexpr int64_t kBytes = int64_t(64) << 20;
+
+const at::Tensor& big(at::ScalarType dtype) {
+  static const at::Tensor f32 = [] {
+    at::manual_seed(0);
+    return at::randn({kBytes / 4});
+  }();
+  static const at::Tensor bf16 = at::randn({kBytes / 2}).to(at::kBFloat16);
+  static const at::Tensor f16 = at::randn({kBytes / 2}).to(at::kHalf);
+  static const at::Tensor f64 = at::randn({kBytes / 8}, at::kDouble);
+  switch (dtype) {
+    case at::kBFloat16:
+      return bf16;
+    case at::kHalf:
+      return f16;
+    case at::kDouble:
+      return f64;
+    default:
+      return f32;
+  }
+}
+
+void set_bytes(benchmark::State& state, int64_t bytes) {
+  state.SetBytesProcessed(state.iterations() * bytes);
+}
+
+void BM_Memcpy(benchmark::State& state) {
+  std::vector<char> src(kBytes, 1), dst(kBytes, 0);
+  for (auto _ : state) {
+    std::memcpy(dst.data(), src.data(), kBytes);
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+  }
+  set_bytes(state, kBytes);
+}
+BENCHMARK(BM_Memcpy)->Unit(benchmark::kMillisecond);
+
+// The read-bandwidth roof: a float sum with 8 independent lanes.
+void BM_ReadSum(benchmark::State& state) {
+  const float* p = big(at::kFloat).data_ptr<float>();
+  const int64_t n = kBytes / 4;
+  for (auto _ : state) {
+    float acc[8] = {};
+    for (int64_t i = 0; i < n; i += 8) {
+      for (int j = 0; j < 8; ++j) acc[j] += p[i + j];
+    }
+    benchmark::DoNotOptimize(acc);
+  }
+  set_bytes(state, kBytes);
+}
+BENCHMARK(BM_ReadSum)->Unit(benchmark::kMillisecond);
+
+void BM_Summarize(benchmark::State& state, at::ScalarType dtype, bool with_hash) {
+  const at::Tensor& t = big(dtype);
+  precprobe::TensorStats s;
+  for (auto _ : state) {
+    precprobe::detail::summarize(t, s, with_hash);
+    benchmark::DoNotOptimize(s.mean);
+  }
+  set_bytes(state, t.numel() * t.element_size());
+  state.counters["Melem/s"] = benchmark::Counter(
+      static_cast<double>(state.iterations() * t.numel()) / 1e6, benchmark::Counter::kIsRate);
+}
+BENCHMARK_CAPTURE(BM_Summarize, f32, at::kFloat, false)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Summarize, f32_hash, at::kFloat, true)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Summarize, bf16, at::kBFloat16, false)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Summarize, f16, at::kHalf, false)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Summarize, f64, at::kDouble, false)->Unit(benchmark::kMillisecond);
+
+// Same 64 MB float32 with NaN in every block: the careful pass runs everywhere.
+void BM_SummarizeAllBlocksNaN(benchmark::State& state) {
+  at::Tensor t = big(at::kFloat).clone();
+  t.view({-1, 4096}).select(1, 100).fill_(NAN);
+  precprobe::TensorStats s;
+  for (auto _ : state) {
+    precprobe::detail::summarize(t, s, false);
+    benchmark::DoNotOptimize(s.mean);
+  }
+  set_bytes(state, kBytes);
+}
+BENCHMARK(BM_SummarizeAllBlocksNaN)->Unit(benchmark::kMillisecond);
+
+void BM_TensorHash(benchmark::State& state) {
+  const at::Tensor& t = big(at::kFloat);
+  for (auto _ : state) benchmark::DoNotOptimize(precprobe::tensor_hash(t));
+  set_bytes(state, kBytes);
+}
+BENCHMARK(BM_TensorHash)->Unit(benchmark::kMillisecond);
+
+// Non-contiguous 64 MB float32 views: 0 = transpose (read in memory order), 1 = every
+// other column of a 4096x8192 matrix (32 MB read through a stride-2 gather), 2 = the
+// transpose with hash (logical order: column gathers).
+void BM_SummarizeView(benchmark::State& state) {
+  const at::Tensor& base = big(at::kFloat);
+  at::Tensor v;
+  if (state.range(0) == 0 || state.range(0) == 2) v = base.view({4096, 4096}).t();
+  if (state.range(0) == 1) v = base.view({2048, 8192}).slice(1, 0, 8192, 2);
+  const bool with_hash = state.range(0) == 2;
+  precprobe::TensorStats s;
+  for (auto _ : state) {
+    precprobe::detail::summarize(v, s, with_hash);
+    benchmark::DoNotOptimize(s.mean);
+  }
+  set_bytes(state, v.numel() * 4);
+}
+BENCHMARK(BM_SummarizeView)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
+
+// Fixed cost per call.
+void BM_SummarizeTiny(benchmark::State& state) {
+  const at::Tensor t = at::randn({state.range(0)});
+  precprobe::TensorStats s;
+  for (auto _ : state) {
+    precprobe::detail::summarize(t, s, false);
+    benchmark::DoNotOptimize(s.mean);
+  }
+}
+BENCHMARK(BM_SummarizeTiny)->Arg(1)->Arg(16)->Arg(1024);
+
+void BM_SummarizeTinyView(benchmark::State& state) {
+  const at::Tensor t = at::randn({8, 16}).t();
+  precprobe::TensorStats s;
+  for (auto _ : state) {
+    precprobe::detail::summarize(t, s, true);
+    benchmark::DoNotOptimize(s.mean);
+  }
+}
+BENCHMARK(BM_SummarizeTinyView);
+
+void BM_MakeKey(benchmark::State& state) {
+  const at::Tensor t = at::randn({64, 64}).t();
+  for (auto _ : state) benchmark::DoNotOptimize(precprobe::detail::make_key(t));
+}
+BENCHMARK(BM_MakeKey);
+
+// For comparison: the same statistics by ATen reductions (the CUDA path run on CPU), 4M.
+void BM_AtenReductions(benchmark::State& state) {
+  const at::Tensor t = big(at::kFloat).slice(0, 0, int64_t(1) << 22);
+  precprobe::TensorStats s;
+  for (auto _ : state) {
+    precprobe::detail::summarize_with_aten(t, s, false);
+    benchmark::DoNotOptimize(s.mean);
+  }
+  set_bytes(state, t.numel() * 4);
+}
+BENCHMARK(BM_AtenReductions)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,320 @@
+// Analysis of dumps, torch-free: summary, origin of the first NaN/Inf, comparison of two
+// runs, gradient and loss-scale histories, flat export. The `precprobe` command line tool
+// and the HTML report print these results; to_json() gives the same data as JSON text.
+//
+// Every analysis takes either a DumpReader (records are streamed; only compare_dumps holds
+// the selected records of both dumps in memory) or a DumpData (records already in memory:
+// tests, synthetic data). Functions are pure apart from reading: they may be called from
+// any thread, each with its own DumpReader. They throw precprobe::Error for input that is
+// not a dump (the reader's errors) and never for odd record contents.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "precprobe/error.h"
+#include "precprobe/reader.h"
+#include "precprobe/records.h"
+
+namespace precprobe {
+
+/// Records already in memory, in file order (the order a DumpReader yields them).
+struct DumpData {
+  std::vector<RankInfo> ranks;  ///< meta.json text per rank; may be empty
+  std::vector<OpRecord> ops;
+  std::vector<ScalerRecord> scaler;
+  std::vector<GradRecord> grads;
+  std::vector<ScalarRecord> scalars;
+  std::vector<StreamStatus> statuses;
+};
+
+/// Called now and then while records are read, with the number read so far.
+using ProgressFn = std::function<void(uint64_t records)>;
+
+/// How a DumpReader is read by an analysis.
+struct ReadOptions {
+  RecordFilter filter;  ///< which records are analysed (default: all)
+  ProgressFn progress;  ///< optional progress callback (e.g. a stderr spinner)
+};
+
+/// An op as the analyses report it.
+struct OpBrief {
+  int64_t step = 0;
+  int rank = 0;
+  int64_t seq = 0;
+  std::string name;       ///< "aten::exp.0.forward"
+  std::string op;         ///< "aten::exp"
+  std::string direction;  ///< "forward" | "backward"
+  std::string scope;
+  std::string node;
+  int32_t depth = 0;
+  uint32_t thread = 0;
+  std::vector<std::string> params;  ///< parameter names among its tensors
+  std::vector<Arg> inputs;
+  std::vector<Arg> outputs;
+
+  static OpBrief from(const OpRecord& r);
+  std::string to_json() const;
+};
+
+// ---------------------------------------------------------------------------- summary
+
+struct NameCount {
+  std::string name;
+  int64_t count = 0;
+};
+
+struct ScalerSummary {
+  int64_t records = 0;
+  int64_t found_inf = 0;              ///< records with found_inf
+  int64_t skipped = 0;                ///< records whose optimizer step was skipped
+  int64_t backoffs = 0;               ///< event "backoff" (or "collapse")
+  int64_t growths = 0;                ///< event "growth"
+  std::optional<double> final_scale;  ///< scale_after of the last record
+  std::optional<int64_t> first_skip_step;
+};
+
+/// A gradient watchpoint of one parameter, with how often it fired.
+struct WatchHitCount {
+  std::string param;
+  std::string watch;
+  int64_t count = 0;
+  int64_t first_step = 0;
+};
+
+struct SummaryResult {
+  std::string path;
+  std::vector<RankInfo> ranks;
+  std::string meta_json;  ///< meta.json of the first rank (JSON text; "{}" when missing)
+  std::optional<int64_t> step_min, step_max;
+  std::vector<std::pair<int64_t, int64_t>> records_per_step;  ///< (step, op records)
+  int64_t op_records = 0, scaler_records = 0, grad_records = 0, scalar_records = 0;
+  int64_t nonfinite_op_records = 0;      ///< op records with a non-finite output
+  std::vector<NameCount> nonfinite_ops;  ///< per op name ("aten::exp"), most first
+  ScalerSummary scaler;
+  std::vector<WatchHitCount> watch_hits;
+  int64_t nonfinite_grad_records = 0;
+  std::vector<StreamStatus> streams;
+  uint64_t dropped = 0;    ///< records the writers dropped (meta.json "writer" counters)
+  bool truncated = false;  ///< some stream ended early (killed process, corrupt frame)
+  uint64_t bad_lines = 0;
+
+  std::string to_json() const;
+};
+
+SummaryResult summarize_dump(DumpReader& reader, const ReadOptions& read = {});
+SummaryResult summarize_dump(const DumpData& data);
+
+// --------------------------------------------------------------------------- overflow
+
+/// The origin of the first non-finite value of one rank and how far it spread.
+///
+/// Origin rule: among the ops whose input tensors are all finite and whose outputs hold
+/// NaN/Inf ("candidates"), the earliest by (step, seq) is taken, seq being the start order
+/// of the op. When candidates are nested inside it (same thread, started later, ended
+/// earlier, deeper) the earliest nested candidate replaces it, repeatedly, so that at L2 the
+/// innermost op that produced the value is blamed rather than the op that wraps it. An op
+/// with a non-finite input only propagates and is never the origin.
+struct RankOverflow {
+  int rank = 0;
+  bool found = false;
+  OpBrief origin;
+  /// Ops with non-finite outputs that ended after the origin (its step and later ones).
+  int64_t later_nonfinite_ops = 0;
+  /// Steps (from the origin's) holding ops with non-finite outputs: the first few, and all.
+  std::vector<int64_t> first_steps_affected;
+  int64_t steps_affected = 0;
+  /// The earliest op that received a non-finite input. When it precedes the origin (or no
+  /// origin exists) the value came from outside the observed ops: data, parameters, or
+  /// code that ran before recording started.
+  std::optional<OpBrief> first_nonfinite_input;
+  bool nonfinite_before_origin = false;
+  int64_t nonfinite_ops = 0;  ///< all ops of this rank with non-finite outputs
+};
+
+struct OverflowResult {
+  bool found = false;          ///< an origin was found on some rank
+  OpBrief origin;              ///< the earliest by (step, seq, rank)
+  bool any_nonfinite = false;  ///< some op had non-finite inputs or outputs
+  std::vector<RankOverflow> ranks;
+
+  std::string to_json() const;
+};
+
+OverflowResult find_overflow(DumpReader& reader, const ReadOptions& read = {});
+OverflowResult find_overflow(const DumpData& data);
+
+// ---------------------------------------------------------------------------- compare
+
+/// msprobe's tensor-mode metrics, float64; see docs/cli.md for the definitions.
+struct TensorMetrics {
+  double cosine = 0;           ///< NaN when unsupported (one element) or one norm is ~0
+  double euclidean = 0;        ///< ||N - B||_2
+  double max_abs_err = 0;      ///< max |N - B|
+  double max_rel_err = 0;      ///< max |N - B| / |B|, B == 0 counted as machine epsilon
+  double one_thousandth = 0;   ///< share of elements with relative error < 0.001
+  double five_thousandth = 0;  ///< share of elements with relative error < 0.005
+  /// "Yes" | "No" | "None" (not decidable: empty tensor or cosine unsupported).
+  std::string accuracy = "None";
+  std::string message;     ///< why a metric is missing, msprobe's wording
+  bool comparable = true;  ///< false when NaN/Inf positions differ or the tensor is empty
+
+  std::string to_json() const;
+};
+
+/// Compares a tensor N with its benchmark B (count elements each), as msprobe does.
+TensorMetrics compare_tensors(const double* n, const double* b, size_t count);
+
+/// One statistic of a tensor in both runs: diff = N - B, rel = |diff / B| * 100 (%).
+struct StatDiff {
+  double n = 0, b = 0, diff = 0;
+  double rel_pct = 0;  ///< NaN when B == 0 (msprobe's "N/A")
+};
+
+/// One input or output tensor of a matched op.
+struct ArgCompare {
+  std::string io;  ///< "input" | "output"
+  int index = 0;
+  bool tensor = true;
+  std::string dtype_n, dtype_b;
+  std::vector<int64_t> shape_n, shape_b;
+  StatDiff max, min, mean, norm;
+  bool warning = false;  ///< msprobe's statistics rule
+  double error = 0;      ///< relative error used by --first (see docs/cli.md)
+  bool exact = true;     ///< bitwise equal (hash, or all statistics)
+  std::string note;      ///< "shape differs", "non-finite counts differ", ...
+};
+
+struct OpCompare {
+  int64_t step = 0;
+  int rank = 0;
+  int64_t seq_a = 0, seq_b = 0;
+  std::string name, name_b, op, direction, scope;
+  std::vector<ArgCompare> args;
+  bool warning = false;
+  double input_error = 0, output_error = 0;
+  double score = 0;  ///< output_error - input_error: error this op added
+  bool exact = true;
+
+  std::string to_json() const;
+};
+
+/// An op found in one dump only ("a" or "b").
+struct UnmatchedOp {
+  int64_t step = 0;
+  int rank = 0;
+  std::string side;
+  int64_t seq = 0;
+  std::string name;
+};
+
+struct CompareOptions {
+  std::optional<int64_t> step;  ///< only this step
+  std::optional<int> rank;      ///< only this rank
+  /// --first: an op diverges when the error it adds (output error minus input error, both
+  /// relative to the tensor's magnitude) exceeds this.
+  double rtol = 1e-3;
+  bool first = false;  ///< find the first divergent op
+  bool exact = false;  ///< bitwise identity
+  /// Largest alignment table (cells) before the LCS falls back to matching by name.
+  size_t max_lcs_cells = size_t{1} << 25;
+};
+
+struct CompareResult {
+  std::string path_a, path_b;
+  std::vector<OpCompare> ops;  ///< matched ops in (step, rank, seq) order
+  std::vector<UnmatchedOp> unmatched;
+  std::vector<std::pair<int64_t, int>> only_a, only_b;  ///< (step, rank) groups in one dump only
+  int64_t warnings = 0;
+  int64_t aligned_by_lcs = 0;  ///< (step, rank) groups whose names differed
+  bool first_mode = false, exact_mode = false;
+  bool found = false;                          ///< --first: a divergent op
+  bool identical = true;                       ///< --exact: everything bitwise equal
+  std::optional<OpCompare> first;              ///< the op found (--first or --exact)
+  std::optional<UnmatchedOp> first_unmatched;  ///< earliest op present in one dump only
+
+  std::string to_json() const;
+  /// True when the result differs in the sense of the selected mode (exit status 1).
+  bool differs() const noexcept;
+};
+
+CompareResult compare_dumps(DumpReader& a, DumpReader& b, const CompareOptions& options = {},
+                            const ProgressFn& progress = {});
+CompareResult compare_dumps(const DumpData& a, const DumpData& b,
+                            const CompareOptions& options = {});
+
+/// Aligns two name sequences (LCS). Returns pairs (i, j); -1 on one side marks an element
+/// present only in the other sequence. Kept in order. Exposed for tests.
+std::vector<std::pair<int64_t, int64_t>> align_sequences(const std::vector<std::string>& a,
+                                                         const std::vector<std::string>& b,
+                                                         size_t max_cells = size_t{1} << 25);
+
+/// msprobe's statistics comparison of one tensor (sets diffs, rel_pct and warning).
+void compare_stats(const TensorStats& n, const TensorStats& b, ArgCompare& out);
+/// The --first error of one tensor pair (0 = equal; infinity = structurally different).
+double stats_error(const TensorStats& n, const TensorStats& b);
+
+// ------------------------------------------------------------------- grads and scale
+
+struct ParamGradHistory {
+  std::string param;
+  std::vector<GradRecord> records;  ///< by step
+  int64_t nonfinite_steps = 0;
+  int64_t watch_hits = 0;
+  double max_grad_norm = 0;
+};
+
+struct GradHistory {
+  std::vector<ParamGradHistory> params;               ///< by name
+  std::vector<std::pair<int64_t, std::string>> hits;  ///< (step, "param: watch")
+  std::string to_json() const;
+};
+
+/// Gradient history; `param` selects parameters whose name contains it (empty: all).
+GradHistory grad_history(DumpReader& reader, const std::string& param = "",
+                         const ReadOptions& read = {});
+GradHistory grad_history(const DumpData& data, const std::string& param = "");
+
+/// One optimizer step of the loss scaler (its parameter groups merged).
+struct ScaleEntry {
+  int64_t step = 0;
+  int rank = 0;
+  int optimizer = 0;
+  double scale = 0;       ///< scale used this step
+  double scale_next = 0;  ///< after update
+  bool found_inf = false;
+  bool skipped = false;
+  std::string event;
+  int64_t nonfinite_params = 0;
+};
+
+struct ScaleHistory {
+  std::vector<ScaleEntry> entries;
+  /// A JSON array of {step, rank, optimizer, scale, scale_next, found_inf, skipped, event}.
+  std::string to_json() const;
+};
+
+ScaleHistory scale_history(DumpReader& reader, const ReadOptions& read = {});
+ScaleHistory scale_history(const DumpData& data);
+
+// ---------------------------------------------------------------------------- export
+
+enum class ExportFormat : uint8_t {
+  kCsv,    ///< header line, then one comma-separated row per line (RFC 4180 quoting)
+  kJsonl,  ///< one flat JSON object per line
+};
+
+/// Writes one stream as a flat table: ops one row per tensor (or value) argument;
+/// scaler, grads and events one row per record. Returns the rows written.
+uint64_t export_table(DumpReader& reader, StreamKind stream, ExportFormat format, std::ostream& out,
+                      const ReadOptions& read = {});
+uint64_t export_table(const DumpData& data, StreamKind stream, ExportFormat format,
+                      std::ostream& out);
+
+}  // namespace precprobe

@@ -1,0 +1,356 @@
+// compare_dumps: pairs the ops of two dumps per (step, rank) and compares them.
+//
+// Pairing: when both runs hold the same op names ("aten::mm.3.forward") in a group, ops
+// pair by name, which survives threads interleaving differently. Otherwise names
+// without call index ("aten::mm.forward") are aligned by LCS: an op inserted in one run
+// then leaves the later ops paired with their true counterparts, and the extra op is
+// reported as unmatched instead of being compared with a different call.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <tuple>
+#include <unordered_map>
+
+#include "json_util.h"
+#include "nesting.h"
+#include "source.h"
+
+namespace precprobe {
+namespace {
+
+using analysis_detail::RecordSource;
+using GroupKey = std::pair<int64_t, int>;  // (step, rank)
+using Groups = std::map<GroupKey, std::vector<OpRecord>>;
+// File position within its group of each record of a Groups entry, in the same order.
+using Positions = std::map<GroupKey, std::vector<size_t>>;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+struct Loaded {
+  Groups groups;  ///< ops by (step, rank), each sorted by seq
+  Positions pos;  ///< their file positions, for nesting
+};
+
+Loaded load(RecordSource& src, const CompareOptions& opt) {
+  Groups g;
+  src.ops([&](const OpRecord& r) {
+    if ((opt.step && r.step != *opt.step) || (opt.rank && r.rank != *opt.rank)) return true;
+    g[{r.step, r.rank}].push_back(r);
+    return true;
+  });
+  Loaded out;
+  for (auto& [key, ops] : g) {
+    std::vector<size_t> order(ops.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t x, size_t y) { return ops[x].seq < ops[y].seq; });
+    std::vector<OpRecord> sorted;
+    sorted.reserve(ops.size());
+    for (size_t i : order) sorted.push_back(std::move(ops[i]));
+    out.groups[key] = std::move(sorted);
+    out.pos[key] = std::move(order);
+  }
+  return out;
+}
+
+// Ops whose outputs are uninitialized memory: their values say nothing about a run.
+bool uninitialized_output(const std::string& op) {
+  static const char* const kOps[] = {"aten::empty", "aten::empty_like", "aten::empty_strided",
+                                     "aten::new_empty", "aten::new_empty_strided"};
+  return std::find(std::begin(kOps), std::end(kOps), op) != std::end(kOps);
+}
+
+// One side's arguments against the other's; returns the largest tensor error and sets
+// `value_differs` when a non-tensor argument (a constant from user code) differs.
+double compare_args(const std::vector<Arg>& a, const std::vector<Arg>& b, const char* io,
+                    OpCompare& oc, bool& value_differs) {
+  double worst = 0;
+  for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+    ArgCompare ac;
+    ac.io = io;
+    ac.index = static_cast<int>(i);
+    if (i >= a.size() || i >= b.size()) {
+      ac.tensor = (i < a.size() ? a[i] : b[i]).is_tensor();
+      ac.error = kInf;
+      ac.exact = false;
+      ac.warning = true;
+      ac.note = i >= a.size() ? "missing in a" : "missing in b";
+      value_differs = true;
+    } else if (a[i].is_tensor() && b[i].is_tensor()) {
+      compare_stats(*a[i].tensor, *b[i].tensor, ac);
+      worst = std::max(worst, ac.error);
+    } else {
+      ac.tensor = false;
+      ac.exact = a[i].is_tensor() == b[i].is_tensor() && a[i].value == b[i].value;
+      ac.error = ac.exact ? 0 : kInf;
+      if (!ac.exact) {
+        ac.note = "value differs: " + a[i].value + " vs " + b[i].value;
+        ac.warning = true;
+        value_differs = true;
+      }
+    }
+    oc.warning = oc.warning || ac.warning;
+    oc.exact = oc.exact && ac.exact;
+    oc.args.push_back(std::move(ac));
+  }
+  return worst;
+}
+
+struct Verdict {
+  OpCompare oc;
+  bool divergent = false;
+};
+
+Verdict compare_pair(const OpRecord& a, const OpRecord& b, double rtol) {
+  Verdict v;
+  OpCompare& oc = v.oc;
+  oc.step = a.step;
+  oc.rank = a.rank;
+  oc.seq_a = a.seq;
+  oc.seq_b = b.seq;
+  oc.name = a.name();
+  oc.name_b = b.name();
+  oc.op = a.op;
+  oc.direction = std::string(to_string(a.dir));
+  oc.scope = a.scope;
+  bool in_value = false, out_value = false;
+  oc.input_error = compare_args(a.inputs, b.inputs, "input", oc, in_value);
+  oc.output_error = compare_args(a.outputs, b.outputs, "output", oc, out_value);
+  // Error the op added; inf - inf (both sides already broken) is inherited, not added.
+  oc.score = std::isinf(oc.output_error) && std::isinf(oc.input_error)
+                 ? 0
+                 : oc.output_error - oc.input_error;
+  if (uninitialized_output(a.op)) {
+    oc.exact = true;
+    oc.warning = false;
+    oc.score = 0;
+    return v;
+  }
+  v.divergent = in_value || out_value || oc.score > rtol;
+  return v;
+}
+
+bool earlier(const OpCompare& x, const OpCompare& y) {
+  return std::tie(x.step, x.seq_a, x.rank) < std::tie(y.step, y.seq_a, y.rank);
+}
+
+bool earlier(const UnmatchedOp& x, const UnmatchedOp& y) {
+  return std::tie(x.step, x.seq, x.rank) < std::tie(y.step, y.seq, y.rank);
+}
+
+std::vector<std::pair<int64_t, int64_t>> pair_group(const std::vector<OpRecord>& a,
+                                                    const std::vector<OpRecord>& b,
+                                                    const CompareOptions& opt, bool& by_lcs) {
+  std::vector<std::string> na, nb;
+  for (const OpRecord& r : a) na.push_back(r.name());
+  for (const OpRecord& r : b) nb.push_back(r.name());
+  std::vector<std::string> sa = na, sb = nb;
+  std::sort(sa.begin(), sa.end());
+  std::sort(sb.begin(), sb.end());
+  by_lcs = sa != sb || std::adjacent_find(sa.begin(), sa.end()) != sa.end();
+  std::vector<std::pair<int64_t, int64_t>> pairs;
+  if (!by_lcs) {
+    std::unordered_map<std::string, int64_t> index_b;
+    for (size_t j = 0; j < nb.size(); ++j) index_b[nb[j]] = static_cast<int64_t>(j);
+    for (size_t i = 0; i < na.size(); ++i) pairs.emplace_back(i, index_b.at(na[i]));
+    return pairs;
+  }
+  std::vector<std::string> ka, kb;
+  for (const OpRecord& r : a) ka.push_back(r.op + "." + std::string(to_string(r.dir)));
+  for (const OpRecord& r : b) kb.push_back(r.op + "." + std::string(to_string(r.dir)));
+  return align_sequences(ka, kb, opt.max_lcs_cells);
+}
+
+UnmatchedOp unmatched(const OpRecord& r, const char* side) {
+  return UnmatchedOp{r.step, r.rank, side, r.seq, r.name()};
+}
+
+// The group's earliest divergent op, or an op nested in it that diverges too (nesting.h):
+// an outer op inherits the divergence of the op it ran, which is the one to blame.
+std::optional<OpCompare> group_first(const std::vector<OpCompare>& divergent,
+                                     const std::vector<OpRecord>& a, const std::vector<size_t>& pos,
+                                     const std::vector<size_t>& index) {
+  if (divergent.empty()) return std::nullopt;
+  std::vector<analysis_detail::OpPlace> places;
+  for (size_t k = 0; k < divergent.size(); ++k) {
+    const OpRecord& r = a[index[k]];
+    places.push_back({r.seq, pos[index[k]], r.thread, r.depth});
+  }
+  return divergent[analysis_detail::innermost_earliest(places)];
+}
+
+CompareResult compare_groups(const Loaded& la, const Loaded& lb, const CompareOptions& opt) {
+  const Groups& ga = la.groups;
+  const Groups& gb = lb.groups;
+  CompareResult res;
+  res.first_mode = opt.first;
+  res.exact_mode = opt.exact;
+  std::optional<OpCompare> first_divergent, first_inexact;
+  for (const auto& [key, a] : ga) {
+    auto it = gb.find(key);
+    if (it == gb.end()) {
+      res.only_a.push_back(key);
+      for (const OpRecord& r : a) res.unmatched.push_back(unmatched(r, "a"));
+      continue;
+    }
+    const std::vector<OpRecord>& b = it->second;
+    bool by_lcs = false;
+    std::vector<OpCompare> divergent, inexact;
+    std::vector<size_t> divergent_at, inexact_at;
+    for (const auto& [i, j] : pair_group(a, b, opt, by_lcs)) {
+      if (i < 0 || j < 0) {
+        res.unmatched.push_back(i < 0 ? unmatched(b[j], "b") : unmatched(a[i], "a"));
+        continue;
+      }
+      Verdict v = compare_pair(a[i], b[j], opt.rtol);
+      res.warnings += v.oc.warning ? 1 : 0;
+      if (v.divergent) {
+        divergent.push_back(v.oc);
+        divergent_at.push_back(static_cast<size_t>(i));
+      }
+      if (!v.oc.exact) {
+        inexact.push_back(v.oc);
+        inexact_at.push_back(static_cast<size_t>(i));
+      }
+      res.ops.push_back(std::move(v.oc));
+    }
+    const std::vector<size_t>& pos = la.pos.at(key);
+    for (auto [found, from, at] : {std::tie(first_divergent, divergent, divergent_at),
+                                   std::tie(first_inexact, inexact, inexact_at)}) {
+      std::optional<OpCompare> g = group_first(from, a, pos, at);
+      if (g && (!found || earlier(*g, *found))) found = std::move(g);
+    }
+    res.aligned_by_lcs += by_lcs ? 1 : 0;
+  }
+  for (const auto& [key, b] : gb) {
+    if (ga.count(key)) continue;
+    res.only_b.push_back(key);
+    for (const OpRecord& r : b) res.unmatched.push_back(unmatched(r, "b"));
+  }
+  for (const UnmatchedOp& u : res.unmatched) {
+    if (!res.first_unmatched || earlier(u, *res.first_unmatched)) res.first_unmatched = u;
+  }
+  res.found = first_divergent.has_value();
+  res.identical = !first_inexact && res.unmatched.empty();
+  res.first = opt.exact ? first_inexact : first_divergent;
+  return res;
+}
+
+nlohmann::json stat_json(const StatDiff& d) {
+  using analysis_detail::number;
+  return nlohmann::json{{"n", number(d.n)},
+                        {"b", number(d.b)},
+                        {"diff", number(d.diff)},
+                        {"rel_pct", number(d.rel_pct)}};
+}
+
+nlohmann::json arg_json(const ArgCompare& a) {
+  using analysis_detail::number;
+  nlohmann::json j{{"io", a.io},           {"index", a.index},         {"tensor", a.tensor},
+                   {"warning", a.warning}, {"error", number(a.error)}, {"exact", a.exact},
+                   {"note", a.note}};
+  if (a.tensor) {
+    j["dtype_n"] = a.dtype_n;
+    j["dtype_b"] = a.dtype_b;
+    j["shape_n"] = a.shape_n;
+    j["shape_b"] = a.shape_b;
+    j["max"] = stat_json(a.max);
+    j["min"] = stat_json(a.min);
+    j["mean"] = stat_json(a.mean);
+    j["norm"] = stat_json(a.norm);
+  }
+  return j;
+}
+
+nlohmann::json op_json(const OpCompare& o) {
+  using analysis_detail::number;
+  nlohmann::json args = nlohmann::json::array();
+  for (const ArgCompare& a : o.args) args.push_back(arg_json(a));
+  return nlohmann::json{
+      {"step", o.step},
+      {"rank", o.rank},
+      {"seq", o.seq_a},
+      {"seq_b", o.seq_b},
+      {"name", o.name},
+      {"name_b", o.name_b},
+      {"op", o.op},
+      {"direction", o.direction},
+      {"scope", o.scope},
+      {"warning", o.warning},
+      {"exact", o.exact},
+      {"input_error", number(o.input_error)},
+      {"output_error", number(o.output_error)},
+      {"score", o.score > 0 && std::isinf(o.score) ? nlohmann::json("inf") : number(o.score)},
+      {"args", std::move(args)}};
+}
+
+nlohmann::json unmatched_json(const UnmatchedOp& u) {
+  return nlohmann::json{
+      {"step", u.step}, {"rank", u.rank}, {"side", u.side}, {"seq", u.seq}, {"name", u.name}};
+}
+
+}  // namespace
+
+std::string OpCompare::to_json() const { return analysis_detail::dump(op_json(*this)); }
+
+bool CompareResult::differs() const noexcept {
+  if (exact_mode) return !identical;
+  if (first_mode) return found || !unmatched.empty();
+  return warnings > 0 || !unmatched.empty();
+}
+
+std::string CompareResult::to_json() const {
+  nlohmann::json j{{"a", path_a},
+                   {"b", path_b},
+                   {"mode", exact_mode   ? "exact"
+                            : first_mode ? "first"
+                                         : "statistics"},
+                   {"found", found},
+                   {"identical", identical},
+                   {"matched", ops.size()},
+                   {"warnings", warnings},
+                   {"unmatched_count", unmatched.size()},
+                   {"aligned_by_lcs", aligned_by_lcs}};
+  if (first) {
+    j.update(op_json(*first));
+  } else {
+    for (const char* k : {"step", "rank", "seq", "name", "op", "direction"}) j[k] = nullptr;
+  }
+  j["first_unmatched"] = first_unmatched ? unmatched_json(*first_unmatched) : nlohmann::json();
+  nlohmann::json un = nlohmann::json::array();
+  for (const UnmatchedOp& u : unmatched) un.push_back(unmatched_json(u));
+  j["unmatched"] = std::move(un);
+  j["only_a"] = only_a;
+  j["only_b"] = only_b;
+  if (!first_mode && !exact_mode) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const OpCompare& o : ops) rows.push_back(op_json(o));
+    j["ops"] = std::move(rows);
+  }
+  return analysis_detail::dump(j);
+}
+
+CompareResult compare_dumps(DumpReader& a, DumpReader& b, const CompareOptions& options,
+                            const ProgressFn& progress) {
+  ReadOptions read;
+  read.progress = progress;
+  if (options.step) read.filter.step_min = read.filter.step_max = options.step;
+  if (options.rank) read.filter.ranks = {*options.rank};
+  analysis_detail::ReaderSource sa(a, read), sb(b, read);
+  const Loaded la = load(sa, options);
+  const Loaded lb = load(sb, options);
+  CompareResult r = compare_groups(la, lb, options);
+  r.path_a = a.path();
+  r.path_b = b.path();
+  return r;
+}
+
+CompareResult compare_dumps(const DumpData& a, const DumpData& b, const CompareOptions& options) {
+  analysis_detail::DataSource sa(a), sb(b);
+  const Loaded la = load(sa, options);
+  const Loaded lb = load(sb, options);
+  return compare_groups(la, lb, options);
+}
+
+}  // namespace precprobe

@@ -1,0 +1,169 @@
+// find_overflow: the op that produced the first NaN/Inf, per rank, and how far it spread.
+//
+// Within one (rank, step) the candidates (finite inputs, non-finite outputs) are ranked by
+// start order, and a candidate nested inside the earliest one replaces it (nesting.h): at
+// L2 the innermost op that produced the value is blamed, not the op that wraps it.
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <tuple>
+
+#include "json_util.h"
+#include "nesting.h"
+#include "source.h"
+
+namespace precprobe {
+namespace {
+
+using analysis_detail::RecordSource;
+
+constexpr size_t kFirstStepsShown = 10;
+
+bool is_candidate(const OpRecord& r) { return r.outputs_non_finite() && !r.inputs_non_finite(); }
+
+/// What one step of one rank contributes.
+struct StepState {
+  int64_t nonfinite_ops = 0;
+  std::optional<OpBrief> origin;
+  int64_t after_origin = 0;  ///< non-finite outputs that ended after the origin
+  std::optional<OpBrief> first_bad_input;
+};
+
+StepState analyse_group(const std::vector<OpRecord>& g) {
+  StepState s;
+  std::vector<size_t> cands;
+  std::optional<size_t> bad_in;
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (g[i].outputs_non_finite()) ++s.nonfinite_ops;
+    if (is_candidate(g[i])) cands.push_back(i);
+    if (g[i].inputs_non_finite() && (!bad_in || g[i].seq < g[*bad_in].seq)) bad_in = i;
+  }
+  if (bad_in) s.first_bad_input = OpBrief::from(g[*bad_in]);
+  if (cands.empty()) return s;
+  std::vector<analysis_detail::OpPlace> places;
+  for (size_t i : cands) places.push_back({g[i].seq, i, g[i].thread, g[i].depth});
+  const size_t c = cands[analysis_detail::innermost_earliest(places)];
+  s.origin = OpBrief::from(g[c]);
+  for (size_t i = c + 1; i < g.size(); ++i) s.after_origin += g[i].outputs_non_finite() ? 1 : 0;
+  return s;
+}
+
+bool before(const OpBrief& a, const OpBrief& b) {
+  return std::tie(a.step, a.seq, a.rank) < std::tie(b.step, b.seq, b.rank);
+}
+
+void merge(StepState& into, StepState&& s) {
+  into.nonfinite_ops += s.nonfinite_ops;
+  if (s.origin && (!into.origin || before(*s.origin, *into.origin))) {
+    into.origin = std::move(s.origin);
+    into.after_origin = s.after_origin;
+  }
+  if (s.first_bad_input &&
+      (!into.first_bad_input || before(*s.first_bad_input, *into.first_bad_input)))
+    into.first_bad_input = std::move(s.first_bad_input);
+}
+
+RankOverflow conclude(int rank, const std::map<int64_t, StepState>& steps) {
+  RankOverflow r;
+  r.rank = rank;
+  std::optional<int64_t> origin_step;
+  for (const auto& [step, s] : steps) {
+    r.nonfinite_ops += s.nonfinite_ops;
+    if (s.first_bad_input && !r.first_nonfinite_input) r.first_nonfinite_input = s.first_bad_input;
+    if (!origin_step && s.origin) {
+      origin_step = step;
+      r.found = true;
+      r.origin = *s.origin;
+      r.later_nonfinite_ops = s.after_origin;
+    } else if (origin_step) {
+      r.later_nonfinite_ops += s.nonfinite_ops;
+    }
+  }
+  for (const auto& [step, s] : steps) {
+    if (s.nonfinite_ops == 0 || (origin_step && step < *origin_step)) continue;
+    ++r.steps_affected;
+    if (r.first_steps_affected.size() < kFirstStepsShown) r.first_steps_affected.push_back(step);
+  }
+  r.nonfinite_before_origin =
+      r.first_nonfinite_input && (!r.found || before(*r.first_nonfinite_input, r.origin));
+  return r;
+}
+
+OverflowResult find_overflow_in(RecordSource& src) {
+  std::map<int, std::map<int64_t, StepState>> per_rank;
+  std::vector<OpRecord> group;
+  auto flush = [&] {
+    if (group.empty()) return;
+    merge(per_rank[group.front().rank][group.front().step], analyse_group(group));
+    group.clear();
+  };
+  bool any_bad = false;
+  src.ops([&](const OpRecord& r) {
+    if (!group.empty() && (r.rank != group.front().rank || r.step != group.front().step)) flush();
+    any_bad = any_bad || r.outputs_non_finite() || r.inputs_non_finite();
+    group.push_back(r);
+    return true;
+  });
+  flush();
+  OverflowResult out;
+  out.any_nonfinite = any_bad;
+  for (const auto& [rank, steps] : per_rank) {
+    out.ranks.push_back(conclude(rank, steps));
+    const RankOverflow& ro = out.ranks.back();
+    if (ro.found && (!out.found || before(ro.origin, out.origin))) {
+      out.found = true;
+      out.origin = ro.origin;
+    }
+  }
+  return out;
+}
+
+nlohmann::json rank_json(const RankOverflow& r) {
+  nlohmann::json j{{"rank", r.rank},
+                   {"found", r.found},
+                   {"later_nonfinite_ops", r.later_nonfinite_ops},
+                   {"steps_affected", r.steps_affected},
+                   {"first_steps_affected", r.first_steps_affected},
+                   {"nonfinite_ops", r.nonfinite_ops},
+                   {"nonfinite_before_origin", r.nonfinite_before_origin}};
+  j["origin"] = r.found ? analysis_detail::to_json(r.origin) : nlohmann::json(nullptr);
+  j["first_nonfinite_input"] = r.first_nonfinite_input
+                                   ? analysis_detail::to_json(*r.first_nonfinite_input)
+                                   : nlohmann::json(nullptr);
+  return j;
+}
+
+}  // namespace
+
+std::string OverflowResult::to_json() const {
+  nlohmann::json j{{"found", found}, {"any_nonfinite", any_nonfinite}};
+  const RankOverflow* mine = nullptr;
+  for (const RankOverflow& r : ranks) {
+    if (found && r.rank == origin.rank) mine = &r;
+  }
+  if (found) {
+    j.update(analysis_detail::to_json(origin));
+    j["later_nonfinite_ops"] = mine->later_nonfinite_ops;
+    j["steps_affected"] = mine->steps_affected;
+    j["first_steps_affected"] = mine->first_steps_affected;
+    j["nonfinite_before_origin"] = mine->nonfinite_before_origin;
+  } else {
+    for (const char* k : {"step", "rank", "seq", "name", "op", "direction"}) j[k] = nullptr;
+  }
+  nlohmann::json rs = nlohmann::json::array();
+  for (const RankOverflow& r : ranks) rs.push_back(rank_json(r));
+  j["ranks"] = std::move(rs);
+  return analysis_detail::dump(j);
+}
+
+OverflowResult find_overflow(DumpReader& reader, const ReadOptions& read) {
+  analysis_detail::ReaderSource src(reader, read);
+  return find_overflow_in(src);
+}
+
+OverflowResult find_overflow(const DumpData& data) {
+  analysis_detail::DataSource src(data);
+  return find_overflow_in(src);
+}
+
+}  // namespace precprobe

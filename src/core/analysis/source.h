@@ -1,0 +1,86 @@
+// RecordSource: one interface over a DumpReader (streamed) and a DumpData (in memory), so
+// each analysis is written once. Private to src/core/analysis. Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "precprobe/analysis.h"
+
+namespace precprobe::analysis_detail {
+
+class RecordSource {
+ public:
+  virtual ~RecordSource() = default;
+  virtual std::string path() const = 0;
+  virtual std::vector<RankInfo> ranks() const = 0;
+  virtual std::vector<StreamStatus> statuses() const = 0;
+  virtual void ops(const std::function<bool(const OpRecord&)>& fn) = 0;
+  virtual void scaler(const std::function<bool(const ScalerRecord&)>& fn) = 0;
+  virtual void grads(const std::function<bool(const GradRecord&)>& fn) = 0;
+  virtual void scalars(const std::function<bool(const ScalarRecord&)>& fn) = 0;
+};
+
+class ReaderSource final : public RecordSource {
+ public:
+  ReaderSource(DumpReader& reader, const ReadOptions& read) : reader_(reader), read_(read) {}
+  std::string path() const override { return reader_.path(); }
+  std::vector<RankInfo> ranks() const override { return reader_.ranks(); }
+  std::vector<StreamStatus> statuses() const override { return reader_.statuses(); }
+  void ops(const std::function<bool(const OpRecord&)>& fn) override {
+    reader_.for_each_op(read_.filter, counted(fn));
+  }
+  void scaler(const std::function<bool(const ScalerRecord&)>& fn) override {
+    reader_.for_each_scaler(read_.filter, counted(fn));
+  }
+  void grads(const std::function<bool(const GradRecord&)>& fn) override {
+    reader_.for_each_grad(read_.filter, counted(fn));
+  }
+  void scalars(const std::function<bool(const ScalarRecord&)>& fn) override {
+    reader_.for_each_scalar(read_.filter, counted(fn));
+  }
+
+ private:
+  // Reports progress every 4096 records so the callback costs nothing measurable.
+  template <typename R>
+  std::function<bool(const R&)> counted(const std::function<bool(const R&)>& fn) {
+    if (!read_.progress) return fn;
+    return [this, &fn](const R& r) {
+      if ((++count_ & 4095u) == 0) read_.progress(count_);
+      return fn(r);
+    };
+  }
+
+  DumpReader& reader_;
+  const ReadOptions& read_;
+  uint64_t count_ = 0;
+};
+
+class DataSource final : public RecordSource {
+ public:
+  explicit DataSource(const DumpData& data) : data_(data) {}
+  std::string path() const override { return "<memory>"; }
+  std::vector<RankInfo> ranks() const override { return data_.ranks; }
+  std::vector<StreamStatus> statuses() const override { return data_.statuses; }
+  void ops(const std::function<bool(const OpRecord&)>& fn) override { each(data_.ops, fn); }
+  void scaler(const std::function<bool(const ScalerRecord&)>& fn) override {
+    each(data_.scaler, fn);
+  }
+  void grads(const std::function<bool(const GradRecord&)>& fn) override { each(data_.grads, fn); }
+  void scalars(const std::function<bool(const ScalarRecord&)>& fn) override {
+    each(data_.scalars, fn);
+  }
+
+ private:
+  template <typename R>
+  static void each(const std::vector<R>& v, const std::function<bool(const R&)>& fn) {
+    for (const R& r : v) {
+      if (!fn(r)) return;
+    }
+  }
+  const DumpData& data_;
+};
+
+}  // namespace precprobe::analysis_detail

@@ -1,0 +1,170 @@
+// summarize_dump: what a dump holds, in one pass over each stream.
+#include <algorithm>
+#include <map>
+
+#include "json_util.h"
+#include "precprobe/error.h"
+#include "source.h"
+
+namespace precprobe {
+namespace {
+
+using analysis_detail::number;
+using analysis_detail::RecordSource;
+
+// The writer counters of one meta.json: {"writer": {"records_dropped": N, ...}}.
+uint64_t dropped_of(const nlohmann::json& meta) {
+  auto w = meta.find("writer");
+  if (w == meta.end() || !w->is_object()) return 0;
+  for (const char* key : {"records_dropped", "dropped"}) {
+    auto d = w->find(key);
+    if (d != w->end() && d->is_number_unsigned()) return d->get<uint64_t>();
+    if (d != w->end() && d->is_number_integer()) return static_cast<uint64_t>(d->get<int64_t>());
+  }
+  return 0;
+}
+
+nlohmann::json parse_meta(const RankInfo& r) {
+  if (r.meta_json.empty()) return nlohmann::json::object();
+  nlohmann::json j = nlohmann::json::parse(r.meta_json, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    throw Error("corrupt meta.json: " + r.dir + "/meta.json is not a JSON object");
+  return j;
+}
+
+void count_ops(RecordSource& src, SummaryResult& s) {
+  std::map<int64_t, int64_t> per_step;
+  std::map<std::string, int64_t> bad;
+  src.ops([&](const OpRecord& r) {
+    ++s.op_records;
+    ++per_step[r.step];
+    if (r.outputs_non_finite()) {
+      ++s.nonfinite_op_records;
+      ++bad[r.op];
+    }
+    return true;
+  });
+  s.records_per_step.assign(per_step.begin(), per_step.end());
+  for (const auto& [op, n] : bad) s.nonfinite_ops.push_back({op, n});
+  std::stable_sort(s.nonfinite_ops.begin(), s.nonfinite_ops.end(),
+                   [](const NameCount& x, const NameCount& y) { return x.count > y.count; });
+}
+
+void count_scaler(RecordSource& src, SummaryResult& s) {
+  ScalerSummary& sc = s.scaler;
+  src.scaler([&](const ScalerRecord& r) {
+    ++sc.records;
+    sc.found_inf += r.found_inf ? 1 : 0;
+    if (r.skipped) {
+      ++sc.skipped;
+      if (!sc.first_skip_step || r.step < *sc.first_skip_step) sc.first_skip_step = r.step;
+    }
+    sc.backoffs += (r.event == "backoff" || r.event == "collapse") ? 1 : 0;
+    sc.growths += r.event == "growth" ? 1 : 0;
+    sc.final_scale = r.scale_after;
+    return true;
+  });
+  s.scaler_records = sc.records;
+}
+
+void count_grads(RecordSource& src, SummaryResult& s) {
+  std::map<std::pair<std::string, std::string>, WatchHitCount> hits;
+  src.grads([&](const GradRecord& r) {
+    ++s.grad_records;
+    s.nonfinite_grad_records += (r.grad_nan + r.grad_inf) > 0 ? 1 : 0;
+    for (const std::string& w : r.watch) {
+      auto [it, fresh] = hits.try_emplace({r.param, w}, WatchHitCount{r.param, w, 0, r.step});
+      ++it->second.count;
+      it->second.first_step = std::min(it->second.first_step, r.step);
+    }
+    return true;
+  });
+  for (auto& [key, h] : hits) s.watch_hits.push_back(std::move(h));
+}
+
+SummaryResult summarize(RecordSource& src) {
+  SummaryResult s;
+  s.path = src.path();
+  s.ranks = src.ranks();
+  s.meta_json = "{}";
+  for (size_t i = 0; i < s.ranks.size(); ++i) {
+    const nlohmann::json meta = parse_meta(s.ranks[i]);
+    if (i == 0) s.meta_json = analysis_detail::dump(meta);
+    s.dropped += dropped_of(meta);
+  }
+  count_ops(src, s);
+  count_scaler(src, s);
+  count_grads(src, s);
+  src.scalars([&](const ScalarRecord&) {
+    ++s.scalar_records;
+    return true;
+  });
+  if (!s.records_per_step.empty()) {
+    s.step_min = s.records_per_step.front().first;
+    s.step_max = s.records_per_step.back().first;
+  }
+  s.streams = src.statuses();
+  for (const StreamStatus& st : s.streams) {
+    s.truncated = s.truncated || st.truncated;
+    s.bad_lines += st.bad_lines;
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string SummaryResult::to_json() const {
+  nlohmann::json ranks_j = nlohmann::json::array();
+  for (const RankInfo& r : ranks)
+    ranks_j.push_back({{"rank", r.rank}, {"world_size", r.world_size}, {"dir", r.dir}});
+  nlohmann::json steps = nlohmann::json::array();
+  for (const auto& [step, n] : records_per_step) steps.push_back({{"step", step}, {"ops", n}});
+  nlohmann::json bad = nlohmann::json::array();
+  for (const NameCount& c : nonfinite_ops) bad.push_back({{"op", c.name}, {"count", c.count}});
+  nlohmann::json hits = nlohmann::json::array();
+  for (const WatchHitCount& h : watch_hits)
+    hits.push_back(
+        {{"param", h.param}, {"watch", h.watch}, {"count", h.count}, {"first_step", h.first_step}});
+  nlohmann::json streams_j = nlohmann::json::array();
+  for (const StreamStatus& st : streams) streams_j.push_back(analysis_detail::to_json(st));
+  nlohmann::json sc{{"records", scaler.records},
+                    {"found_inf", scaler.found_inf},
+                    {"skipped", scaler.skipped},
+                    {"backoffs", scaler.backoffs},
+                    {"growths", scaler.growths}};
+  sc["final_scale"] = scaler.final_scale ? number(*scaler.final_scale) : nlohmann::json();
+  sc["first_skip_step"] =
+      scaler.first_skip_step ? nlohmann::json(*scaler.first_skip_step) : nlohmann::json();
+  nlohmann::json j{{"path", path},
+                   {"meta", analysis_detail::parse_or_empty(meta_json)},
+                   {"ranks", std::move(ranks_j)},
+                   {"op_records", op_records},
+                   {"scaler_records", scaler_records},
+                   {"grad_records", grad_records},
+                   {"scalar_records", scalar_records},
+                   {"steps", std::move(steps)},
+                   {"nonfinite_op_records", nonfinite_op_records},
+                   {"nonfinite_ops", std::move(bad)},
+                   {"scaler", std::move(sc)},
+                   {"watch_hits", std::move(hits)},
+                   {"nonfinite_grad_records", nonfinite_grad_records},
+                   {"streams", std::move(streams_j)},
+                   {"dropped", dropped},
+                   {"truncated", truncated},
+                   {"bad_lines", bad_lines}};
+  j["step_min"] = step_min ? nlohmann::json(*step_min) : nlohmann::json();
+  j["step_max"] = step_max ? nlohmann::json(*step_max) : nlohmann::json();
+  return analysis_detail::dump(j);
+}
+
+SummaryResult summarize_dump(DumpReader& reader, const ReadOptions& read) {
+  analysis_detail::ReaderSource src(reader, read);
+  return summarize(src);
+}
+
+SummaryResult summarize_dump(const DumpData& data) {
+  analysis_detail::DataSource src(data);
+  return summarize(src);
+}
+
+}  // namespace precprobe

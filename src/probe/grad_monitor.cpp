@@ -1,0 +1,276 @@
+// GradMonitor: fused per-parameter statistics (CPU) or device-side statistics read back in
+// one transfer (CUDA), then the watchpoints on the host.
+#include "precprobe/grad_monitor.h"
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+
+#include <cmath>
+#include <limits>
+
+#include "fused_loops.h"
+#include "precprobe/error.h"
+#include "precprobe/writer.h"
+
+namespace precprobe {
+namespace {
+
+struct Entry {
+  std::string name;
+  at::Tensor param;
+  at::Tensor prev;  // the weights at the previous observe(), same strides when dense
+};
+
+// Everything observe() needs about one parameter, before it becomes a GradRecord.
+struct Raw {
+  bool has_grad = false;
+  int64_t grad_numel = 0;
+  detail::GradAcc g;
+  int64_t weight_numel = 0;
+  bool has_prev = false;
+  detail::WeightAcc w;
+};
+
+constexpr int kDeviceFields = 12;  // see device_row()
+
+// The tensor whose elements describe the gradient, and how many implicit zeros it omits.
+std::pair<at::Tensor, int64_t> grad_values(const at::Tensor& grad) {
+  if (!grad.is_sparse()) return {grad, 0};
+  at::Tensor v = grad.coalesce()._values();
+  return {v, grad.numel() - v.numel()};
+}
+
+void cpu_grad(const at::Tensor& grad, Raw& r) {
+  r.has_grad = true;
+  r.grad_numel = grad.numel();
+  auto [values, implicit_zeros] = grad_values(grad);
+  if (!detail::fused_dtype_supported(values.scalar_type())) values = values.to(at::kFloat);
+  detail::dispatch_fused(values.scalar_type(), [&](auto tag) {
+    using T = decltype(tag);
+    detail::for_each_span<T>(values, [&](T* p, int64_t n, int64_t stride) {
+      detail::grad_stats_span<T>(p, n, stride, r.g);
+    });
+  });
+  r.g.zero += implicit_zeros;
+  r.g.finite += implicit_zeros;
+}
+
+// ||w||², and against the previous copy ||w_prev||², ||w - w_prev||², refreshing the copy.
+void cpu_weight(Entry& e, bool ratio, Raw& r) {
+  at::Tensor w = e.param.detach();
+  r.weight_numel = w.numel();
+  if (!w.is_non_overlapping_and_dense()) w = w.contiguous();
+  if (!detail::fused_dtype_supported(w.scalar_type())) w = w.to(at::kFloat);
+  const bool first = !e.prev.defined();
+  if (ratio && first) e.prev = at::empty_like(w);  // same strides: same memory order
+  r.has_prev = ratio && !first;
+  detail::dispatch_fused(w.scalar_type(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* wp = static_cast<const T*>(w.data_ptr());
+    T* pp = r.has_prev ? static_cast<T*>(e.prev.data_ptr()) : nullptr;
+    detail::weight_update_span<T>(wp, pp, w.numel(), r.w);
+  });
+  if (ratio && first) e.prev.copy_(w);
+}
+
+// [has_grad, sumsq, abs_sum, abs_max, nan, inf, zero, finite, w_sumsq, prev_sumsq,
+//  delta_sumsq, w_zero] as float64 on the parameter's device; no host synchronisation.
+at::Tensor device_row(Entry& e, bool ratio) {
+  const auto opts = e.param.options().dtype(at::kDouble);
+  std::vector<at::Tensor> f(kDeviceFields);
+  const at::Tensor zero = at::zeros({}, opts);
+  for (auto& t : f) t = zero;
+  const at::Tensor& grad = e.param.grad();
+  if (grad.defined()) {
+    auto [values, implicit_zeros] = grad_values(grad);
+    const at::Tensor g = values.to(at::kDouble);
+    const at::Tensor fin = g.isfinite(), nan = g.isnan();
+    const at::Tensor a = at::where(fin, g.abs(), zero);
+    f[0] = at::ones({}, opts);
+    f[1] = a.square().sum();
+    f[2] = a.sum();
+    f[3] = g.numel() > 0 ? a.max() : zero;
+    f[4] = nan.sum().to(at::kDouble);
+    f[5] = (~fin & ~nan).sum().to(at::kDouble);
+    f[6] = (g == 0).sum().to(at::kDouble) + static_cast<double>(implicit_zeros);
+    f[7] = fin.sum().to(at::kDouble) + static_cast<double>(implicit_zeros);
+  }
+  const at::Tensor w = e.param.detach().to(at::kDouble);
+  f[8] = w.square().sum();
+  f[11] = (w == 0).sum().to(at::kDouble);
+  if (ratio && e.prev.defined()) {
+    const at::Tensor p = e.prev.to(at::kDouble);
+    f[9] = p.square().sum();
+    f[10] = (w - p).square().sum();
+    e.prev.copy_(e.param.detach());
+  } else if (ratio) {
+    e.prev = e.param.detach().clone();
+    f[9] = at::full({}, -1.0, opts);  // marks "no previous weights yet"
+  }
+  return at::stack(f);
+}
+
+Raw raw_from_row(const double* v, const Entry& e, bool ratio) {
+  Raw r;
+  r.has_grad = v[0] > 0;
+  r.grad_numel = e.param.numel();
+  r.g.sumsq = v[1];
+  r.g.abs_sum = v[2];
+  r.g.abs_max = v[3];
+  r.g.nan = static_cast<int64_t>(v[4]);
+  r.g.inf = static_cast<int64_t>(v[5]);
+  r.g.zero = static_cast<int64_t>(v[6]);
+  r.g.finite = static_cast<int64_t>(v[7]);
+  r.weight_numel = e.param.numel();
+  r.w.sumsq = v[8];
+  r.has_prev = ratio && v[9] >= 0;
+  r.w.sumsq_prev = v[9];
+  r.w.sumsq_delta = v[10];
+  r.w.zero = static_cast<int64_t>(v[11]);
+  return r;
+}
+
+double update_ratio(const detail::WeightAcc& w) {
+  const double delta = std::sqrt(w.sumsq_delta), prev = std::sqrt(w.sumsq_prev);
+  if (prev > 0) return delta / prev;
+  return delta > 0 ? std::numeric_limits<double>::infinity() : 0.0;
+}
+
+}  // namespace
+
+struct GradMonitor::Impl {
+  GradMonitorOptions o;
+  std::vector<Entry> entries;
+
+  void hit(GradRecord& r, const char* watch, double value, double threshold) {
+    r.watch.emplace_back(watch);
+    if (!o.on_watch) return;
+    try {
+      o.on_watch(WatchHit{r.step, r.param, watch, value, threshold});
+    } catch (const std::exception& ex) {
+      report_error(std::string("GradMonitor: the watch callback threw: ") + ex.what());
+    } catch (...) {
+      report_error("GradMonitor: the watch callback threw");
+    }
+  }
+
+  GradRecord to_record(int64_t step, const Entry& e, const Raw& raw);
+};
+
+GradRecord GradMonitor::Impl::to_record(int64_t step, const Entry& e, const Raw& raw) {
+  const WatchThresholds& t = o.watch;
+  GradRecord r;
+  r.step = step;
+  r.param = e.name;
+  r.has_grad = raw.has_grad;
+  if (raw.has_grad) {
+    r.grad_norm = std::sqrt(raw.g.sumsq);
+    r.grad_abs_max = raw.g.abs_max;
+    r.grad_abs_mean = raw.g.finite > 0 ? raw.g.abs_sum / static_cast<double>(raw.g.finite) : 0;
+    r.grad_nan = raw.g.nan;
+    r.grad_inf = raw.g.inf;
+  }
+  r.weight_norm = std::sqrt(raw.w.sumsq);
+  r.update_ratio = raw.has_prev ? update_ratio(raw.w) : 0.0;
+
+  if (raw.has_grad) {
+    const int64_t bad = r.grad_nan + r.grad_inf;
+    if (t.grad_exploding_nonfinite && bad > 0) {
+      hit(r, "grad_exploding", static_cast<double>(bad), 0);
+    } else if (t.grad_exploding && r.grad_norm > *t.grad_exploding) {
+      hit(r, "grad_exploding", r.grad_norm, *t.grad_exploding);
+    }
+    if (t.grad_vanishing && raw.g.finite > 0 && r.grad_abs_mean < *t.grad_vanishing) {
+      hit(r, "grad_vanishing", r.grad_abs_mean, *t.grad_vanishing);
+    }
+    if (t.grad_all_zero && raw.grad_numel > 0 && raw.g.zero == raw.grad_numel) {
+      hit(r, "grad_all_zero", 0, 0);
+    }
+  }
+  if (t.weight_all_zero && raw.weight_numel > 0 && raw.w.zero == raw.weight_numel) {
+    hit(r, "weight_all_zero", 0, 0);
+  }
+  if (raw.has_prev) {
+    const double ur = r.update_ratio;
+    if (t.weight_not_changed && !(ur > 0)) hit(r, "weight_not_changed", ur, 0);
+    if (t.weight_change_too_large && ur > *t.weight_change_too_large) {
+      hit(r, "weight_change_too_large", ur, *t.weight_change_too_large);
+    }
+    if (t.weight_change_too_small && ur > 0 && ur < *t.weight_change_too_small) {
+      hit(r, "weight_change_too_small", ur, *t.weight_change_too_small);
+    }
+  }
+  return r;
+}
+
+GradMonitor::GradMonitor(const torch::nn::Module& module, GradMonitorOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->o = std::move(options);
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+    impl_->entries.push_back({item.key(), item.value(), {}});
+  }
+}
+
+GradMonitor::GradMonitor(std::vector<std::pair<std::string, at::Tensor>> named,
+                         GradMonitorOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->o = std::move(options);
+  for (auto& [name, t] : named) impl_->entries.push_back({std::move(name), std::move(t), {}});
+}
+
+GradMonitor::~GradMonitor() = default;
+
+std::vector<GradRecord> GradMonitor::observe(int64_t step, DumpWriter* writer) noexcept {
+  std::vector<GradRecord> out;
+  try {
+    at::NoGradGuard no_grad;
+    const bool ratio = impl_->o.update_ratio;
+    std::vector<Raw> raws(impl_->entries.size());
+    std::vector<size_t> on_device;
+    std::vector<at::Tensor> rows;
+    for (size_t i = 0; i < impl_->entries.size(); ++i) {
+      Entry& e = impl_->entries[i];
+      if (!e.param.device().is_cpu()) {
+        on_device.push_back(i);
+        rows.push_back(device_row(e, ratio));
+        continue;
+      }
+      if (e.param.grad().defined()) cpu_grad(e.param.grad(), raws[i]);
+      cpu_weight(e, ratio, raws[i]);
+    }
+    if (!rows.empty()) {
+      for (auto& row : rows) row = row.to(rows.front().device(), /*non_blocking=*/true);
+      const at::Tensor host = at::stack(rows).to(at::kCPU).contiguous();  // one transfer
+      const double* v = host.data_ptr<double>();
+      for (size_t k = 0; k < on_device.size(); ++k) {
+        raws[on_device[k]] =
+            raw_from_row(v + k * kDeviceFields, impl_->entries[on_device[k]], ratio);
+      }
+    }
+    out.reserve(raws.size());
+    for (size_t i = 0; i < raws.size(); ++i) {
+      out.push_back(impl_->to_record(step, impl_->entries[i], raws[i]));
+      if (writer != nullptr) {
+        GradRecord copy = out.back();
+        writer->submit(std::move(copy));
+      }
+    }
+  } catch (const std::exception& ex) {
+    report_error(std::string("GradMonitor::observe: ") + ex.what());
+  }
+  return out;
+}
+
+size_t GradMonitor::extra_bytes() const noexcept {
+  size_t n = 0;
+  for (const auto& e : impl_->entries) {
+    if (e.prev.defined()) n += e.prev.numel() * e.prev.element_size();
+  }
+  return n;
+}
+
+size_t GradMonitor::size() const noexcept { return impl_->entries.size(); }
+
+const GradMonitorOptions& GradMonitor::options() const noexcept { return impl_->o; }
+
+}  // namespace precprobe

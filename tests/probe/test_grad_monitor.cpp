@@ -1,0 +1,313 @@
+// GradMonitor: statistics against float64 recomputation, update ratios, and every watchpoint
+// flipping on its planted condition and staying off otherwise.
+#include <torch/torch.h>
+
+// Exact float comparisons are intended here.
+#pragma GCC diagnostic ignored "-Wfloat-equal"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <set>
+
+#include "precprobe/error.h"
+#include "precprobe/grad_monitor.h"
+#include "precprobe/reader.h"
+#include "precprobe/writer.h"
+
+using precprobe::GradMonitor;
+using precprobe::GradMonitorOptions;
+using precprobe::GradRecord;
+
+namespace {
+
+const float kInf = std::numeric_limits<float>::infinity();
+const float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// Reference statistics of a gradient, from ATen in float64 with explicit masks.
+struct RefStats {
+  double norm, abs_max, abs_mean;
+  int64_t nan, inf;
+};
+
+RefStats reference(const torch::Tensor& grad) {
+  auto g = (grad.is_sparse() ? grad.to_dense() : grad).to(torch::kDouble);
+  auto fin = g.isfinite();
+  auto a = g.masked_select(fin).abs();
+  RefStats r{};
+  r.norm = std::sqrt(a.square().sum().item<double>());
+  r.abs_max = a.numel() > 0 ? a.max().item<double>() : 0.0;
+  r.abs_mean = a.numel() > 0 ? a.mean().item<double>() : 0.0;
+  r.nan = g.isnan().sum().item<int64_t>();
+  r.inf = g.isinf().sum().item<int64_t>();
+  return r;
+}
+
+std::set<std::string> watches(const GradRecord& r) { return {r.watch.begin(), r.watch.end()}; }
+
+// Moves w by exactly `ratio` * ||w|| in a random direction.
+void move(torch::Tensor& w, double ratio) {
+  torch::NoGradGuard ng;
+  auto d = torch::randn(w.sizes(), torch::kDouble);
+  auto wd = w.to(torch::kDouble);
+  d = d * (ratio * wd.norm().item<double>() / d.norm().item<double>());
+  w.copy_(wd + d);
+}
+
+}  // namespace
+
+TEST_CASE("gradient statistics match a float64 recomputation", "[monitor]") {
+  torch::manual_seed(1);
+  std::vector<std::pair<std::string, torch::Tensor>> named;
+  auto add = [&](const char* name, torch::Tensor p, torch::Tensor g) {
+    p.set_requires_grad(true);
+    p.mutable_grad() = g;
+    named.emplace_back(name, p);
+  };
+  auto special = torch::randn({5, 7});
+  special[0][0] = kNaN;
+  special[1][1] = kInf;
+  special[2][2] = -kInf;
+  special[3][3] = 0.0f;
+  special[4][4] = -0.0f;
+  add("special", torch::zeros({5, 7}), special);
+  add("transposed", torch::zeros({7, 5}), special.t());  // dense, not contiguous
+  auto wide = torch::randn({6, 10});
+  add("strided", torch::zeros({6, 5}), wide.slice(1, 0, 10, 2));  // not dense
+  add("bf16", torch::zeros({33}, torch::kBFloat16), torch::randn({33}).to(torch::kBFloat16));
+  add("double", torch::zeros({17}, torch::kDouble), torch::randn({17}, torch::kDouble) * 1e30);
+  add("half", torch::zeros({9}, torch::kHalf), torch::randn({9}).to(torch::kHalf));
+  auto idx = torch::tensor({0, 3, 3}, torch::kLong).reshape({1, 3});
+  auto vals = torch::randn({3, 4});
+  vals[0][1] = kNaN;
+  add("sparse", torch::zeros({6, 4}), torch::sparse_coo_tensor(idx, vals, {6, 4}));
+  add("empty", torch::zeros({0}), torch::zeros({0}));
+  named.emplace_back("nograd", torch::ones({3}).set_requires_grad(true));
+
+  GradMonitor m(named);
+  auto recs = m.observe(7);
+  REQUIRE(recs.size() == named.size());
+  for (size_t i = 0; i + 1 < named.size(); ++i) {
+    INFO(named[i].first);
+    const auto& r = recs[i];
+    CHECK(r.param == named[i].first);
+    CHECK(r.step == 7);
+    CHECK(r.has_grad);
+    const RefStats ref = reference(named[i].second.grad());
+    CHECK(r.grad_norm == Approx(ref.norm).epsilon(1e-12));
+    CHECK(r.grad_abs_max == Approx(ref.abs_max).epsilon(1e-15));
+    CHECK(r.grad_abs_mean == Approx(ref.abs_mean).epsilon(1e-12));
+    CHECK(r.grad_nan == ref.nan);
+    CHECK(r.grad_inf == ref.inf);
+  }
+  CHECK(recs[0].grad_nan == 1);
+  CHECK(recs[0].grad_inf == 2);
+  CHECK_FALSE(recs.back().has_grad);
+  CHECK(recs.back().weight_norm == Approx(std::sqrt(3.0)));
+}
+
+TEST_CASE("update ratio is ||w_t - w_(t-1)|| / ||w_(t-1)||", "[monitor]") {
+  torch::manual_seed(2);
+  auto a = torch::randn({4, 4});
+  auto b = torch::randn({8}, torch::kDouble);
+  auto c = torch::randn({3, 6}).t();  // a non-contiguous parameter
+  GradMonitor m({{"a", a}, {"b", b}, {"c", c}});
+  auto first = m.observe(0);
+  for (const auto& r : first) CHECK(r.update_ratio == 0.0);  // nothing to compare with yet
+  CHECK(m.extra_bytes() == 16 * 4 + 8 * 8 + 18 * 4);
+  for (int step = 1; step < 4; ++step) {
+    std::vector<torch::Tensor> before{a.to(torch::kDouble), b.clone(), c.to(torch::kDouble)};
+    {
+      torch::NoGradGuard ng;
+      a.mul_(1.5).add_(0.25);
+      b.add_(torch::randn({8}, torch::kDouble) * 0.01);
+      c.add_(torch::ones_like(c) * step);
+    }
+    auto recs = m.observe(step);
+    std::vector<torch::Tensor> now{a.to(torch::kDouble), b, c.to(torch::kDouble)};
+    for (size_t i = 0; i < 3; ++i) {
+      const double want =
+          (now[i] - before[i]).norm().item<double>() / before[i].norm().item<double>();
+      CHECK(recs[i].update_ratio == Approx(want).epsilon(1e-12));
+      CHECK(recs[i].weight_norm == Approx(now[i].norm().item<double>()).epsilon(1e-12));
+    }
+  }
+  GradMonitorOptions no_ratio;
+  no_ratio.update_ratio = false;
+  GradMonitor cheap({{"a", a}}, no_ratio);
+  cheap.observe(0);
+  {
+    torch::NoGradGuard ng;
+    a.mul_(2);
+  }
+  CHECK(cheap.observe(1)[0].update_ratio == 0.0);
+  CHECK(cheap.extra_bytes() == 0);
+}
+
+TEST_CASE("each watchpoint flips on its planted condition and not otherwise", "[monitor]") {
+  torch::manual_seed(3);
+  std::vector<std::pair<std::string, torch::Tensor>> named;
+  for (auto n : {"p0", "p1", "p2", "p3"}) {
+    named.emplace_back(n, torch::randn({64}).set_requires_grad(true));
+  }
+  std::vector<precprobe::WatchHit> hits;
+  GradMonitorOptions o;
+  o.on_watch = [&](const precprobe::WatchHit& h) { hits.push_back(h); };
+  GradMonitor m(named, o);
+
+  // A healthy step: grads ~N(0, 0.1) (mean |g| ~0.08, norm ~0.8), weights move by 1%.
+  auto healthy = [&] {
+    for (auto& [n, p] : named) {
+      p.mutable_grad() = torch::randn({64}) * 0.1;
+      move(p, 0.01);
+    }
+  };
+  healthy();
+  CHECK(m.observe(0)[1].watch.empty());  // first observation: no ratio yet
+  CHECK(hits.empty());
+  int step = 1;
+  // Plants a condition on p1 (given its weights at the last observe) and checks the hits.
+  auto check = [&](const std::function<void(torch::Tensor&, const torch::Tensor&)>& plant,
+                   const std::set<std::string>& want) {
+    auto prev = named[1].second.detach().clone();
+    healthy();
+    {
+      torch::NoGradGuard ng;
+      plant(named[1].second, prev);
+    }
+    auto recs = m.observe(step++);
+    for (size_t i = 0; i < recs.size(); ++i) {
+      INFO("step " << step - 1 << " param " << recs[i].param);
+      CHECK(watches(recs[i]) == (i == 1 ? want : std::set<std::string>{}));
+    }
+    CHECK(hits.size() == want.size());
+    for (const auto& h : hits) {
+      CHECK(h.param == "p1");
+      CHECK(want.count(h.watch) == 1);
+      CHECK(h.step == step - 1);
+    }
+    hits.clear();
+  };
+  using T = torch::Tensor;
+  check([](T&, const T&) {}, {});  // nothing planted: nothing fires
+  check([](T& p, const T&) { p.mutable_grad() = torch::randn({64}) * 1e-12; }, {"grad_vanishing"});
+  check([](T& p, const T&) { p.mutable_grad() = torch::randn({64}) * 1e3; }, {"grad_exploding"});
+  check([](T& p, const T&) { p.mutable_grad()[5] = kNaN; }, {"grad_exploding"});
+  check([](T& p, const T&) { p.mutable_grad()[9] = -kInf; }, {"grad_exploding"});
+  // An all-zero gradient is also a vanishing one (mean |g| = 0).
+  check([](T& p, const T&) { p.mutable_grad().zero_(); }, {"grad_all_zero", "grad_vanishing"});
+  check([](T& p, const T&) { p.mutable_grad() = T(); }, {});  // no gradient: no grad watch
+  check([](T& p, const T& prev) { p.copy_(prev); }, {"weight_not_changed"});
+  check(
+      [](T& p, const T& prev) {
+        p.copy_(prev);
+        move(p, 0.5);
+      },
+      {"weight_change_too_large"});
+  check(
+      [](T& p, const T& prev) {
+        p.copy_(prev);
+        move(p, 1e-6);
+      },
+      {"weight_change_too_small"});
+  check(
+      [](T& p, const T& prev) {
+        p.copy_(prev);
+        move(p, 0.09);
+      },
+      {});  // just below 0.1
+  check(
+      [](T& p, const T& prev) {
+        p.copy_(prev);
+        move(p, 2e-4);
+      },
+      {});  // just above 1e-4
+  // Zeroed weights: all zero, and a change of 100% of the norm.
+  check([](T& p, const T&) { p.zero_(); }, {"weight_all_zero", "weight_change_too_large"});
+  CHECK(hits.empty());
+}
+
+TEST_CASE("watch thresholds are configurable and can be turned off", "[monitor]") {
+  auto p = torch::zeros({100}).set_requires_grad(true);
+  GradMonitorOptions o;
+  o.watch.grad_exploding = 10.0;  // ||g|| = 0.1 * |x| * 10 for a constant gradient x
+  o.watch.grad_vanishing.reset();
+  o.watch.grad_all_zero = false;
+  o.watch.weight_all_zero = false;
+  o.update_ratio = false;
+  GradMonitor m({{"p", p}}, o);
+  p.mutable_grad() = torch::full({100}, 1.1f);  // norm 11
+  CHECK(watches(m.observe(0)[0]) == std::set<std::string>{"grad_exploding"});
+  p.mutable_grad() = torch::full({100}, 0.9f);  // norm 9
+  CHECK(m.observe(1)[0].watch.empty());
+  p.mutable_grad() = torch::zeros({100});  // vanishing and all-zero turned off; zero weights
+  CHECK(m.observe(2)[0].watch.empty());
+  o.watch.grad_exploding_nonfinite = false;
+  o.watch.grad_exploding.reset();
+  GradMonitor quiet({{"p", p}}, o);
+  p.mutable_grad()[0] = kNaN;
+  auto r = quiet.observe(3)[0];
+  CHECK(r.watch.empty());
+  CHECK(r.grad_nan == 1);
+}
+
+TEST_CASE("weight_all_zero without update ratios; a throwing callback is contained", "[monitor]") {
+  auto p = torch::zeros({8}).set_requires_grad(true);
+  p.mutable_grad() = torch::ones({8});
+  GradMonitorOptions o;
+  o.update_ratio = false;
+  o.on_watch = [](const precprobe::WatchHit&) { throw std::runtime_error("user bug"); };
+  GradMonitor m({{"p", p}}, o);
+  std::vector<std::string> reported;
+  precprobe::set_error_handler([&](const std::string& msg) { reported.push_back(msg); });
+  std::vector<GradRecord> recs;
+  CHECK_NOTHROW(recs = m.observe(0));
+  precprobe::set_error_handler(nullptr);
+  REQUIRE(reported.size() == 1);
+  CHECK(reported[0].find("user bug") != std::string::npos);
+  REQUIRE(recs.size() == 1);
+  CHECK(watches(recs[0]) == std::set<std::string>{"weight_all_zero"});
+}
+
+TEST_CASE("a module's parameters are named as named_parameters() names them", "[monitor]") {
+  torch::nn::Sequential model(torch::nn::Linear(3, 4), torch::nn::ReLU(), torch::nn::Linear(4, 1));
+  GradMonitor m(*model);
+  CHECK(m.size() == 4);
+  model->forward(torch::randn({2, 3})).sum().backward();
+  auto recs = m.observe(0);
+  REQUIRE(recs.size() == 4);
+  CHECK(recs[0].param == "0.weight");
+  CHECK(recs[3].param == "2.bias");
+  CHECK(recs[3].grad_norm == Approx(2.0));  // d(sum)/d(bias) = batch size
+}
+
+TEST_CASE("records submitted to a DumpWriter read back from grads.jsonl.zst", "[monitor]") {
+  const std::string dir = std::string(PRECPROBE_BINARY_DIR) + "/test_out/monitor_log/rank0";
+  std::filesystem::remove_all(dir);
+  auto p = torch::ones({4}).set_requires_grad(true);
+  GradMonitor m({{"w", p}});
+  std::vector<GradRecord> sent;
+  {
+    precprobe::WriterOptions wo;
+    wo.dir = dir;
+    precprobe::DumpWriter w(wo);
+    w.write_meta("{\"format_version\": 1}");
+    for (int step = 0; step < 3; ++step) {
+      p.mutable_grad() = torch::full({4}, step == 1 ? 0.0f : 0.5f);
+      for (auto& r : m.observe(step, &w)) sent.push_back(r);
+    }
+    w.close();
+  }
+  auto got = precprobe::DumpReader(dir).grads();
+  REQUIRE(got.size() == 3);
+  for (size_t i = 0; i < 3; ++i) {
+    CHECK(got[i].step == sent[i].step);
+    CHECK(got[i].param == "w");
+    CHECK(got[i].grad_norm == sent[i].grad_norm);
+    CHECK(got[i].weight_norm == sent[i].weight_norm);
+    CHECK(got[i].watch == sent[i].watch);
+  }
+  CHECK(got[1].watch ==
+        std::vector<std::string>{"grad_vanishing", "grad_all_zero", "weight_not_changed"});
+}

@@ -1,0 +1,201 @@
+// `precprobe compare A B`: op-by-op comparison of two runs (A = the run under test, N;
+// B = the benchmark), msprobe's statistics columns, --first and --exact.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "cli_common.h"
+
+namespace precprobe::cli {
+namespace {
+
+constexpr size_t kRowsShown = 50;
+constexpr size_t kUnmatchedShown = 10;
+
+struct CompareArgs {
+  std::string a, b;
+  bool first = false, exact = false, all = false, json = false;
+  std::optional<int64_t> step;
+  std::optional<int> rank;
+  double rtol = 1e-3;
+};
+
+std::string pct(double v) { return std::isnan(v) ? "N/A" : num(v) + "%"; }
+
+std::string dtypes(const ArgCompare& a) {
+  return a.dtype_n == a.dtype_b ? a.dtype_n : a.dtype_n + "/" + a.dtype_b;
+}
+
+void add_arg_row(Table& t, const OpCompare& o, const ArgCompare& a) {
+  const std::string result = a.warning ? "Warning" : "";
+  if (!a.tensor) {
+    t.add({num(o.step), num(int64_t{o.rank}), o.name, a.io, num(int64_t{a.index}), "", "", "", "",
+           "", "", "", "", "", a.note.empty() ? result : a.note},
+          a.warning ? Tone::kRed : Tone::kPlain);
+    return;
+  }
+  t.add({num(o.step), num(int64_t{o.rank}), o.name, a.io, num(int64_t{a.index}), dtypes(a),
+         num(a.max.diff), num(a.min.diff), num(a.mean.diff), num(a.norm.diff), pct(a.max.rel_pct),
+         pct(a.min.rel_pct), pct(a.mean.rel_pct), pct(a.norm.rel_pct),
+         a.note.empty() ? result : result + " (" + a.note + ")"},
+        a.warning ? Tone::kRed : Tone::kPlain);
+}
+
+Table stats_table() {
+  return Table({"step", "rank", "name", "io", "#", "dtype", "Max diff", "Min diff", "Mean diff",
+                "Norm diff", "MaxRelErr", "MinRelErr", "MeanRelErr", "NormRelErr", "result"});
+}
+
+void print_unmatched(const CompareResult& r, const Terminal& term) {
+  if (r.unmatched.empty()) return;
+  std::cout << paint(term, Tone::kYellow,
+                     fmt::format("{} ops present in one run only:", r.unmatched.size()))
+            << '\n';
+  Table t({"side", "step", "rank", "seq", "name"});
+  for (size_t i = 0; i < r.unmatched.size() && i < kUnmatchedShown; ++i) {
+    const UnmatchedOp& u = r.unmatched[i];
+    t.add({u.side == "a" ? "only A" : "only B", num(u.step), num(int64_t{u.rank}), num(u.seq),
+           u.name});
+  }
+  t.print(std::cout, term);
+  if (r.unmatched.size() > kUnmatchedShown)
+    std::cout << fmt::format("  ... {} more (--json lists all)\n",
+                             r.unmatched.size() - kUnmatchedShown);
+}
+
+void print_totals(const CompareResult& r) {
+  std::cout << fmt::format("{} ops matched, {} with warnings, {} unmatched", r.ops.size(),
+                           r.warnings, r.unmatched.size());
+  if (r.aligned_by_lcs > 0)
+    std::cout << fmt::format(", {} (step, rank) groups aligned by sequence", r.aligned_by_lcs);
+  std::cout << '\n';
+}
+
+void print_statistics(const CompareResult& r, const CompareArgs& args, const Terminal& term) {
+  Table t = stats_table();
+  size_t hidden = 0;
+  for (const OpCompare& o : r.ops) {
+    for (const ArgCompare& a : o.args) {
+      if (!args.all && !a.warning) continue;
+      if (!args.all && t.size() >= kRowsShown) {
+        ++hidden;
+        continue;
+      }
+      add_arg_row(t, o, a);
+    }
+  }
+  if (t.size() > 0) t.print(std::cout, term);
+  if (hidden > 0) std::cout << fmt::format("  ... {} more rows (--all or --json)\n", hidden);
+  print_unmatched(r, term);
+  print_totals(r);
+}
+
+void print_op_detail(const OpCompare& o, const Terminal& term) {
+  std::cout << fmt::format("  rank {}, step {}, seq {} (B: {}), {}{}\n", o.rank, o.step, o.seq_a,
+                           o.seq_b, o.direction, o.scope.empty() ? "" : ", scope " + o.scope);
+  std::cout << fmt::format("  relative error: inputs {}, outputs {}, added by this op {}\n",
+                           num(o.input_error), num(o.output_error), num(o.score));
+  Table t({"io", "#", "dtype", "shape", "max N", "max B", "mean N", "mean B", "norm N", "norm B",
+           "error", "note"});
+  for (const ArgCompare& a : o.args) {
+    if (!a.tensor) {
+      t.add({a.io, num(int64_t{a.index}), "", "", "", "", "", "", "", "", num(a.error), a.note});
+      continue;
+    }
+    t.add({a.io, num(int64_t{a.index}), dtypes(a), shape_str(a.shape_n), num(a.max.n), num(a.max.b),
+           num(a.mean.n), num(a.mean.b), num(a.norm.n), num(a.norm.b), num(a.error), a.note},
+          a.exact ? Tone::kPlain : Tone::kYellow);
+  }
+  t.print(std::cout, term);
+}
+
+void print_first(const CompareResult& r, const CompareArgs& args, const Terminal& term) {
+  if (r.found) {
+    std::cout << paint(term, Tone::kRed, "First divergent op: " + r.first->name) << '\n';
+    print_op_detail(*r.first, term);
+  } else {
+    std::cout << paint(term, Tone::kGreen,
+                       fmt::format("No op adds a relative error above {}.", num(args.rtol)))
+              << '\n';
+  }
+  print_unmatched(r, term);
+  print_totals(r);
+}
+
+void print_exact(const CompareResult& r, const Terminal& term) {
+  if (r.identical) {
+    std::cout << paint(term, Tone::kGreen,
+                       fmt::format("Identical: {} ops bitwise equal.", r.ops.size()))
+              << '\n';
+    return;
+  }
+  if (r.first) {
+    std::cout << paint(term, Tone::kRed, "First op that differs: " + r.first->name) << '\n';
+    print_op_detail(*r.first, term);
+  } else {
+    std::cout << paint(term, Tone::kRed, "Not identical: the runs hold different ops.") << '\n';
+  }
+  print_unmatched(r, term);
+  print_totals(r);
+}
+
+}  // namespace
+
+void add_compare_command(CLI::App& app, int& exit_code) {
+  auto args = std::make_shared<CompareArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "compare", "Compare two dumps op by op (A = run under test, B = benchmark)");
+  cmd->add_option("A", args->a, "dump under test (msprobe's N, 'NPU')")->required();
+  cmd->add_option("B", args->b, "benchmark dump (msprobe's B, 'bench')")->required();
+  CLI::Option* first =
+      cmd->add_flag("--first", args->first, "report the first op that adds divergence");
+  CLI::Option* exact = cmd->add_flag("--exact", args->exact,
+                                     "bitwise identity (hashes, or all statistics when no hashes)");
+  first->excludes(exact);
+  cmd->add_option("--step", args->step, "compare this step only");
+  cmd->add_option("--rank", args->rank, "compare this rank only");
+  cmd->add_option("--rtol", args->rtol,
+                  "--first: relative error an op must add to count as divergent")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--all", args->all, "statistics mode: print every tensor, not only warnings");
+  cmd->add_flag("--json", args->json, "print the result as JSON");
+  cmd->footer(
+      "Statistics mode (default) prints msprobe's Max/Min/Mean/Norm diff (A - B) and relative\n"
+      "errors, 'Warning' when |diff| / (max(|A|, |B|) + 1e-10) > 0.5 for any of them.\n"
+      "Exit status 1 when something differs (warnings, unmatched ops, a divergent op,\n"
+      "or --exact not identical).\n\n"
+      "Examples:\n"
+      "  precprobe compare run_bf16 run_fp32 --first\n"
+      "  precprobe compare run_a run_b --exact --json | jq .identical\n"
+      "  precprobe compare run_a run_b --step 3 --rank 0 --all");
+  cmd->callback([args, &exit_code] {
+    const Terminal term = Terminal::detect();
+    auto a = open_dump(args->a);
+    auto b = open_dump(args->b);
+    CompareOptions opt;
+    opt.first = args->first;
+    opt.exact = args->exact;
+    opt.step = args->step;
+    opt.rank = args->rank;
+    opt.rtol = args->rtol;
+    CompareResult r;
+    {
+      Progress progress(term, args->a + " and " + args->b);
+      r = compare_dumps(*a, *b, opt, progress.callback());
+    }
+    if (args->json) {
+      print_json(r.to_json());
+    } else if (args->exact) {
+      print_exact(r, term);
+    } else if (args->first) {
+      print_first(r, *args, term);
+    } else {
+      print_statistics(r, *args, term);
+    }
+    exit_code = r.differs() ? kExitFound : kExitClean;
+  });
+}
+
+}  // namespace precprobe::cli

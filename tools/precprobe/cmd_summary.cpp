@@ -1,0 +1,157 @@
+// `precprobe summary DIR`: what a dump holds.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli_common.h"
+
+namespace precprobe::cli {
+namespace {
+
+struct SummaryArgs {
+  std::string dir;
+  bool json = false;
+};
+
+std::string text_of(const nlohmann::json& v) {
+  return v.is_string() ? v.get<std::string>() : v.dump();
+}
+
+// An array of meta.json as one line: strings as they are, {name, value} as name=value,
+// {name, reason} as "name (reason)" (the seed report's lists).
+std::string array_line(const nlohmann::json& a) {
+  std::string s;
+  for (const nlohmann::json& e : a) {
+    std::string item = text_of(e);
+    if (e.is_object() && e.contains("name")) {
+      item = text_of(e["name"]);
+      if (e.contains("value")) item += "=" + text_of(e["value"]);
+      if (e.contains("reason")) item += " (" + text_of(e["reason"]) + ")";
+    }
+    s += (s.empty() ? "" : ", ") + item;
+  }
+  return s.empty() ? "(none)" : s;
+}
+
+// meta.json one level deep ("versions.torch  1.13.1"); the config is left to --json.
+void print_meta(const std::string& meta_text, const Terminal& term) {
+  const nlohmann::json meta = nlohmann::json::parse(meta_text, nullptr, false);
+  if (!meta.is_object() || meta.empty()) {
+    std::cout << "  meta.json   (none)\n";
+    return;
+  }
+  auto line = [](const std::string& key, const nlohmann::json& v) {
+    if (v.is_primitive()) std::cout << fmt::format("  {:<22}{}\n", key, text_of(v));
+    if (v.is_array()) std::cout << fmt::format("  {:<22}{}\n", key, array_line(v));
+  };
+  for (const auto& [key, value] : meta.items()) {
+    if (key == "config" || key == "writer") continue;
+    if (!value.is_object()) {
+      line(key, value);
+      continue;
+    }
+    for (const auto& [k2, v2] : value.items()) line(key + "." + k2, v2);
+  }
+  if (meta.contains("config"))
+    std::cout << paint(term, Tone::kDim, "  (config: see --json)") << '\n';
+}
+
+void print_steps(const SummaryResult& s) {
+  if (s.records_per_step.empty()) return;
+  int64_t lo = s.records_per_step.front().second, hi = lo;
+  for (const auto& [step, n] : s.records_per_step) {
+    lo = std::min(lo, n);
+    hi = std::max(hi, n);
+  }
+  const std::string per_step = lo == hi ? num(lo) : fmt::format("{}..{}", lo, hi);
+  std::cout << fmt::format("steps         {}..{} ({} with op records), {} op records per step\n",
+                           *s.step_min, *s.step_max, s.records_per_step.size(), per_step);
+}
+
+void print_summary(const SummaryResult& s, const Terminal& term) {
+  std::cout << paint(term, Tone::kBold, "dump          " + s.path) << '\n';
+  std::string ranks;
+  for (const RankInfo& r : s.ranks) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r.rank);
+  std::cout << fmt::format("ranks         {} ({})\n", s.ranks.size(), ranks);
+  print_meta(s.meta_json, term);
+  std::cout << fmt::format("records       ops {}, scaler {}, grads {}, events {}\n", s.op_records,
+                           s.scaler_records, s.grad_records, s.scalar_records);
+  print_steps(s);
+  const ScalerSummary& sc = s.scaler;
+  if (sc.records > 0) {
+    std::cout << fmt::format(
+        "loss scale    final {}, skipped steps {}{}, backoffs {}, growths {}\n",
+        sc.final_scale ? num(*sc.final_scale) : "-", sc.skipped,
+        sc.first_skip_step ? fmt::format(" (first at step {})", *sc.first_skip_step) : "",
+        sc.backoffs, sc.growths);
+  }
+  if (s.nonfinite_op_records > 0) {
+    std::cout << paint(
+        term, Tone::kRed,
+        fmt::format("non-finite    {} op records with NaN/Inf outputs:\n", s.nonfinite_op_records));
+    Table t({"op", "records"});
+    for (const NameCount& c : s.nonfinite_ops) t.add({c.name, num(c.count)});
+    t.print(std::cout, term, "    ");
+  } else {
+    std::cout << paint(term, Tone::kGreen, "non-finite    none in op outputs") << '\n';
+  }
+  if (s.nonfinite_grad_records > 0)
+    std::cout << fmt::format("grads         {} records with non-finite gradients\n",
+                             s.nonfinite_grad_records);
+  if (!s.watch_hits.empty()) {
+    std::cout << "watchpoints:\n";
+    Table t({"param", "watch", "hits", "first step"});
+    for (const WatchHitCount& h : s.watch_hits)
+      t.add({h.param, h.watch, num(h.count), num(h.first_step)}, Tone::kYellow);
+    t.print(std::cout, term, "    ");
+  }
+  std::cout << "streams:\n";
+  Table t({"file", "frames", "records", "bad lines", "state"});
+  for (const StreamStatus& st : s.streams) {
+    if (!st.present) continue;
+    const std::string state =
+        st.truncated ? fmt::format("truncated ({} bytes lost)", st.truncated_bytes) : "complete";
+    t.add({st.path, num(static_cast<int64_t>(st.frames)), num(static_cast<int64_t>(st.records)),
+           num(static_cast<int64_t>(st.bad_lines)), state},
+          st.truncated ? Tone::kYellow : Tone::kPlain);
+  }
+  t.print(std::cout, term, "    ");
+  if (s.dropped > 0)
+    std::cout << paint(term, Tone::kYellow,
+                       fmt::format("dropped       {} records (writer queue full)\n", s.dropped));
+}
+
+}  // namespace
+
+void add_summary_command(CLI::App& app, int& exit_code) {
+  auto args = std::make_shared<SummaryArgs>();
+  CLI::App* cmd = app.add_subcommand("summary",
+                                     "What a dump holds: ranks, steps, versions, "
+                                     "non-finite ops, loss scale, stream health");
+  cmd->add_option("DIR", args->dir, "dump directory (or one rank<R>/ directory)")->required();
+  cmd->add_flag("--json", args->json, "print the result as JSON");
+  cmd->footer(
+      "Example:\n  precprobe summary ./precprobe_dump\n  precprobe summary ./precprobe_dump --json "
+      "| jq .scaler");
+  cmd->callback([args, &exit_code] {
+    const Terminal term = Terminal::detect();
+    auto reader = open_dump(args->dir);
+    SummaryResult s;
+    {
+      Progress progress(term, args->dir);
+      ReadOptions read;
+      read.progress = progress.callback();
+      s = summarize_dump(*reader, read);
+    }
+    if (args->json) {
+      print_json(s.to_json());
+    } else {
+      print_summary(s, term);
+    }
+    exit_code = kExitClean;
+  });
+}
+
+}  // namespace precprobe::cli

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -101,6 +102,7 @@ struct Variant {
   bool construct = false, start = false;
   precprobe::Level level = precprobe::Level::kL1;
   bool async = true;
+  bool monitor = false;
 };
 
 double cpu_ms(clockid_t clock) {
@@ -115,6 +117,7 @@ struct RunResult {
   std::vector<double> process_ms;  // CPU time of all threads (worker, writer included)
   precprobe::DebuggerCounters counters;
   int64_t steps = 0;
+  std::string meta_counters;  // of the last run
 };
 
 void run_variant(Trainer& tr, const Variant& v, int steps, int warmup, const std::string& dump,
@@ -127,7 +130,7 @@ void run_variant(Trainer& tr, const Variant& v, int steps, int warmup, const std
     o.level = v.level;
     o.async_stats = v.async;
     o.keep_dropout = true;   // the same arithmetic in every variant
-    o.grad_monitor = false;  // ops only: the monitor is measured on its own
+    o.grad_monitor = v.monitor;
     dbg = std::make_unique<precprobe::PrecisionDebugger>(o);
     if (v.start) dbg->start(tr.model.ptr());
   }
@@ -145,6 +148,12 @@ void run_variant(Trainer& tr, const Variant& v, int steps, int warmup, const std
   }
   if (dbg) {
     dbg->stop();
+    if (v.start) {  // the engine's counters, from meta.json
+      std::ifstream meta(dump + "/rank0/meta.json");
+      std::string text((std::istreambuf_iterator<char>(meta)), std::istreambuf_iterator<char>());
+      auto a = text.find("\"counters\""), b = text.find('}', a);
+      if (a != std::string::npos) res.meta_counters = text.substr(a, b - a + 1);
+    }
     auto c = dbg->counters();
     res.counters.ops_seen += c.ops_seen;
     res.counters.ops_recorded += c.ops_recorded;
@@ -212,12 +221,14 @@ std::vector<int64_t> parse_list(const char* s) {
 int main(int argc, char** argv) {
   std::vector<int64_t> sizes{256, 1024};
   int steps = 30, rounds = 5, warmup = 5;
+  std::string only;  // run this variant only (for profiling), e.g. "L1 statistics (async)"
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--h") sizes = parse_list(argv[i + 1]);
     if (k == "--steps") steps = std::atoi(argv[i + 1]);
     if (k == "--rounds") rounds = std::atoi(argv[i + 1]);
     if (k == "--warmup") warmup = std::atoi(argv[i + 1]);
+    if (k == "--only") only = argv[i + 1];
   }
   at::set_num_threads(1);
   set_blas_threads_to_one();
@@ -234,13 +245,16 @@ int main(int argc, char** argv) {
       {"L1 statistics (async)", true, true, precprobe::Level::kL1, true},
       {"L1 statistics (sync)", true, true, precprobe::Level::kL1, false},
       {"L2 statistics (async)", true, true, precprobe::Level::kL2, true},
+      {"L1 + gradient monitor", true, true, precprobe::Level::kL1, true, true},
   };
   for (int64_t h : sizes) {
     Trainer tr(h);
     for (int i = 0; i < 3; ++i) tr.step();
     std::map<std::string, RunResult> res;
     for (int r = 0; r < rounds; ++r)
-      for (const auto& v : variants) run_variant(tr, v, steps, warmup, dump, res[v.name]);
+      for (const auto& v : variants)
+        if (only.empty() || v.name == only || v.name == "no debugger")
+          run_variant(tr, v, steps, warmup, dump, res[v.name]);
     const double base = median(res["no debugger"].step_ms);
     const double base_cpu = median(res["no debugger"].thread_ms);
     std::printf("\nh=%ld  (%d rounds x %d timed steps; medians; wall = step time, train = CPU "
@@ -248,6 +262,7 @@ int main(int argc, char** argv) {
                 static_cast<long>(h), rounds, steps);
     for (const auto& v : variants) {
       const RunResult& x = res[v.name];
+      if (x.step_ms.empty()) continue;
       const double m = median(x.step_ms), c = median(x.thread_ms), p = median(x.process_ms);
       std::printf("  %-26s wall %8.2f ms %6.3fx | train %8.2f ms %6.3fx | all %8.2f ms\n",
                   v.name.c_str(), m, m / base, c, c / base_cpu, p);
@@ -265,9 +280,11 @@ int main(int argc, char** argv) {
                     "", bytes / 1e6, 1e3 * bytes / bw, 1.0 + 1e3 * bytes / bw / base);
       }
       std::printf("\n");
+      if (getenv("BENCH_VERBOSE") && !x.meta_counters.empty())
+        std::printf("%s\n", x.meta_counters.c_str());
     }
   }
-  fixed_cost(dump);
+  if (only.empty()) fixed_cost(dump);
   std::filesystem::remove_all(dump);
   return 0;
 }

@@ -14,6 +14,7 @@
 #include "observer.h"
 #include "precprobe/distributed.h"
 #include "precprobe/error.h"
+#include "precprobe/grad_monitor.h"
 #include "precprobe/version.h"
 #include "torch_compat.h"
 #if __has_include("precprobe/dropout.h")
@@ -71,6 +72,9 @@ struct PrecisionDebugger::Impl {
   std::unique_ptr<DumpWriter> writer;
   std::unique_ptr<detail::Observer> observer;
   std::shared_ptr<torch::nn::Module> model;
+  std::unique_ptr<GradMonitor> monitor;
+  const torch::nn::Module* monitored = nullptr;  // the module `monitor` watches
+  bool monitor_done = false;                     // observed this step
 #ifdef PRECPROBE_HAVE_DROPOUT
   std::unique_ptr<DropoutGuard> no_dropout;
 #endif
@@ -85,6 +89,8 @@ struct PrecisionDebugger::Impl {
     return options.step.contains(step) && !(observer && observer->overflow_done());
   }
   void sync_attachment();
+  void setup_monitor(const std::shared_ptr<torch::nn::Module>& m);
+  void observe_grads() noexcept;
   std::string meta_json(bool final_meta) const;
   DebuggerCounters counters() const;
 };
@@ -99,6 +105,25 @@ void PrecisionDebugger::Impl::sync_attachment() {
     // Unobserved ops may now change tensors in place: finish what still reads them.
     observer->drain();
   }
+}
+
+void PrecisionDebugger::Impl::setup_monitor(const std::shared_ptr<torch::nn::Module>& m) {
+  if (!observer || !m || !options.grad_monitor) return;
+  if (monitored != m.get()) {
+    monitor = std::make_unique<GradMonitor>(*m);
+    monitored = m.get();
+  }
+  std::vector<at::Tensor> params = m->parameters(/*recurse=*/true);
+  observer->set_grad_hook(std::move(params), [this] { observe_grads(); });
+  observer->arm_grad_hook(!monitor_done);
+}
+
+// Once per recorded step: before zero_grad clears the gradients (the observer's hook) or at
+// step(), whichever comes first.
+void PrecisionDebugger::Impl::observe_grads() noexcept {
+  if (!monitor || monitor_done || !writer) return;
+  monitor_done = true;
+  monitor->observe(step, writer.get());
 }
 
 DebuggerCounters PrecisionDebugger::Impl::counters() const {
@@ -227,6 +252,7 @@ void PrecisionDebugger::start(const std::shared_ptr<torch::nn::Module>& model) {
         for (const auto& p : model->named_parameters(/*recurse=*/true))
           named.emplace_back(p.key(), p.value());
       d.observer->set_parameters(named);
+      d.setup_monitor(model);
       if (d.observer_step != d.step) {
         d.observer->begin_step(d.step);
         d.observer_step = d.step;
@@ -268,6 +294,7 @@ void PrecisionDebugger::stop() noexcept {
 #ifdef PRECPROBE_HAVE_DROPOUT
   d.no_dropout.reset();
 #endif
+  if (d.observer) d.observer->arm_grad_hook(false);
   d.model.reset();
   PrecisionDebugger* self = this;
   g_current.compare_exchange_strong(self, nullptr);
@@ -275,15 +302,17 @@ void PrecisionDebugger::stop() noexcept {
 
 void PrecisionDebugger::step() {
   Impl& d = *impl_;
-  if (d.started && d.observer) {
-    // TODO(grad_monitor): observe gradients here once GradMonitor lands.
-    if (d.observer->attached()) d.observer->end_step();
+  if (d.started && d.observer && d.observer->attached()) {
+    d.observe_grads();
+    d.observer->end_step();
   }
   ++d.step;
+  d.monitor_done = false;
   if (d.started && d.observer) {
     d.observer->begin_step(d.step);
     d.observer_step = d.step;
     d.sync_attachment();
+    d.observer->arm_grad_hook(d.monitor != nullptr);
   }
 }
 

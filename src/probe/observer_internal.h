@@ -33,6 +33,7 @@ struct NodeFrame {
   std::string name;
   int64_t seqnr = -1;
   int32_t saved_depth = 0;
+  bool engine = false;  ///< the engine's evaluation of the node, around the node itself
 };
 
 struct ThreadState {

@@ -2,8 +2,11 @@
 #include "stats_engine.h"
 
 #include <ATen/core/grad_mode.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <ATen/record_function.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "precprobe/error.h"
@@ -77,6 +80,7 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t) {
   }
   s->tensor = t;
   s->bytes = static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
+  if (!t.is_cpu()) s->stream = c10::impl::getDeviceGuardImpl(t.device().type())->getStream(t.device());
   enqueue_locked(s, lk);
   return s;
 }
@@ -100,7 +104,6 @@ void StatsEngine::capture_for_save(const at::Tensor& t, std::string path) {
 
 void StatsEngine::enqueue_locked(std::shared_ptr<Slot> s, std::unique_lock<std::mutex>& lk) {
   held_bytes_ += s->bytes;
-  ++pending_[s->key.storage];
   pending_jobs_.fetch_add(1, std::memory_order_release);
   queue_.push_back(std::move(s));
   if (worker_sleeping_ &&
@@ -116,6 +119,7 @@ void StatsEngine::compute(Slot& s) {
   at::NoGradGuard no_grad;
   at::Tensor t = std::move(s.tensor);
   try {
+    c10::OptionalStreamGuard on_stream(s.stream);
     if (!s.save_path.empty()) {
       std::string err = cfg_.save_tensor ? cfg_.save_tensor(t, s.save_path) : "no tensor sink";
       if (err.empty()) {
@@ -145,12 +149,12 @@ void StatsEngine::compute(Slot& s) {
 }
 
 void StatsEngine::run_claimed(const std::shared_ptr<Slot>& s, std::unique_lock<std::mutex>& lk) {
+  running_.push_back(s.get());
   lk.unlock();
   compute(*s);
   lk.lock();
   held_bytes_ -= s->bytes;
-  auto it = pending_.find(s->key.storage);
-  if (it != pending_.end() && --it->second <= 0) pending_.erase(it);
+  running_.erase(std::find(running_.begin(), running_.end(), s.get()));
   pending_jobs_.fetch_sub(1, std::memory_order_release);
   done_cv_.notify_all();
 }
@@ -173,22 +177,26 @@ void StatsEngine::before_write(const at::Tensor& t) {
   const void* storage = storage_of(t);
   if (storage == nullptr) return;
   std::unique_lock<std::mutex> lk(mu_);
-  bool again = true;
-  while (again && pending_.count(storage)) {
-    again = false;
+  for (;;) {
+    // Queued jobs on this storage: compute them here, now (the queue is short: the worker
+    // keeps up, and a scan is cheaper than indexing every job by storage).
+    std::shared_ptr<Slot> mine;
     for (auto& q : queue_) {
       uint8_t expected = Slot::kQueued;
       if (q->key.storage == storage && q->state.compare_exchange_strong(expected, Slot::kRunning)) {
-        auto s = q;  // run_claimed unlocks: the queue may change under us
-        bump(kClaimed);
-        run_claimed(s, lk);
-        again = true;
+        mine = q;
         break;
       }
     }
-  }
-  // What is left is being computed by the worker right now.
-  while (pending_.count(storage)) {
+    if (mine) {
+      bump(kClaimed);
+      run_claimed(mine, lk);
+      continue;
+    }
+    // What is left is being computed by another thread right now.
+    auto busy = std::find_if(running_.begin(), running_.end(),
+                             [storage](const Slot* r) { return r->key.storage == storage; });
+    if (busy == running_.end()) return;
     bump(kWaited);
     done_cv_.wait(lk);
   }

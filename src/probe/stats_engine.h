@@ -58,6 +58,9 @@ struct Slot {
   std::string save_path;       ///< non-empty: write the tensor here instead of stats
   bool stale = false;          ///< the version changed before the stats were computed
   const char* origin = "";     ///< the op that captured it (static storage), for messages
+  /// Device tensors: the stream current when captured; the statistics are computed on it,
+  /// after the kernels that produced the tensor.
+  std::optional<c10::Stream> stream;
 };
 
 /// The op being captured on this thread (a string that lives for the process), for
@@ -143,14 +146,14 @@ class StatsEngine {
   void worker_main();
 
   EngineConfig cfg_;
-  mutable std::mutex mu_;           // cache_, queue_, pending_, held_bytes_, ops_, counters_
+  mutable std::mutex mu_;  // cache_, queue_, running_, held_bytes_, ops_, worker flags
   std::mutex order_mu_;             // seq order == FIFO order
   std::mutex emit_mu_;              // one emitter at a time
   std::condition_variable work_cv_;  // worker: jobs or ops
   std::condition_variable done_cv_;  // a slot finished
   std::unordered_map<TensorKey, std::shared_ptr<Slot>, TensorKeyHash> cache_;
   std::deque<std::shared_ptr<Slot>> queue_;
-  std::unordered_map<const void*, int> pending_;  // storage -> queued/running jobs
+  std::vector<const Slot*> running_;  // claimed jobs being computed outside the lock
   std::deque<std::shared_ptr<PendingOp>> ops_;
   int64_t held_bytes_ = 0;
   std::atomic<int64_t> pending_jobs_{0};

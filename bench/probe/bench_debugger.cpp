@@ -129,7 +129,7 @@ void run_variant(Trainer& tr, const Variant& v, int steps, int warmup, const std
     o.overwrite = true;
     o.level = v.level;
     o.async_stats = v.async;
-    o.keep_dropout = true;   // the same arithmetic in every variant
+    o.keep_dropout = true;  // the same arithmetic in every variant
     o.grad_monitor = v.monitor;
     dbg = std::make_unique<precprobe::PrecisionDebugger>(o);
     if (v.start) dbg->start(tr.model.ptr());
@@ -195,10 +195,11 @@ void fixed_cost(const std::string& dump) {
       dbg.stop();
       with_all.push_back(p);
     }
-    std::printf("fixed cost per record (aten::add of 4 floats, %s): training thread %.2f us, "
-                "all threads %.2f us (the op alone %.2f us)\n",
-                async ? "async" : "sync", median(with) - median(base),
-                median(with_all) - median(base_all), median(base));
+    std::printf(
+        "fixed cost per record (aten::add of 4 floats, %s): training thread %.2f us, "
+        "all threads %.2f us (the op alone %.2f us)\n",
+        async ? "async" : "sync", median(with) - median(base), median(with_all) - median(base_all),
+        median(base));
   }
 }
 
@@ -257,9 +258,10 @@ int main(int argc, char** argv) {
           run_variant(tr, v, steps, warmup, dump, res[v.name]);
     const double base = median(res["no debugger"].step_ms);
     const double base_cpu = median(res["no debugger"].thread_ms);
-    std::printf("\nh=%ld  (%d rounds x %d timed steps; medians; wall = step time, train = CPU "
-                "time of the training thread, all = CPU time of every thread)\n",
-                static_cast<long>(h), rounds, steps);
+    std::printf(
+        "\nh=%ld  (%d rounds x %d timed steps; medians; wall = step time, train = CPU "
+        "time of the training thread, all = CPU time of every thread)\n",
+        static_cast<long>(h), rounds, steps);
     for (const auto& v : variants) {
       const RunResult& x = res[v.name];
       if (x.step_ms.empty()) continue;
@@ -270,8 +272,8 @@ int main(int argc, char** argv) {
       if (x.steps > 0) {
         const double per_step = static_cast<double>(x.counters.ops_recorded) / x.steps;
         const uint64_t tensors = x.counters.tensors_summarised + x.counters.tensors_cached;
-        std::printf("%5.0f records/step, cache hits %4.1f%%, %5.1f B/tensor on disk",
-                    per_step, 100.0 * x.counters.tensors_cached / std::max<uint64_t>(1, tensors),
+        std::printf("%5.0f records/step, cache hits %4.1f%%, %5.1f B/tensor on disk", per_step,
+                    100.0 * x.counters.tensors_cached / std::max<uint64_t>(1, tensors),
                     static_cast<double>(x.counters.writer.bytes_compressed) /
                         std::max<uint64_t>(1, tensors));
         if (x.counters.errors) std::printf("  ERRORS %lu", (unsigned long)x.counters.errors);

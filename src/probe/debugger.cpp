@@ -48,9 +48,12 @@ std::string host_name() {
 
 const char* task_name(Task t) {
   switch (t) {
-    case Task::kStatistics: return "statistics";
-    case Task::kTensor: return "tensor";
-    case Task::kOverflowCheck: return "overflow_check";
+    case Task::kStatistics:
+      return "statistics";
+    case Task::kTensor:
+      return "tensor";
+    case Task::kOverflowCheck:
+      return "overflow_check";
   }
   return "?";
 }
@@ -228,7 +231,8 @@ void PrecisionDebugger::start(const std::shared_ptr<torch::nn::Module>& model) {
     if (!d.ever_started) {
       d.start_time = utc_now();
 #ifdef PRECPROBE_HAVE_SEED
-      if (d.options.seed) d.seed_report = seed_all(*d.options.seed, d.options.is_deterministic).to_json();
+      if (d.options.seed)
+        d.seed_report = seed_all(*d.options.seed, d.options.is_deterministic).to_json();
 #endif
       if (d.rank_selected) {
         WriterOptions w;

@@ -2,9 +2,9 @@
 // are reported and counted, and a record that was already queued is still ended.
 #include "observer.h"
 
-#include <cstdlib>
-
 #include <ATen/core/grad_mode.h>
+
+#include <cstdlib>
 
 #include "observer_internal.h"
 #include "precprobe/debugger.h"
@@ -19,7 +19,7 @@ std::atomic<uint64_t> g_generation{0};
 struct OpContext final : at::ObserverContext {
   std::shared_ptr<PendingOp> op;
   bool save = false;
-  std::string name;  // full name, when saving tensors
+  std::string name;                        // full name, when saving tensors
   const char* origin = "(autograd node)";  // process-lifetime op name, for diagnostics
 };
 
@@ -298,8 +298,7 @@ void Observer::on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
     at::RecordFunctionGuard no_callbacks(false);
     at::NoGradGuard no_grad;
     const bool outputs = options_.dump_outputs || options_.task == Task::kOverflowCheck;
-    if (outputs && fn.scope() != at::RecordScope::BACKWARD_FUNCTION)
-    {
+    if (outputs && fn.scope() != at::RecordScope::BACKWARD_FUNCTION) {
       const std::vector<c10::IValue>& outs = fn.outputs();
       capture_args(c10::ArrayRef<const c10::IValue>(outs.data(), outs.size()), op.out, op,
                    c->save ? &c->name : nullptr, false);

@@ -35,10 +35,10 @@ namespace detail {
 struct OpInfo;
 
 struct ObserverCounters {
-  uint64_t ops_seen = 0;      ///< op and node events observed while attached
-  uint64_t ops_recorded = 0;  ///< records submitted to the writer
-  uint64_t overflows = 0;     ///< overflow_check records
-  uint64_t errors = 0;        ///< exceptions caught in callbacks or while emitting
+  uint64_t ops_seen = 0;         ///< op and node events observed while attached
+  uint64_t ops_recorded = 0;     ///< records submitted to the writer
+  uint64_t overflows = 0;        ///< overflow_check records
+  uint64_t errors = 0;           ///< exceptions caught in callbacks or while emitting
   uint64_t tensors_skipped = 0;  ///< task tensor: larger than max_tensor_bytes
   EngineCounters engine;
 };
@@ -80,8 +80,8 @@ class Observer {
   void arm_grad_hook(bool on) noexcept { grad_hook_armed_.store(on, std::memory_order_release); }
 
   // The callbacks (called through static trampolines).
-  std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction& fn,
-                                                   const OpInfo& info, int32_t depth);
+  std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction& fn, const OpInfo& info,
+                                                   int32_t depth);
   std::unique_ptr<at::ObserverContext> on_node_start(const at::RecordFunction& fn);
   void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx);
   /// Ends a call whose Observer detached meanwhile (no outputs captured).

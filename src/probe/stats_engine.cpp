@@ -2,9 +2,9 @@
 #include "stats_engine.h"
 
 #include <ATen/core/grad_mode.h>
+#include <ATen/record_function.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
-#include <ATen/record_function.h>
 
 #include <algorithm>
 #include <chrono>
@@ -64,7 +64,8 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t) {
   s->key = key;
   s->origin = tl_origin;
   if (key.versioned) s->counter = t.unsafeGetTensorImpl()->version_counter();
-  if (key.storage) s->storage_alive = t.unsafeGetTensorImpl()->unsafe_storage().getWeakStorageImpl();
+  if (key.storage)
+    s->storage_alive = t.unsafeGetTensorImpl()->unsafe_storage().getWeakStorageImpl();
   bump(kSummarised);
   if (cacheable) cache_.emplace(key, s);
   n_[kBytes].fetch_add(static_cast<uint64_t>(t.numel()) * t.element_size(),
@@ -80,7 +81,8 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t) {
   }
   s->tensor = t;
   s->bytes = static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
-  if (!t.is_cpu()) s->stream = c10::impl::getDeviceGuardImpl(t.device().type())->getStream(t.device());
+  if (!t.is_cpu())
+    s->stream = c10::impl::getDeviceGuardImpl(t.device().type())->getStream(t.device());
   enqueue_locked(s, lk);
   return s;
 }
@@ -302,9 +304,9 @@ void StatsEngine::worker_main() {
     if (!queue_.empty() || stop_) continue;
     worker_idle_ = ops_.empty();
     worker_sleeping_ = true;
-    work_cv_.wait_for(lk, worker_idle_ ? std::chrono::duration_cast<std::chrono::microseconds>(
-                                             kIdleSleep)
-                                       : kShortSleep);
+    work_cv_.wait_for(lk, worker_idle_
+                              ? std::chrono::duration_cast<std::chrono::microseconds>(kIdleSleep)
+                              : kShortSleep);
     worker_sleeping_ = false;
   }
 }

@@ -424,8 +424,9 @@ TEST_CASE("gradient accumulation inside the autograd engine is backward", "[debu
   REQUIRE(mul.size() == 2);
   const OpRecord* node = nullptr;
   for (const auto& r : ops)
-    if (r.op == "MulBackward0" && r.seqnr == mul[0].seqnr) node = &r;
+    if (r.op == r.node && r.seqnr == mul[0].seqnr) node = &r;  // the node record itself
   REQUIRE(node != nullptr);
+  CHECK(node->op.rfind("MulBackward", 0) == 0);
   auto ref = precprobe::test::reference(3 + torch::cos(x.detach() * 2));
   CHECK(node->inputs.at(0).tensor->norm == Approx(ref.norm).epsilon(1e-6));
   CHECK(node->inputs.at(0).tensor->min == Approx(ref.min).epsilon(1e-6));

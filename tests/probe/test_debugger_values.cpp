@@ -51,7 +51,8 @@ void check_stats(const TensorStats& s, const at::Tensor& t) {
 }
 
 nlohmann::json read_meta(const TempDir& dir) {
-  return nlohmann::json::parse(precprobe::test::read_bytes((dir.path() / "rank0/meta.json").string()));
+  return nlohmann::json::parse(
+      precprobe::test::read_bytes((dir.path() / "rank0/meta.json").string()));
 }
 
 }  // namespace
@@ -66,12 +67,12 @@ TEST_CASE("recorded statistics match a float64 recomputation", "[debugger][value
       torch::tensor({1.5f, -0.0f, 0.0f, nan, inf, -inf, denorm, -denorm, 3.0f}),
       torch::empty({0}),
       torch::tensor({nan, nan}),
-      torch::randn({64, 33}).t(),                          // non-contiguous
-      torch::randn({50000}).slice(0, 1, 50000, 3),         // strided, large enough for async
+      torch::randn({64, 33}).t(),                   // non-contiguous
+      torch::randn({50000}).slice(0, 1, 50000, 3),  // strided, large enough for async
       torch::randn({300, 200}).to(torch::kBFloat16),
       torch::tensor({1e30f, -1e30f, 1e-30f}).to(torch::kDouble),
       torch::arange(-5, 7, torch::kLong),
-      torch::full({}, -2.5f).expand({2, 3}),                 // one element read 6 times
+      torch::full({}, -2.5f).expand({2, 3}),  // one element read 6 times
   };
   TempDir dir("dbg_values");
   {
@@ -144,10 +145,10 @@ TEST_CASE("overflow_check records only the op where non-finite values start",
     PrecisionDebugger dbg(o);
     dbg.start();
     auto x = torch::tensor({1.0f, -2.0f, 3.0f});
-    auto a = x * 2;                              // finite
-    auto b = at::log(a);                         // NaN from log(-4): an origin
-    auto c = b * 3;                              // NaN in, NaN out: not an origin
-    auto d = at::exp(torch::full({2}, 1000.f));  // +Inf: an origin
+    auto a = x * 2;                               // finite
+    auto b = at::log(a);                          // NaN from log(-4): an origin
+    auto c = b * 3;                               // NaN in, NaN out: not an origin
+    auto d = at::exp(torch::full({2}, 1000.f));   // +Inf: an origin
     auto e = torch::sqrt(torch::tensor({-1.f}));  // NaN: an origin
     dbg.step();
     dbg.stop();
@@ -265,8 +266,8 @@ TEST_CASE("a dump stays readable after its process is killed with SIGKILL", "[de
     if (r.op == "aten::tanh") check_stats(*r.inputs.at(0).tensor, y);
   }
   CHECK(last_step >= 10);
-  auto meta = nlohmann::json::parse(
-      precprobe::test::read_bytes((dir.path() / "rank0/meta.json").string()));
+  auto meta =
+      nlohmann::json::parse(precprobe::test::read_bytes((dir.path() / "rank0/meta.json").string()));
   CHECK(meta["state"] == "running");
   CHECK(meta["format_version"] == kDumpFormatVersion);
 }

@@ -5,6 +5,7 @@
 //   train_fashion_mnist [--epochs 1] [--steps N] [--batch-size 64] [--lr 1e-3]
 //                       [--dump DIR] [--config config.json] [--seed 1234] [--threads N]
 //                       [--log-every 100] [--no-debugger] [--bf16] [--overwrite]
+#include <ATen/autocast_mode.h>
 #include <precprobe/precprobe.h>
 #include <torch/torch.h>
 
@@ -100,6 +101,17 @@ struct NetImpl : torch::nn::Module {
 };
 TORCH_MODULE(Net);
 
+// CPU autocast to bfloat16; the API moved in LibTorch 2.4.
+void set_cpu_autocast_bf16(bool on) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+  at::autocast::set_autocast_enabled(at::kCPU, on);
+#else
+  at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+  at::autocast::set_cpu_enabled(on);
+#endif
+}
+
 double evaluate(Net& net, const fashion_mnist::Split& test) {
   torch::NoGradGuard no_grad;
   net->eval();
@@ -145,10 +157,7 @@ int main(int argc, char** argv) try {
   precprobe::GradScalerOptions scaler_opts;
   scaler_opts.enabled = flags.bf16;
   precprobe::GradScaler scaler(scaler_opts);
-  if (flags.bf16) {
-    at::autocast::set_cpu_enabled(true);
-    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
-  }
+  if (flags.bf16) set_cpu_autocast_bf16(true);
 
   const int64_t n = train.images.size(0);
   int64_t step = 0;
@@ -184,7 +193,7 @@ int main(int argc, char** argv) try {
   }
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (flags.bf16) at::autocast::set_cpu_enabled(false);
+  if (flags.bf16) set_cpu_autocast_bf16(false);
   if (dbg) dbg->stop();
 
   const double acc = evaluate(net, test);

@@ -3,5 +3,9 @@
 
 #include "precprobe/core.h"
 #include "precprobe/debugger.h"
+#include "precprobe/distributed.h"
 #include "precprobe/dropout.h"
+#include "precprobe/grad_monitor.h"
+#include "precprobe/grad_scaler.h"
+#include "precprobe/hash.h"
 #include "precprobe/seed.h"

@@ -130,6 +130,15 @@ TEST_CASE("after the guard, dropout is random again with scale 1/(1-p)", "[dropo
     auto o = run(v);
     CHECK_FALSE(bitwise_equal(o.output, o.input));
     CHECK_FALSE(bitwise_equal(o.grad, torch::ones_like(o.grad)));
+    if (v.name.find("lpha") == std::string::npos) {  // alpha and Alpha
+      // Inputs are in [1, 2): a zero is a dropped element; the rest are scaled by exactly
+      // 1/(1-p) = 2 (a power of two, so exact in float).
+      auto dropped = o.output.eq(0);
+      CHECK(dropped.any().item<bool>());
+      CHECK_FALSE(dropped.all().item<bool>());
+      auto kept = dropped.logical_not();
+      CHECK(bitwise_equal(o.output.masked_select(kept), o.input.masked_select(kept) * 2));
+    }
   }
   // Plain dropout of ones, p = 0.5: survivors are exactly 1/(1-p) = 2, the rest 0, and
   // about half survive (4096 draws: 5 sigma is +-160).

@@ -40,7 +40,9 @@ Loaded load(RecordSource& src, const CompareOptions& opt) {
     return true;
   });
   Loaded out;
-  for (auto& [key, ops] : g) {
+  for (auto& kv : g) {
+    const auto& key = kv.first;
+    auto& ops = kv.second;  // a named reference: clang 14 won't capture structured bindings
     std::vector<size_t> order(ops.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     std::stable_sort(order.begin(), order.end(),

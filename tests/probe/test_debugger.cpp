@@ -431,3 +431,26 @@ TEST_CASE("gradient accumulation inside the autograd engine is backward", "[debu
   CHECK(node->inputs.at(0).tensor->norm == Approx(ref.norm).epsilon(1e-6));
   CHECK(node->inputs.at(0).tensor->min == Approx(ref.min).epsilon(1e-6));
 }
+
+TEST_CASE("start seeds when the config names a seed and forces dropout to p=0",
+          "[debugger][repro]") {
+  TempDir dir("dbg_seed");
+  auto o = options_in(dir);
+  o.seed = 4321;
+  o.keep_dropout = false;
+  auto x = torch::ones({1000});
+  PrecisionDebugger dbg(o);
+  dbg.start();
+  auto r1 = torch::rand({4});
+  auto kept = torch::dropout(x, 0.5, /*train=*/true);
+  CHECK(torch::equal(kept, x));  // p = 0 while started
+  dbg.stop();
+  auto dropped = torch::dropout(x, 0.5, /*train=*/true);
+  CHECK(dropped.eq(0).sum().item<int64_t>() > 100);  // back to normal after stop
+  torch::manual_seed(4321);
+  CHECK(torch::equal(r1, torch::rand({4})));  // start() seeded the generator with 4321
+  const std::string meta =
+      precprobe::test::read_bytes((dir.path() / "rank0" / "meta.json").string());
+  CHECK(meta.find("\"seed_report\"") != std::string::npos);
+  CHECK(meta.find("4321") != std::string::npos);
+}

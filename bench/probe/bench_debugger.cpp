@@ -9,6 +9,7 @@
 //
 //     bench_debugger [--h 256,1024] [--steps 30] [--rounds 5] [--warmup 5]
 #include <dlfcn.h>
+#include <time.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -100,12 +102,22 @@ struct Variant {
   bool construct = false, start = false;
   precprobe::Level level = precprobe::Level::kL1;
   bool async = true;
+  bool monitor = false;
 };
 
+double cpu_ms(clockid_t clock) {
+  timespec ts{};
+  ::clock_gettime(clock, &ts);
+  return 1e3 * static_cast<double>(ts.tv_sec) + 1e-6 * static_cast<double>(ts.tv_nsec);
+}
+
 struct RunResult {
-  std::vector<double> step_ms;
+  std::vector<double> step_ms;     // wall clock
+  std::vector<double> thread_ms;   // CPU time of the training thread
+  std::vector<double> process_ms;  // CPU time of all threads (worker, writer included)
   precprobe::DebuggerCounters counters;
   int64_t steps = 0;
+  std::string meta_counters;  // of the last run
 };
 
 void run_variant(Trainer& tr, const Variant& v, int steps, int warmup, const std::string& dump,
@@ -117,20 +129,31 @@ void run_variant(Trainer& tr, const Variant& v, int steps, int warmup, const std
     o.overwrite = true;
     o.level = v.level;
     o.async_stats = v.async;
-    o.keep_dropout = true;   // the same arithmetic in every variant
-    o.grad_monitor = false;  // ops only: the monitor is measured on its own
+    o.keep_dropout = true;  // the same arithmetic in every variant
+    o.grad_monitor = v.monitor;
     dbg = std::make_unique<precprobe::PrecisionDebugger>(o);
     if (v.start) dbg->start(tr.model.ptr());
   }
   for (int i = 0; i < warmup + steps; ++i) {
+    const double c0 = cpu_ms(CLOCK_THREAD_CPUTIME_ID), p0 = cpu_ms(CLOCK_PROCESS_CPUTIME_ID);
     auto t0 = Clock::now();
     tr.step();
     if (dbg) dbg->step();
     double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    if (i >= warmup) res.step_ms.push_back(ms);
+    if (i >= warmup) {
+      res.step_ms.push_back(ms);
+      res.thread_ms.push_back(cpu_ms(CLOCK_THREAD_CPUTIME_ID) - c0);
+      res.process_ms.push_back(cpu_ms(CLOCK_PROCESS_CPUTIME_ID) - p0);
+    }
   }
   if (dbg) {
     dbg->stop();
+    if (v.start) {  // the engine's counters, from meta.json
+      std::ifstream meta(dump + "/rank0/meta.json");
+      std::string text((std::istreambuf_iterator<char>(meta)), std::istreambuf_iterator<char>());
+      auto a = text.find("\"counters\""), b = text.find('}', a);
+      if (a != std::string::npos) res.meta_counters = text.substr(a, b - a + 1);
+    }
     auto c = dbg->counters();
     res.counters.ops_seen += c.ops_seen;
     res.counters.ops_recorded += c.ops_recorded;
@@ -145,30 +168,38 @@ void run_variant(Trainer& tr, const Variant& v, int steps, int warmup, const std
   }
 }
 
-// µs per recorded op: many tiny ops with and without a started debugger.
+// µs per recorded op: many tiny ops with and without a started debugger, in CPU time of
+// the training thread and of the whole process (worker and writer threads included).
 void fixed_cost(const std::string& dump) {
   auto a = torch::randn({4}), b = torch::randn({4});
   const int n = 20000;
-  auto time = [&] {
-    auto t0 = Clock::now();
+  auto time = [&](double* process) {
+    const double c0 = cpu_ms(CLOCK_THREAD_CPUTIME_ID), p0 = cpu_ms(CLOCK_PROCESS_CPUTIME_ID);
     for (int i = 0; i < n; ++i) auto c = at::add(a, b);
-    return std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / n;
+    *process = (cpu_ms(CLOCK_PROCESS_CPUTIME_ID) - p0) * 1e3 / n;
+    return (cpu_ms(CLOCK_THREAD_CPUTIME_ID) - c0) * 1e3 / n;
   };
   for (bool async : {true, false}) {
-    std::vector<double> base, with;
+    std::vector<double> base, with, base_all, with_all;
     for (int r = 0; r < 5; ++r) {
-      base.push_back(time());
+      double p = 0;
+      base.push_back(time(&p));
+      base_all.push_back(p);
       precprobe::DebuggerOptions o;
       o.dump_path = dump;
       o.overwrite = true;
       o.async_stats = async;
       precprobe::PrecisionDebugger dbg(o);
       dbg.start();
-      with.push_back(time());
+      with.push_back(time(&p));
       dbg.stop();
+      with_all.push_back(p);
     }
-    std::printf("fixed cost per record (aten::add of 4 floats, %s): %.2f us (op alone %.2f us)\n",
-                async ? "async" : "sync", median(with) - median(base), median(base));
+    std::printf(
+        "fixed cost per record (aten::add of 4 floats, %s): training thread %.2f us, "
+        "all threads %.2f us (the op alone %.2f us)\n",
+        async ? "async" : "sync", median(with) - median(base), median(with_all) - median(base_all),
+        median(base));
   }
 }
 
@@ -191,12 +222,14 @@ std::vector<int64_t> parse_list(const char* s) {
 int main(int argc, char** argv) {
   std::vector<int64_t> sizes{256, 1024};
   int steps = 30, rounds = 5, warmup = 5;
+  std::string only;  // run this variant only (for profiling), e.g. "L1 statistics (async)"
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--h") sizes = parse_list(argv[i + 1]);
     if (k == "--steps") steps = std::atoi(argv[i + 1]);
     if (k == "--rounds") rounds = std::atoi(argv[i + 1]);
     if (k == "--warmup") warmup = std::atoi(argv[i + 1]);
+    if (k == "--only") only = argv[i + 1];
   }
   at::set_num_threads(1);
   set_blas_threads_to_one();
@@ -213,36 +246,47 @@ int main(int argc, char** argv) {
       {"L1 statistics (async)", true, true, precprobe::Level::kL1, true},
       {"L1 statistics (sync)", true, true, precprobe::Level::kL1, false},
       {"L2 statistics (async)", true, true, precprobe::Level::kL2, true},
+      {"L1 + gradient monitor", true, true, precprobe::Level::kL1, true, true},
   };
   for (int64_t h : sizes) {
     Trainer tr(h);
     for (int i = 0; i < 3; ++i) tr.step();
     std::map<std::string, RunResult> res;
     for (int r = 0; r < rounds; ++r)
-      for (const auto& v : variants) run_variant(tr, v, steps, warmup, dump, res[v.name]);
+      for (const auto& v : variants)
+        if (only.empty() || v.name == only || v.name == "no debugger")
+          run_variant(tr, v, steps, warmup, dump, res[v.name]);
     const double base = median(res["no debugger"].step_ms);
-    std::printf("\nh=%ld  (%d rounds x %d timed steps, median step time)\n", static_cast<long>(h),
-                rounds, steps);
+    const double base_cpu = median(res["no debugger"].thread_ms);
+    std::printf(
+        "\nh=%ld  (%d rounds x %d timed steps; medians; wall = step time, train = CPU "
+        "time of the training thread, all = CPU time of every thread)\n",
+        static_cast<long>(h), rounds, steps);
     for (const auto& v : variants) {
       const RunResult& x = res[v.name];
-      const double m = median(x.step_ms);
-      std::printf("  %-26s %8.2f ms  %5.3fx", v.name.c_str(), m, m / base);
+      if (x.step_ms.empty()) continue;
+      const double m = median(x.step_ms), c = median(x.thread_ms), p = median(x.process_ms);
+      std::printf("  %-26s wall %8.2f ms %6.3fx | train %8.2f ms %6.3fx | all %8.2f ms\n",
+                  v.name.c_str(), m, m / base, c, c / base_cpu, p);
+      std::printf("  %-26s", "");
       if (x.steps > 0) {
         const double per_step = static_cast<double>(x.counters.ops_recorded) / x.steps;
         const uint64_t tensors = x.counters.tensors_summarised + x.counters.tensors_cached;
-        std::printf("  %5.0f records/step, cache hits %4.1f%%, %5.1f B/tensor on disk",
-                    per_step, 100.0 * x.counters.tensors_cached / std::max<uint64_t>(1, tensors),
+        std::printf("%5.0f records/step, cache hits %4.1f%%, %5.1f B/tensor on disk", per_step,
+                    100.0 * x.counters.tensors_cached / std::max<uint64_t>(1, tensors),
                     static_cast<double>(x.counters.writer.bytes_compressed) /
                         std::max<uint64_t>(1, tensors));
         if (x.counters.errors) std::printf("  ERRORS %lu", (unsigned long)x.counters.errors);
         const double bytes = static_cast<double>(x.counters.bytes_summarised) / x.steps;
-        std::printf("\n  %-26s stats read %.1f MB/step; floor if done inline %.2f ms (%.3fx)", "",
-                    bytes / 1e6, 1e3 * bytes / bw, 1.0 + 1e3 * bytes / bw / base);
+        std::printf("\n  %-26s stats read %.1f MB/step; at memcpy speed %.2f ms (%.3fx if inline)",
+                    "", bytes / 1e6, 1e3 * bytes / bw, 1.0 + 1e3 * bytes / bw / base);
       }
       std::printf("\n");
+      if (getenv("BENCH_VERBOSE") && !x.meta_counters.empty())
+        std::printf("%s\n", x.meta_counters.c_str());
     }
   }
-  fixed_cost(dump);
+  if (only.empty()) fixed_cost(dump);
   std::filesystem::remove_all(dump);
   return 0;
 }

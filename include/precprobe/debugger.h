@@ -39,13 +39,13 @@ namespace precprobe {
 
 /// Counters of a debugger, readable at any time.
 struct DebuggerCounters {
-  uint64_t ops_seen = 0;        ///< op calls observed while started
-  uint64_t ops_recorded = 0;    ///< op records submitted to the writer
+  uint64_t ops_seen = 0;            ///< op calls observed while started
+  uint64_t ops_recorded = 0;        ///< op records submitted to the writer
   uint64_t tensors_summarised = 0;  ///< statistics computed (cache misses)
   uint64_t tensors_cached = 0;      ///< statistics reused from an earlier op this step
   uint64_t bytes_summarised = 0;    ///< tensor bytes read to compute the statistics
-  uint64_t errors = 0;          ///< problems reported while observing
-  WriterCounters writer;        ///< of this rank's writer
+  uint64_t errors = 0;              ///< problems reported while observing
+  WriterCounters writer;            ///< of this rank's writer
 };
 
 class PrecisionDebugger {

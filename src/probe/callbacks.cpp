@@ -4,6 +4,7 @@
 #include <ATen/core/function_schema.h>
 
 #include <atomic>
+#include <cstring>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -56,6 +57,16 @@ struct Inside {
 
 struct OpContext;
 
+constexpr char kEnginePrefix[] = "autograd::engine::evaluate_function: ";
+
+// The node name of an engine "evaluate_function" event, else nullptr.
+const char* engine_node_name(const at::RecordFunction& fn) {
+  if (fn.scope() != at::RecordScope::FUNCTION) return nullptr;
+  const char* name = fn.name();
+  constexpr size_t n = sizeof(kEnginePrefix) - 1;
+  return std::strncmp(name, kEnginePrefix, n) == 0 ? name + n : nullptr;
+}
+
 std::unique_ptr<at::ObserverContext> start_cb(const at::RecordFunction& fn) {
   ThreadState& ts = thread_state();
   if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION) {
@@ -66,7 +77,15 @@ std::unique_ptr<at::ObserverContext> start_cb(const at::RecordFunction& fn) {
     return o ? o->on_node_start(fn) : nullptr;
   }
   const OpInfo* info = lookup_op(fn);
-  if (info == nullptr) return nullptr;  // engine markers and the like are transparent
+  if (info == nullptr) {
+    // The engine's evaluation of a node also accumulates the gradients it produced
+    // (InputBuffer): those ops are backward too, attributed to the node.
+    if (const char* node = engine_node_name(fn)) {
+      ts.nodes.push_back(NodeFrame{node, -1, ts.depth, /*engine=*/true});
+      ts.depth = 0;
+    }
+    return nullptr;  // other events (user scopes...) are transparent
+  }
   const int32_t depth = ts.depth++;
   Inside in;
   Observer* o = g_observer.load(std::memory_order_acquire);
@@ -80,8 +99,16 @@ void end_cb(const at::RecordFunction& fn, at::ObserverContext* ctx) {
       ts.depth = ts.nodes.back().saved_depth;
       ts.nodes.pop_back();
     }
+    // Until the engine's frame ends, its ops belong to the node just run.
+    if (!ts.nodes.empty() && ts.nodes.back().engine && ts.nodes.back().name == fn.name())
+      ts.nodes.back().seqnr = fn.seqNr();
   } else if (lookup_op(fn) != nullptr) {
     --ts.depth;
+  } else if (engine_node_name(fn) != nullptr) {
+    if (!ts.nodes.empty() && ts.nodes.back().engine) {
+      ts.depth = ts.nodes.back().saved_depth;
+      ts.nodes.pop_back();
+    }
   }
   if (ctx == nullptr) return;
   Inside in;

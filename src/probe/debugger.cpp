@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "observer.h"
+#include "precprobe/distributed.h"
 #include "precprobe/error.h"
 #include "precprobe/grad_monitor.h"
 #include "precprobe/version.h"
@@ -30,17 +31,6 @@ namespace {
 
 std::atomic<PrecisionDebugger*> g_current{nullptr};
 
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  char* end = nullptr;
-  long x = std::strtol(v, &end, 10);
-  if (*end != '\0' || x < 0 || x > (1 << 24))
-    throw Error(std::string("precprobe: environment variable ") + name + "=\"" + v +
-                "\" is not a non-negative integer");
-  return static_cast<int>(x);
-}
-
 std::string utc_now() {
   std::time_t t = std::time(nullptr);
   std::tm tm{};
@@ -58,9 +48,12 @@ std::string host_name() {
 
 const char* task_name(Task t) {
   switch (t) {
-    case Task::kStatistics: return "statistics";
-    case Task::kTensor: return "tensor";
-    case Task::kOverflowCheck: return "overflow_check";
+    case Task::kStatistics:
+      return "statistics";
+    case Task::kTensor:
+      return "tensor";
+    case Task::kOverflowCheck:
+      return "overflow_check";
   }
   return "?";
 }
@@ -82,8 +75,9 @@ struct PrecisionDebugger::Impl {
   std::unique_ptr<DumpWriter> writer;
   std::unique_ptr<detail::Observer> observer;
   std::shared_ptr<torch::nn::Module> model;
-  std::unique_ptr<GradMonitor> monitor;  // "grad_monitor" with a model
-  const torch::nn::Module* monitored = nullptr;
+  std::unique_ptr<GradMonitor> monitor;
+  const torch::nn::Module* monitored = nullptr;  // the module `monitor` watches
+  bool monitor_done = false;                     // observed this step
 #ifdef PRECPROBE_HAVE_DROPOUT
   std::unique_ptr<DropoutGuard> no_dropout;
 #endif
@@ -98,6 +92,8 @@ struct PrecisionDebugger::Impl {
     return options.step.contains(step) && !(observer && observer->overflow_done());
   }
   void sync_attachment();
+  void setup_monitor(const std::shared_ptr<torch::nn::Module>& m);
+  void observe_grads() noexcept;
   std::string meta_json(bool final_meta) const;
   DebuggerCounters counters() const;
 };
@@ -112,6 +108,25 @@ void PrecisionDebugger::Impl::sync_attachment() {
     // Unobserved ops may now change tensors in place: finish what still reads them.
     observer->drain();
   }
+}
+
+void PrecisionDebugger::Impl::setup_monitor(const std::shared_ptr<torch::nn::Module>& m) {
+  if (!observer || !m || !options.grad_monitor) return;
+  if (monitored != m.get()) {
+    monitor = std::make_unique<GradMonitor>(*m);
+    monitored = m.get();
+  }
+  std::vector<at::Tensor> params = m->parameters(/*recurse=*/true);
+  observer->set_grad_hook(std::move(params), [this] { observe_grads(); });
+  observer->arm_grad_hook(!monitor_done);
+}
+
+// Once per recorded step: before zero_grad clears the gradients (the observer's hook) or at
+// step(), whichever comes first.
+void PrecisionDebugger::Impl::observe_grads() noexcept {
+  if (!monitor || monitor_done || !writer) return;
+  monitor_done = true;
+  monitor->observe(step, writer.get());
 }
 
 DebuggerCounters PrecisionDebugger::Impl::counters() const {
@@ -186,8 +201,8 @@ PrecisionDebugger::PrecisionDebugger(DebuggerOptions options) : impl_(std::make_
   impl_->options = DebuggerOptions::from_env_or(options);
   impl_->options.validate();
   NameMatcher check(impl_->options.list);  // a bad "name-regex(...)" throws here, not later
-  impl_->rank = env_int("RANK", 0);
-  impl_->world_size = env_int("WORLD_SIZE", 1);
+  impl_->rank = rank_from_env();
+  impl_->world_size = world_size_from_env();
   impl_->rank_selected = impl_->options.rank.contains(impl_->rank);
   impl_->rank_dir = impl_->options.dump_path + "/rank" + std::to_string(impl_->rank);
 }
@@ -216,7 +231,8 @@ void PrecisionDebugger::start(const std::shared_ptr<torch::nn::Module>& model) {
     if (!d.ever_started) {
       d.start_time = utc_now();
 #ifdef PRECPROBE_HAVE_SEED
-      if (d.options.seed) d.seed_report = seed_all(*d.options.seed, d.options.is_deterministic).to_json();
+      if (d.options.seed)
+        d.seed_report = seed_all(*d.options.seed, d.options.is_deterministic).to_json();
 #endif
       if (d.rank_selected) {
         WriterOptions w;
@@ -234,16 +250,13 @@ void PrecisionDebugger::start(const std::shared_ptr<torch::nn::Module>& model) {
       d.ever_started = true;
     }
     d.model = model;
-    if (d.options.grad_monitor && d.writer && model && model.get() != d.monitored) {
-      d.monitor = std::make_unique<GradMonitor>(*model);
-      d.monitored = model.get();
-    }
     if (d.observer) {
       std::vector<std::pair<std::string, at::Tensor>> named;
       if (model)
         for (const auto& p : model->named_parameters(/*recurse=*/true))
           named.emplace_back(p.key(), p.value());
       d.observer->set_parameters(named);
+      d.setup_monitor(model);
       if (d.observer_step != d.step) {
         d.observer->begin_step(d.step);
         d.observer_step = d.step;
@@ -285,6 +298,7 @@ void PrecisionDebugger::stop() noexcept {
 #ifdef PRECPROBE_HAVE_DROPOUT
   d.no_dropout.reset();
 #endif
+  if (d.observer) d.observer->arm_grad_hook(false);
   d.model.reset();
   PrecisionDebugger* self = this;
   g_current.compare_exchange_strong(self, nullptr);
@@ -292,16 +306,17 @@ void PrecisionDebugger::stop() noexcept {
 
 void PrecisionDebugger::step() {
   Impl& d = *impl_;
-  if (d.started && d.observer) {
-    // Gradients of the step that ends (call step() before zero_grad()).
-    if (d.monitor && d.options.step.contains(d.step)) d.monitor->observe(d.step, d.writer.get());
-    if (d.observer->attached()) d.observer->end_step();
+  if (d.started && d.observer && d.observer->attached()) {
+    d.observe_grads();
+    d.observer->end_step();
   }
   ++d.step;
+  d.monitor_done = false;
   if (d.started && d.observer) {
     d.observer->begin_step(d.step);
     d.observer_step = d.step;
     d.sync_attachment();
+    d.observer->arm_grad_hook(d.monitor != nullptr);
   }
 }
 

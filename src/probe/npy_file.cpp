@@ -1,6 +1,7 @@
 // Full tensors for task "tensor": NumPy .npy v1.0 (header + raw little-endian data, C
 // order), compressed as one zstd frame. `zstd -d x.npy.zst` then `numpy.load` reads it.
 #include <ATen/ATen.h>
+#include <sys/stat.h>
 #include <zstd.h>
 
 #include <cerrno>
@@ -8,7 +9,6 @@
 #include <cstring>
 #include <memory>
 #include <string>
-#include <sys/stat.h>
 
 #include "observer_internal.h"
 
@@ -19,18 +19,30 @@ namespace {
 // NumPy's dtype descriptor; empty when NumPy has no such type.
 std::string descr(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return "<f4";
-    case at::kDouble: return "<f8";
-    case at::kHalf: return "<f2";
-    case at::kBool: return "|b1";
-    case at::kByte: return "|u1";
-    case at::kChar: return "|i1";
-    case at::kShort: return "<i2";
-    case at::kInt: return "<i4";
-    case at::kLong: return "<i8";
-    case at::kComplexFloat: return "<c8";
-    case at::kComplexDouble: return "<c16";
-    default: return "";
+    case at::kFloat:
+      return "<f4";
+    case at::kDouble:
+      return "<f8";
+    case at::kHalf:
+      return "<f2";
+    case at::kBool:
+      return "|b1";
+    case at::kByte:
+      return "|u1";
+    case at::kChar:
+      return "|i1";
+    case at::kShort:
+      return "<i2";
+    case at::kInt:
+      return "<i4";
+    case at::kLong:
+      return "<i8";
+    case at::kComplexFloat:
+      return "<c8";
+    case at::kComplexDouble:
+      return "<c16";
+    default:
+      return "";
   }
 }
 

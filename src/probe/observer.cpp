@@ -4,6 +4,8 @@
 
 #include <ATen/core/grad_mode.h>
 
+#include <cstdlib>
+
 #include "observer_internal.h"
 #include "precprobe/debugger.h"
 #include "precprobe/error.h"
@@ -17,7 +19,7 @@ std::atomic<uint64_t> g_generation{0};
 struct OpContext final : at::ObserverContext {
   std::shared_ptr<PendingOp> op;
   bool save = false;
-  std::string name;  // full name, when saving tensors
+  std::string name;                        // full name, when saving tensors
   const char* origin = "(autograd node)";  // process-lifetime op name, for diagnostics
 };
 
@@ -63,6 +65,9 @@ Observer::Observer(const DebuggerOptions& options, DumpWriter* writer, std::stri
       generation_(++g_generation) {
   EngineConfig cfg;
   cfg.async = options.async_stats;
+  // Tuning knob for measurements (docs/debugger.md): tensors below this many elements are
+  // summarised on the capturing thread.
+  if (const char* v = std::getenv("PRECPROBE_INLINE_NUMEL")) cfg.inline_numel = std::atoll(v);
   cfg.with_hash = options.summary_mode == SummaryMode::kHash;
   const int level = options.zstd_level;
   cfg.save_tensor = [level](const at::Tensor& t, const std::string& path) {
@@ -223,12 +228,14 @@ std::unique_ptr<at::ObserverContext> Observer::on_op_start(const at::RecordFunct
           capture_args(inputs, op->in, *op, sel.save ? &ctx->name : nullptr, true);
       }
     }
-    // Whether recorded or not: nothing queued may still read what this op overwrites.
-    if (!info.write_args.empty() && engine_->busy()) {
+    if (!info.write_args.empty()) {
       auto inputs = fn.inputs();
-      for (size_t i : info.write_args)
-        if (i < inputs.size())
-          for_each_tensor(inputs[i], [this](const at::Tensor& t) { engine_->before_write(t); });
+      if (grad_hook_armed_.load(std::memory_order_acquire)) maybe_run_grad_hook(inputs, info);
+      // Whether recorded or not: nothing queued may still read what this op overwrites.
+      if (engine_->busy())
+        for (size_t i : info.write_args)
+          if (i < inputs.size())
+            for_each_tensor(inputs[i], [this](const at::Tensor& t) { engine_->before_write(t); });
     }
     return ctx;
   } catch (const std::exception& e) {
@@ -291,8 +298,7 @@ void Observer::on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
     at::RecordFunctionGuard no_callbacks(false);
     at::NoGradGuard no_grad;
     const bool outputs = options_.dump_outputs || options_.task == Task::kOverflowCheck;
-    if (outputs && fn.scope() != at::RecordScope::BACKWARD_FUNCTION)
-    {
+    if (outputs && fn.scope() != at::RecordScope::BACKWARD_FUNCTION) {
       const std::vector<c10::IValue>& outs = fn.outputs();
       capture_args(c10::ArrayRef<const c10::IValue>(outs.data(), outs.size()), op.out, op,
                    c->save ? &c->name : nullptr, false);
@@ -407,6 +413,29 @@ void Observer::emit(PendingOp& op) {
   convert(op.out, r.outputs);
   if (options_.task == Task::kOverflowCheck && !keep_overflow(r)) return;
   if (writer_->submit(std::move(r))) ops_recorded_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Observer::set_grad_hook(std::vector<at::Tensor> params, std::function<void()> fn) {
+  hook_params_ = std::move(params);
+  grad_hook_ = std::move(fn);
+}
+
+void Observer::maybe_run_grad_hook(c10::ArrayRef<const c10::IValue> inputs, const OpInfo& info) {
+  if (!thread_state().nodes.empty() || !grad_hook_) return;  // backward accumulates grads
+  for (size_t i : info.write_args) {
+    if (i >= inputs.size()) continue;
+    bool hit = false;
+    for_each_tensor(inputs[i], [&](const at::Tensor& t) {
+      const void* s = storage_of(t);
+      for (const at::Tensor& p : hook_params_)
+        if (s != nullptr && p.grad().defined() && storage_of(p.grad()) == s) hit = true;
+    });
+    if (hit) {
+      grad_hook_armed_.store(false, std::memory_order_release);
+      grad_hook_();
+      return;
+    }
+  }
 }
 
 ObserverCounters Observer::counters() const {

@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -34,10 +35,10 @@ namespace detail {
 struct OpInfo;
 
 struct ObserverCounters {
-  uint64_t ops_seen = 0;      ///< op and node events observed while attached
-  uint64_t ops_recorded = 0;  ///< records submitted to the writer
-  uint64_t overflows = 0;     ///< overflow_check records
-  uint64_t errors = 0;        ///< exceptions caught in callbacks or while emitting
+  uint64_t ops_seen = 0;         ///< op and node events observed while attached
+  uint64_t ops_recorded = 0;     ///< records submitted to the writer
+  uint64_t overflows = 0;        ///< overflow_check records
+  uint64_t errors = 0;           ///< exceptions caught in callbacks or while emitting
   uint64_t tensors_skipped = 0;  ///< task tensor: larger than max_tensor_bytes
   EngineCounters engine;
 };
@@ -72,9 +73,15 @@ class Observer {
 
   ObserverCounters counters() const;
 
+  /// Calls `fn` once on the op's thread, right before the first in-place write to a
+  /// gradient of `params` outside backward (zero_grad, gradient clipping): the last moment
+  /// the step's gradients can be read. Only while detached. arm_grad_hook(true) re-arms it.
+  void set_grad_hook(std::vector<at::Tensor> params, std::function<void()> fn);
+  void arm_grad_hook(bool on) noexcept { grad_hook_armed_.store(on, std::memory_order_release); }
+
   // The callbacks (called through static trampolines).
-  std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction& fn,
-                                                   const OpInfo& info, int32_t depth);
+  std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction& fn, const OpInfo& info,
+                                                   int32_t depth);
   std::unique_ptr<at::ObserverContext> on_node_start(const at::RecordFunction& fn);
   void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx);
   /// Ends a call whose Observer detached meanwhile (no outputs captured).
@@ -97,6 +104,7 @@ class Observer {
   void emit(PendingOp& op);
   bool keep_overflow(const OpRecord& r);
   uint32_t thread_index();
+  void maybe_run_grad_hook(c10::ArrayRef<const c10::IValue> inputs, const OpInfo& info);
 
   DebuggerOptions options_;
   NameMatcher list_;
@@ -119,6 +127,9 @@ class Observer {
   std::atomic<uint64_t> ops_seen_{0}, ops_recorded_{0}, overflows_{0}, errors_{0};
   std::atomic<uint64_t> tensors_skipped_{0};
   std::atomic<bool> overflow_done_{false};
+  std::vector<at::Tensor> hook_params_;
+  std::function<void()> grad_hook_;
+  std::atomic<bool> grad_hook_armed_{false};
   int64_t overflow_count_ = 0;  // emitter only
 };
 

@@ -33,13 +33,14 @@ struct NodeFrame {
   std::string name;
   int64_t seqnr = -1;
   int32_t saved_depth = 0;
+  bool engine = false;  ///< the engine's evaluation of the node, around the node itself
 };
 
 struct ThreadState {
-  int32_t depth = 0;              ///< enclosing dispatcher ops (since the current node)
-  std::vector<NodeFrame> nodes;   ///< autograd nodes being run, innermost last
-  uint64_t generation = 0;        ///< Observer generation `index` belongs to
-  uint32_t index = 0;             ///< small thread index for that Observer
+  int32_t depth = 0;             ///< enclosing dispatcher ops (since the current node)
+  std::vector<NodeFrame> nodes;  ///< autograd nodes being run, innermost last
+  uint64_t generation = 0;       ///< Observer generation `index` belongs to
+  uint32_t index = 0;            ///< small thread index for that Observer
 };
 
 ThreadState& thread_state() noexcept;

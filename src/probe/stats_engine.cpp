@@ -3,7 +3,10 @@
 
 #include <ATen/core/grad_mode.h>
 #include <ATen/record_function.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "precprobe/error.h"
@@ -60,7 +63,9 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t) {
   auto s = std::make_shared<Slot>();
   s->key = key;
   s->origin = tl_origin;
-  if (key.storage) s->storage_alive = t.unsafeGetTensorImpl()->unsafe_storage().getWeakStorageImpl();
+  if (key.versioned) s->counter = t.unsafeGetTensorImpl()->version_counter();
+  if (key.storage)
+    s->storage_alive = t.unsafeGetTensorImpl()->unsafe_storage().getWeakStorageImpl();
   bump(kSummarised);
   if (cacheable) cache_.emplace(key, s);
   n_[kBytes].fetch_add(static_cast<uint64_t>(t.numel()) * t.element_size(),
@@ -76,6 +81,8 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t) {
   }
   s->tensor = t;
   s->bytes = static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
+  if (!t.is_cpu())
+    s->stream = c10::impl::getDeviceGuardImpl(t.device().type())->getStream(t.device());
   enqueue_locked(s, lk);
   return s;
 }
@@ -83,6 +90,7 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t) {
 void StatsEngine::capture_for_save(const at::Tensor& t, std::string path) {
   auto s = std::make_shared<Slot>();
   s->key = make_key(t);
+  if (s->key.versioned) s->counter = t.unsafeGetTensorImpl()->version_counter();
   s->save_path = std::move(path);
   s->tensor = t;
   s->bytes = static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
@@ -98,7 +106,6 @@ void StatsEngine::capture_for_save(const at::Tensor& t, std::string path) {
 
 void StatsEngine::enqueue_locked(std::shared_ptr<Slot> s, std::unique_lock<std::mutex>& lk) {
   held_bytes_ += s->bytes;
-  ++pending_[s->key.storage];
   pending_jobs_.fetch_add(1, std::memory_order_release);
   queue_.push_back(std::move(s));
   if (worker_sleeping_ &&
@@ -114,6 +121,7 @@ void StatsEngine::compute(Slot& s) {
   at::NoGradGuard no_grad;
   at::Tensor t = std::move(s.tensor);
   try {
+    c10::OptionalStreamGuard on_stream(s.stream);
     if (!s.save_path.empty()) {
       std::string err = cfg_.save_tensor ? cfg_.save_tensor(t, s.save_path) : "no tensor sink";
       if (err.empty()) {
@@ -125,13 +133,13 @@ void StatsEngine::compute(Slot& s) {
     } else {
       summarize(t, s.stats, cfg_.with_hash);
     }
-    if (s.key.versioned && make_key(t).version != s.key.version) {
+    if (s.counter && s.counter->current_version() != s.key.version) {
       s.stale = true;
       bump(kStale);
       report_error(std::string("precprobe: a tensor captured by ") + s.origin +
                    " changed in place before its statistics were computed (version " +
                    std::to_string(s.key.version) + " -> " +
-                   std::to_string(make_key(t).version) + ")");
+                   std::to_string(s.counter->current_version()) + ")");
     }
   } catch (const std::exception& e) {
     report_error(std::string("precprobe: statistics failed: ") + e.what());
@@ -143,12 +151,12 @@ void StatsEngine::compute(Slot& s) {
 }
 
 void StatsEngine::run_claimed(const std::shared_ptr<Slot>& s, std::unique_lock<std::mutex>& lk) {
+  running_.push_back(s.get());
   lk.unlock();
   compute(*s);
   lk.lock();
   held_bytes_ -= s->bytes;
-  auto it = pending_.find(s->key.storage);
-  if (it != pending_.end() && --it->second <= 0) pending_.erase(it);
+  running_.erase(std::find(running_.begin(), running_.end(), s.get()));
   pending_jobs_.fetch_sub(1, std::memory_order_release);
   done_cv_.notify_all();
 }
@@ -171,22 +179,26 @@ void StatsEngine::before_write(const at::Tensor& t) {
   const void* storage = storage_of(t);
   if (storage == nullptr) return;
   std::unique_lock<std::mutex> lk(mu_);
-  bool again = true;
-  while (again && pending_.count(storage)) {
-    again = false;
+  for (;;) {
+    // Queued jobs on this storage: compute them here, now (the queue is short: the worker
+    // keeps up, and a scan is cheaper than indexing every job by storage).
+    std::shared_ptr<Slot> mine;
     for (auto& q : queue_) {
       uint8_t expected = Slot::kQueued;
       if (q->key.storage == storage && q->state.compare_exchange_strong(expected, Slot::kRunning)) {
-        auto s = q;  // run_claimed unlocks: the queue may change under us
-        bump(kClaimed);
-        run_claimed(s, lk);
-        again = true;
+        mine = q;
         break;
       }
     }
-  }
-  // What is left is being computed by the worker right now.
-  while (pending_.count(storage)) {
+    if (mine) {
+      bump(kClaimed);
+      run_claimed(mine, lk);
+      continue;
+    }
+    // What is left is being computed by another thread right now.
+    auto busy = std::find_if(running_.begin(), running_.end(),
+                             [storage](const Slot* r) { return r->key.storage == storage; });
+    if (busy == running_.end()) return;
     bump(kWaited);
     done_cv_.wait(lk);
   }
@@ -292,9 +304,9 @@ void StatsEngine::worker_main() {
     if (!queue_.empty() || stop_) continue;
     worker_idle_ = ops_.empty();
     worker_sleeping_ = true;
-    work_cv_.wait_for(lk, worker_idle_ ? std::chrono::duration_cast<std::chrono::microseconds>(
-                                             kIdleSleep)
-                                       : kShortSleep);
+    work_cv_.wait_for(lk, worker_idle_
+                              ? std::chrono::duration_cast<std::chrono::microseconds>(kIdleSleep)
+                              : kShortSleep);
     worker_sleeping_ = false;
   }
 }

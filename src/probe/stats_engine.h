@@ -46,15 +46,21 @@ struct Slot {
   enum State : uint8_t { kQueued, kRunning, kDone };
   std::atomic<uint8_t> state{kQueued};
   TensorStats stats;
-  at::Tensor tensor;           ///< held until done
-  TensorKey key;               ///< at capture time
+  at::Tensor tensor;  ///< held until done
+  TensorKey key;      ///< at capture time
   /// Keeps the StorageImpl's address from being reused while the key is cached (a freed
   /// storage's address can come back for a new tensor with an equal key).
   std::optional<c10::weak_intrusive_ptr<c10::StorageImpl>> storage_alive;
-  int64_t bytes = 0;           ///< held bytes while queued
-  std::string save_path;       ///< non-empty: write the tensor here instead of stats
-  bool stale = false;          ///< the version changed before the stats were computed
-  const char* origin = "";     ///< the op that captured it (static storage), for messages
+  /// The version counter the tensor had at capture. A view made below autograd gets its
+  /// base's counter attached later, so the tensor's own counter can change identity.
+  std::optional<c10::VariableVersion> counter;
+  int64_t bytes = 0;        ///< held bytes while queued
+  std::string save_path;    ///< non-empty: write the tensor here instead of stats
+  bool stale = false;       ///< the version changed before the stats were computed
+  const char* origin = "";  ///< the op that captured it (static storage), for messages
+  /// Device tensors: the stream current when captured; the statistics are computed on it,
+  /// after the kernels that produced the tensor.
+  c10::optional<c10::Stream> stream;
 };
 
 /// The op being captured on this thread (a string that lives for the process), for
@@ -74,10 +80,10 @@ struct ArgRef {
 /// An op call waiting for its statistics. Header fields are final once pushed;
 /// outputs are filled by end_op() on the thread that ran the op.
 struct PendingOp {
-  OpRecord header;             ///< everything but inputs/outputs
+  OpRecord header;  ///< everything but inputs/outputs
   std::vector<ArgRef> in, out;
   std::atomic<bool> ended{false};
-  bool flush_marker = false;   ///< not an op: flush the writer when reached
+  bool flush_marker = false;  ///< not an op: flush the writer when reached
 };
 
 struct EngineConfig {
@@ -140,14 +146,14 @@ class StatsEngine {
   void worker_main();
 
   EngineConfig cfg_;
-  mutable std::mutex mu_;           // cache_, queue_, pending_, held_bytes_, ops_, counters_
-  std::mutex order_mu_;             // seq order == FIFO order
-  std::mutex emit_mu_;              // one emitter at a time
+  mutable std::mutex mu_;            // cache_, queue_, running_, held_bytes_, ops_, worker flags
+  std::mutex order_mu_;              // seq order == FIFO order
+  std::mutex emit_mu_;               // one emitter at a time
   std::condition_variable work_cv_;  // worker: jobs or ops
   std::condition_variable done_cv_;  // a slot finished
   std::unordered_map<TensorKey, std::shared_ptr<Slot>, TensorKeyHash> cache_;
   std::deque<std::shared_ptr<Slot>> queue_;
-  std::unordered_map<const void*, int> pending_;  // storage -> queued/running jobs
+  std::vector<const Slot*> running_;  // claimed jobs being computed outside the lock
   std::deque<std::shared_ptr<PendingOp>> ops_;
   int64_t held_bytes_ = 0;
   std::atomic<int64_t> pending_jobs_{0};
@@ -155,8 +161,18 @@ class StatsEngine {
   bool worker_idle_ = false;
   bool stop_ = false;
   enum Counter : int {
-    kSummarised, kCached, kInline, kWorker, kClaimed, kWaited, kBackpressure, kStale,
-    kSaved, kSaveErrors, kBytes, kNumCounters
+    kSummarised,
+    kCached,
+    kInline,
+    kWorker,
+    kClaimed,
+    kWaited,
+    kBackpressure,
+    kStale,
+    kSaved,
+    kSaveErrors,
+    kBytes,
+    kNumCounters
   };
   void bump(Counter c) noexcept { n_[c].fetch_add(1, std::memory_order_relaxed); }
   std::array<std::atomic<uint64_t>, kNumCounters> n_{};

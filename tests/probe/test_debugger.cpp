@@ -362,3 +362,95 @@ TEST_CASE("configuration errors surface at construction", "[debugger]") {
     CHECK(PrecisionDebugger::current() == &two);
   }
 }
+
+TEST_CASE("the gradient monitor sees each step's gradients before zero_grad clears them",
+          "[debugger][grads]") {
+  TempDir dir("dbg_grads");
+  torch::manual_seed(1);
+  Net net;
+  torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.1));
+  auto x = torch::randn({5, 4});
+  auto o = options_in(dir);
+  o.grad_monitor = true;
+  std::vector<double> expected;  // ||grad of fc1.weight|| per step
+  {
+    PrecisionDebugger dbg(o);
+    dbg.start(net);
+    for (int s = 0; s < 3; ++s) {
+      auto loss = net->forward(x).pow(2).sum();
+      loss.backward();
+      expected.push_back(net->fc1->weight.grad().norm().item<double>());
+      opt.step();
+      opt.zero_grad();  // before dbg.step(): the monitor must have read the grads already
+      dbg.step();
+    }
+    dbg.stop();
+  }
+  DumpReader reader(dir.path().string());
+  auto grads = reader.grads();
+  std::vector<double> got;
+  for (const auto& g : grads)
+    if (g.param == "fc1.weight") got.push_back(g.grad_norm);
+  REQUIRE(got.size() == 3);
+  for (size_t i = 0; i < 3; ++i) CHECK(got[i] == Approx(expected[i]).epsilon(1e-6));
+  CHECK(expected[0] > 0);
+  for (const auto& g : grads) CHECK((g.param == "fc1.weight" || g.param == "fc1.bias"));
+}
+
+TEST_CASE("gradient accumulation inside the autograd engine is backward", "[debugger]") {
+  TempDir dir("dbg_accum");
+  auto x = torch::randn({6}, torch::requires_grad());
+  {
+    PrecisionDebugger dbg(options_in(dir));
+    dbg.start();
+    auto y = x * 2;
+    auto z = (y * 3 + y.sin()).sum();  // two gradients for y meet in the engine
+    z.backward();
+    dbg.step();
+    dbg.stop();
+  }
+  auto ops = read_ops(dir);
+  auto first_bw = std::find_if(ops.begin(), ops.end(),
+                               [](const OpRecord& r) { return r.dir == Direction::kBackward; });
+  REQUIRE(first_bw != ops.end());
+  for (auto it = first_bw; it != ops.end(); ++it) {
+    INFO(it->name());
+    CHECK(it->dir == Direction::kBackward);
+    CHECK(!it->node.empty());
+  }
+  // y's node (linked to y = x * 2 by its sequence number) receives the sum of both
+  // gradients: 3 + cos(y).
+  auto mul = with_name(ops, "aten::mul");
+  REQUIRE(mul.size() == 2);
+  const OpRecord* node = nullptr;
+  for (const auto& r : ops)
+    if (r.op == r.node && r.seqnr == mul[0].seqnr) node = &r;  // the node record itself
+  REQUIRE(node != nullptr);
+  CHECK(node->op.rfind("MulBackward", 0) == 0);
+  auto ref = precprobe::test::reference(3 + torch::cos(x.detach() * 2));
+  CHECK(node->inputs.at(0).tensor->norm == Approx(ref.norm).epsilon(1e-6));
+  CHECK(node->inputs.at(0).tensor->min == Approx(ref.min).epsilon(1e-6));
+}
+
+TEST_CASE("start seeds when the config names a seed and forces dropout to p=0",
+          "[debugger][repro]") {
+  TempDir dir("dbg_seed");
+  auto o = options_in(dir);
+  o.seed = 4321;
+  o.keep_dropout = false;
+  auto x = torch::ones({1000});
+  PrecisionDebugger dbg(o);
+  dbg.start();
+  auto r1 = torch::rand({4});
+  auto kept = torch::dropout(x, 0.5, /*train=*/true);
+  CHECK(torch::equal(kept, x));  // p = 0 while started
+  dbg.stop();
+  auto dropped = torch::dropout(x, 0.5, /*train=*/true);
+  CHECK(dropped.eq(0).sum().item<int64_t>() > 100);  // back to normal after stop
+  torch::manual_seed(4321);
+  CHECK(torch::equal(r1, torch::rand({4})));  // start() seeded the generator with 4321
+  const std::string meta =
+      precprobe::test::read_bytes((dir.path() / "rank0" / "meta.json").string());
+  CHECK(meta.find("\"seed_report\"") != std::string::npos);
+  CHECK(meta.find("4321") != std::string::npos);
+}

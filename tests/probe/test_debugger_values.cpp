@@ -1,0 +1,273 @@
+// PrecisionDebugger: recorded values against float64 recomputation, in-place safety of the
+// asynchronous statistics, overflow_check, the tensor task's .npy.zst files, and a dump
+// read back after its writer was killed with SIGKILL.
+#include <signal.h>
+#include <sys/wait.h>
+#include <torch/torch.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "probe/debugger_fixture.h"
+
+using namespace precprobe;
+using precprobe::test::options_in;
+using precprobe::test::read_ops;
+using precprobe::test::reference;
+using precprobe::test::TempDir;
+using precprobe::test::with_name;
+namespace fs = std::filesystem;
+
+namespace {
+
+void check_stats(const TensorStats& s, const at::Tensor& t) {
+  INFO("dtype " << s.dtype << " numel " << s.numel);
+  auto r = reference(t);
+  CHECK(s.numel == t.numel());
+  CHECK(s.shape == t.sizes().vec());
+  CHECK(s.nan == r.nan);
+  CHECK(s.pinf == r.pinf);
+  CHECK(s.ninf == r.ninf);
+  CHECK(s.zero == r.zero);
+  CHECK(s.neg == r.neg);
+  CHECK(s.pos == r.pos);
+  if (std::isnan(r.min)) {
+    CHECK(std::isnan(s.min));
+    CHECK(std::isnan(s.max));
+    CHECK(std::isnan(s.mean));
+    CHECK(std::isnan(s.norm));
+  } else {
+    CHECK(s.min == r.min);  // min and max are values of the tensor: exact
+    CHECK(s.max == r.max);
+    // Accumulated in float64 but written as float32 (docs/dump-format.md): one rounding.
+    CHECK(s.mean == Approx(r.mean).epsilon(1.2e-7).margin(1e-300));
+    CHECK(s.norm == Approx(r.norm).epsilon(1.2e-7).margin(1e-300));
+  }
+}
+
+nlohmann::json read_meta(const TempDir& dir) {
+  return nlohmann::json::parse(
+      precprobe::test::read_bytes((dir.path() / "rank0/meta.json").string()));
+}
+
+}  // namespace
+
+TEST_CASE("recorded statistics match a float64 recomputation", "[debugger][values]") {
+  const bool async = GENERATE(true, false);
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float denorm = std::numeric_limits<float>::denorm_min();
+  torch::manual_seed(3);
+  std::vector<at::Tensor> inputs{
+      torch::tensor({1.5f, -0.0f, 0.0f, nan, inf, -inf, denorm, -denorm, 3.0f}),
+      torch::empty({0}),
+      torch::tensor({nan, nan}),
+      torch::randn({64, 33}).t(),                   // non-contiguous
+      torch::randn({50000}).slice(0, 1, 50000, 3),  // strided, large enough for async
+      torch::randn({300, 200}).to(torch::kBFloat16),
+      torch::tensor({1e30f, -1e30f, 1e-30f}).to(torch::kDouble),
+      torch::arange(-5, 7, torch::kLong),
+      torch::full({}, -2.5f).expand({2, 3}),  // one element read 6 times
+  };
+  TempDir dir("dbg_values");
+  {
+    PrecisionDebugger dbg(options_in(dir, async));
+    dbg.start();
+    for (const auto& t : inputs) auto c = t.clone();
+    dbg.step();
+    dbg.stop();
+  }
+  auto ops = with_name(read_ops(dir), "aten::clone");
+  REQUIRE(ops.size() == inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    REQUIRE(ops[i].inputs.at(0).is_tensor());
+    check_stats(*ops[i].inputs[0].tensor, inputs[i]);
+    check_stats(*ops[i].outputs.at(0).tensor, inputs[i].clone());
+  }
+  CHECK(ops[5].inputs[0].tensor->dtype == "BFloat16");
+  CHECK(ops[7].inputs[0].tensor->dtype == "Long");
+}
+
+TEST_CASE("in-place ops never change a tensor before its statistics are taken",
+          "[debugger][values]") {
+  TempDir dir("dbg_inplace");
+  auto x = torch::randn({1 << 20});
+  auto opts = options_in(dir, /*async=*/true);
+  {
+    PrecisionDebugger dbg(opts);
+    dbg.start();
+    for (int i = 0; i < 12; ++i) {
+      auto y = x * 2;  // the output is queued for the worker...
+      y.add_(1);       // ... and must be summarised before this runs
+      y.mul_(3);
+      auto z = y.sum();
+      y.zero_();
+      dbg.step();
+    }
+    dbg.stop();
+  }
+  auto ops = read_ops(dir);
+  CHECK(ops.size() == 12 * 5);
+  auto y0 = x * 2, y1 = x * 2 + 1, y2 = (x * 2 + 1) * 3;
+  auto mul = with_name(ops, "aten::mul");
+  auto add_ = with_name(ops, "aten::add_");
+  auto mul_ = with_name(ops, "aten::mul_");
+  auto zero_ = with_name(ops, "aten::zero_");
+  REQUIRE(mul.size() == 12);
+  REQUIRE(add_.size() == 12);
+  REQUIRE(mul_.size() == 12);
+  REQUIRE(zero_.size() == 12);
+  for (int i = 0; i < 12; ++i) {
+    check_stats(*mul[i].outputs[0].tensor, y0);
+    check_stats(*add_[i].inputs[0].tensor, y0);
+    check_stats(*add_[i].outputs[0].tensor, y1);
+    check_stats(*mul_[i].inputs[0].tensor, y1);
+    check_stats(*mul_[i].outputs[0].tensor, y2);
+    check_stats(*zero_[i].inputs[0].tensor, y2);
+    CHECK(zero_[i].outputs[0].tensor->zero == x.numel());
+  }
+  auto meta = read_meta(dir);
+  CHECK(meta["counters"]["stale"] == 0);
+  CHECK(meta["counters"]["errors"] == 0);
+}
+
+TEST_CASE("overflow_check records only the op where non-finite values start",
+          "[debugger][overflow]") {
+  auto run = [](int64_t nums, TempDir& dir) {
+    auto o = options_in(dir);
+    o.task = Task::kOverflowCheck;
+    o.overflow_nums = nums;
+    PrecisionDebugger dbg(o);
+    dbg.start();
+    auto x = torch::tensor({1.0f, -2.0f, 3.0f});
+    auto a = x * 2;                               // finite
+    auto b = at::log(a);                          // NaN from log(-4): an origin
+    auto c = b * 3;                               // NaN in, NaN out: not an origin
+    auto d = at::exp(torch::full({2}, 1000.f));   // +Inf: an origin
+    auto e = torch::sqrt(torch::tensor({-1.f}));  // NaN: an origin
+    dbg.step();
+    dbg.stop();
+    return read_ops(dir);
+  };
+  TempDir d1("dbg_ovf1"), d2("dbg_ovf2"), d3("dbg_ovf3");
+  auto one = run(1, d1);
+  REQUIRE(one.size() == 1);
+  CHECK(one[0].name() == "aten::log.0.forward");
+  CHECK(one[0].outputs[0].tensor->nan == 1);
+  CHECK(one[0].inputs[0].tensor->all_finite());
+  auto two = run(2, d2);
+  REQUIRE(two.size() == 2);
+  CHECK(two[1].name() == "aten::exp.0.forward");
+  CHECK(two[1].outputs[0].tensor->pinf == 2);
+  auto all = run(-1, d3);
+  REQUIRE(all.size() == 3);
+  CHECK(all[2].op == "aten::sqrt");
+}
+
+TEST_CASE("task tensor writes the selected ops' tensors as .npy.zst", "[debugger][tensor]") {
+  TempDir dir("dbg_tensor");
+  auto o = options_in(dir);
+  o.task = Task::kTensor;
+  o.list = {"aten::mul.0.forward"};
+  o.max_tensor_bytes = 1000;
+  auto x = torch::arange(6, torch::kFloat).reshape({2, 3});
+  auto big = torch::randn({1000});
+  {
+    PrecisionDebugger dbg(o);
+    dbg.start();
+    auto y = x * 2;
+    auto z = big * 2;  // mul.1: not listed
+    auto w = big + 1;  // recorded with statistics, no files
+    dbg.step();
+    dbg.stop();
+  }
+  CHECK(read_ops(dir).size() == 3);
+  const fs::path files = dir.path() / "rank0/tensors/step0";
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(files)) names.push_back(e.path().filename());
+  std::sort(names.begin(), names.end());
+  CHECK(names == std::vector<std::string>{"aten::mul.0.forward.in0.npy.zst",
+                                          "aten::mul.0.forward.out0.npy.zst"});
+  std::string packed = precprobe::test::read_bytes((files / names[1]).string());
+  const auto size = ZSTD_getFrameContentSize(packed.data(), packed.size());
+  REQUIRE(size != ZSTD_CONTENTSIZE_ERROR);
+  REQUIRE(size != ZSTD_CONTENTSIZE_UNKNOWN);
+  std::string raw(size, '\0');
+  REQUIRE(ZSTD_decompress(&raw[0], raw.size(), packed.data(), packed.size()) == size);
+  REQUIRE(raw.compare(0, 8, std::string("\x93NUMPY\x01\x00", 8)) == 0);
+  const size_t header_len = static_cast<uint8_t>(raw[8]) | (static_cast<uint8_t>(raw[9]) << 8);
+  CHECK((10 + header_len) % 64 == 0);
+  const std::string header = raw.substr(10, header_len);
+  CHECK(header.find("'descr': '<f4'") != std::string::npos);
+  CHECK(header.find("'shape': (2, 3)") != std::string::npos);
+  CHECK(header.find("'fortran_order': False") != std::string::npos);
+  REQUIRE(raw.size() == 10 + header_len + 6 * sizeof(float));
+  std::vector<float> values(6);
+  std::memcpy(values.data(), raw.data() + 10 + header_len, sizeof(float) * 6);
+  CHECK(values == std::vector<float>{0, 2, 4, 6, 8, 10});
+}
+
+namespace {
+
+[[noreturn]] void train_forever(const std::string& dump, int progress_fd) {
+  DebuggerOptions o;
+  o.dump_path = dump;
+  o.keep_dropout = true;
+  PrecisionDebugger dbg(o);
+  auto x = torch::linspace(-1, 1, 64);
+  dbg.start();
+  for (int64_t step = 0;; ++step) {
+    auto y = x * 2;
+    auto z = torch::tanh(y);
+    dbg.step();
+    if (::write(progress_fd, &step, sizeof step) != sizeof step) ::_exit(3);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a dump stays readable after its process is killed with SIGKILL", "[debugger][kill]") {
+  TempDir dir("dbg_kill");
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::close(fds[0]);
+    train_forever(dir.path().string(), fds[1]);
+  }
+  ::close(fds[1]);
+  int64_t step = -1;
+  while (step < 20) {
+    if (::read(fds[0], &step, sizeof step) != sizeof step) break;
+  }
+  // The writer closes a frame per step; give it a moment to write the early ones.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ::close(fds[0]);
+  REQUIRE(WIFSIGNALED(status));
+  REQUIRE(step >= 20);
+
+  DumpReader reader(dir.path().string());
+  auto ops = reader.ops();
+  REQUIRE(ops.size() >= 2 * 10);
+  const auto y = torch::linspace(-1, 1, 64) * 2;
+  int64_t last_step = 0;
+  for (const auto& r : ops) {
+    CHECK(r.step >= last_step);  // complete frames, in order
+    last_step = r.step;
+    if (r.op == "aten::tanh") check_stats(*r.inputs.at(0).tensor, y);
+  }
+  CHECK(last_step >= 10);
+  auto meta =
+      nlohmann::json::parse(precprobe::test::read_bytes((dir.path() / "rank0/meta.json").string()));
+  CHECK(meta["state"] == "running");
+  CHECK(meta["format_version"] == kDumpFormatVersion);
+}

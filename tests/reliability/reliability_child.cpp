@@ -102,7 +102,7 @@ void user_handler(int) {
 int sigterm(const std::string& dir, const std::string& marker) {
   if (marker != "-") {
     g_marker = marker;
-    std::signal(SIGTERM, user_handler);
+    ::signal(SIGTERM, user_handler);
   }
   precprobe::PrecisionDebugger dbg(options(dir));
   bool installed = false;
@@ -127,7 +127,7 @@ int throw_after(const std::string& dir, int64_t n) {
 }
 
 int fsize(const std::string& dir, long long bytes, int64_t steps) {
-  std::signal(SIGXFSZ, SIG_IGN);  // write(2) fails with EFBIG instead of killing us
+  ::signal(SIGXFSZ, SIG_IGN);  // write(2) fails with EFBIG instead of killing us
   std::atomic<int> errors{0};
   precprobe::set_error_handler([&](const std::string& m) {
     errors.fetch_add(1);

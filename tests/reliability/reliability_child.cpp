@@ -37,6 +37,10 @@ precprobe::DebuggerOptions options(const std::string& dir) {
   precprobe::DebuggerOptions o;
   o.dump_path = dir;
   o.grad_monitor = false;
+  // Records reach the writer when their op ends, so "flush after step()" below covers
+  // every record of the step (with async statistics the worker emits them later, and
+  // PrecisionDebugger has no public drain).
+  o.async_stats = false;
   o.flush_every_records = 64;  // frames also close inside a step
   return o;
 }

@@ -64,7 +64,7 @@ template <typename AfterStep>
 void train_fashion(precprobe::PrecisionDebugger& dbg, int64_t steps, AfterStep after_step) {
   torch::manual_seed(0);
   auto data = fashion_mnist::load("t10k");  // the smaller file: faster start
-      auto x_all = data.images.slice(0, 0, 4096).reshape({4096, 784});
+  auto x_all = data.images.slice(0, 0, 4096).reshape({4096, 784});
   auto y_all = data.labels.slice(0, 0, 4096);
   auto model = std::make_shared<Mlp>(784, 32, 10);
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.05));

@@ -10,7 +10,8 @@ endif()
 
 if(PRECPROBE_WITH_TORCH)
   add_executable(precprobe_reliability_child ${CMAKE_CURRENT_LIST_DIR}/reliability_child.cpp)
-  target_link_libraries(precprobe_reliability_child PRIVATE precprobe::precprobe)
+  find_package(ZLIB REQUIRED)  # examples/fashion_mnist.h reads the gzipped idx files
+  target_link_libraries(precprobe_reliability_child PRIVATE precprobe::precprobe ZLIB::ZLIB)
   precprobe_target(precprobe_reliability_child)
   precprobe_reuse_torch_pch(precprobe_reliability_child)
 

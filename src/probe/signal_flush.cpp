@@ -4,7 +4,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -13,7 +12,10 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <future>
 #include <mutex>
+#include <chrono>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -28,7 +30,6 @@ namespace {
 constexpr int kSignals[] = {SIGTERM, SIGINT};
 
 int g_wake[2] = {-1, -1};  // handler -> flusher: one byte, the signal number
-int g_done[2] = {-1, -1};  // flusher -> handler: one byte per completed flush
 std::atomic<int> g_timeout_ms{2000};
 std::atomic<unsigned> g_completed{0};
 std::atomic<bool> g_installed{false};
@@ -61,8 +62,33 @@ void flush_for(int sig) {
   }
 }
 
+// Re-delivers the signal to the disposition that was installed before ours: a user
+// handler runs in a real signal context (on whichever thread the kernel picks); the default
+// disposition ends the process as the signal would have. Ours is not reinstalled: a second
+// signal goes straight to the previous disposition.
+void chain(int sig) {
+  const struct sigaction& prev = g_previous[index_of(sig)];
+  if (!(prev.sa_flags & SA_SIGINFO) && prev.sa_handler == SIG_IGN) return;
+  ::sigaction(sig, &prev, nullptr);
+  ::kill(::getpid(), sig);
+}
+
+// Flushes on a helper thread and waits for it at most `timeout_ms`: the flush needs the
+// writer's queue lock, which a stuck producer may hold.
+void flush_bounded(int sig) {
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> finished = done->get_future();
+  std::thread([sig, done] {
+    flush_for(sig);
+    done->set_value();
+  }).detach();
+  if (finished.wait_for(std::chrono::milliseconds(g_timeout_ms.load())) ==
+      std::future_status::ready)
+    g_completed.fetch_add(1);
+}
+
 void flusher_main() {
-  // Signals go to other threads: a handler running here would wait for itself.
+  // Signals go to other threads: this one must stay free to flush.
   sigset_t set;
   sigemptyset(&set);
   for (int s : kSignals) sigaddset(&set, s);
@@ -72,56 +98,19 @@ void flusher_main() {
     const ssize_t n = ::read(g_wake[0], &sig, 1);
     if (n < 0 && errno == EINTR) continue;
     if (n != 1) return;
-    flush_for(sig);
-    g_completed.fetch_add(1);
-    const unsigned char one = 1;
-    while (::write(g_done[1], &one, 1) < 0 && errno == EINTR) {
-    }
+    flush_bounded(sig);
+    chain(sig);
   }
 }
 
-// Calls what was installed before us, as the kernel would have.
-void chain(int sig, siginfo_t* info, void* context) {
-  const struct sigaction& prev = g_previous[index_of(sig)];
-  if (prev.sa_flags & SA_SIGINFO) {
-    if (prev.sa_sigaction != nullptr) prev.sa_sigaction(sig, info, context);
-    return;
-  }
-  if (prev.sa_handler == SIG_IGN) return;
-  if (prev.sa_handler == SIG_DFL) {
-    // Default disposition: end the process as the signal would have. The signal is
-    // blocked while this handler runs; it is delivered when the handler returns.
-    struct sigaction dfl;
-    std::memset(&dfl, 0, sizeof dfl);
-    dfl.sa_handler = SIG_DFL;
-    sigemptyset(&dfl.sa_mask);
-    ::sigaction(sig, &dfl, nullptr);
-    ::raise(sig);
-    return;
-  }
-  prev.sa_handler(sig);
-}
-
-// Async-signal-safe: write(2), poll(2), read(2), sigaction(2), raise(3) only.
-void on_signal(int sig, siginfo_t* info, void* context) {
+// Async-signal-safe: one write(2) to the self-pipe. The interrupted thread goes on at
+// once (it may hold a lock the flush needs); the flusher thread flushes and chains.
+void on_signal(int sig, siginfo_t*, void*) {
   const int saved_errno = errno;
-  // Drain completions of earlier signals so the wait below sees only this one.
-  unsigned char drain[16];
-  while (::read(g_done[0], drain, sizeof drain) > 0) {
-  }
   const unsigned char byte = static_cast<unsigned char>(sig);
-  if (::write(g_wake[1], &byte, 1) == 1) {
-    struct pollfd p;
-    p.fd = g_done[0];
-    p.events = POLLIN;
-    p.revents = 0;
-    int left = g_timeout_ms.load(std::memory_order_relaxed);
-    // EINTR restarts with the full timeout at worst: still bounded per interruption.
-    while (::poll(&p, 1, left) < 0 && errno == EINTR) {
-    }
-  }
+  ssize_t n = ::write(g_wake[1], &byte, 1);
+  (void)n;
   errno = saved_errno;
-  chain(sig, info, context);
 }
 
 void make_pipe(int fds[2], bool nonblocking_read, bool nonblocking_write) {
@@ -140,7 +129,6 @@ void install_signal_flush(int timeout_ms) {
   static std::once_flag started;
   std::call_once(started, [] {
     make_pipe(g_wake, false, true);  // the handler never blocks on a full pipe
-    make_pipe(g_done, true, false);  // the handler drains it without blocking
     std::thread(flusher_main).detach();
   });
   if (g_installed.exchange(true)) return;

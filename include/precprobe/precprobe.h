@@ -9,3 +9,4 @@
 #include "precprobe/grad_scaler.h"
 #include "precprobe/hash.h"
 #include "precprobe/seed.h"
+#include "precprobe/signal_flush.h"

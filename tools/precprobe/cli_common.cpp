@@ -135,13 +135,49 @@ std::string arg_str(const Arg& a) {
   return s;
 }
 
+namespace {
+
+// A stream that does not start with a zstd frame is a foreign file (a PNG renamed
+// ops.jsonl.zst, a stray text file): reading it would report 0 records and let a command
+// answer "nothing found", so it is an input error. An empty stream is legitimate (killed
+// before its first frame); a readable prefix with a cut tail is reported by the reader.
+void check_stream_files(const std::string& rank_dir) {
+  for (StreamKind kind :
+       {StreamKind::kOps, StreamKind::kScaler, StreamKind::kGrads, StreamKind::kEvents}) {
+    const std::string file = DumpReader::stream_path(rank_dir, kind);
+    std::error_code ec;
+    if (!std::filesystem::exists(file, ec)) continue;
+    if (!std::filesystem::is_regular_file(file, ec))
+      throw Error(fmt::format("{}: not a regular file", file));
+    std::FILE* f = std::fopen(file.c_str(), "rb");
+    if (f == nullptr) throw Error(fmt::format("{}: cannot open for reading", file));
+    unsigned char magic[4] = {0, 0, 0, 0};
+    const size_t n = std::fread(magic, 1, sizeof magic, f);
+    std::fclose(f);
+    if (n == 0) continue;
+    const uint32_t m = static_cast<uint32_t>(magic[0]) | static_cast<uint32_t>(magic[1]) << 8 |
+                       static_cast<uint32_t>(magic[2]) << 16 |
+                       static_cast<uint32_t>(magic[3]) << 24;
+    const bool zstd_frame = n == 4 && m == 0xFD2FB528u;
+    const bool skippable = n == 4 && (m & 0xFFFFFFF0u) == 0x184D2A50u;
+    if (!zstd_frame && !skippable)
+      throw Error(fmt::format(
+          "{}: not a precprobe stream (expected zstd frames; the file is foreign or corrupt)",
+          file));
+  }
+}
+
+}  // namespace
+
 std::unique_ptr<DumpReader> open_dump(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec))
     throw Error(fmt::format("'{}': no such file or directory", path));
   if (!std::filesystem::is_directory(path, ec))
     throw Error(fmt::format("'{}' is not a directory (a dump is a directory)", path));
-  return std::make_unique<DumpReader>(path);
+  auto reader = std::make_unique<DumpReader>(path);
+  for (const RankInfo& rank : reader->ranks()) check_stream_files(rank.dir);
+  return reader;
 }
 
 void print_json(const std::string& json_text) {

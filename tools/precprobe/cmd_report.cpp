@@ -41,6 +41,9 @@ void add_report_command(CLI::App& app, int& exit_code) {
       "The page embeds summary, overflow and compare --first as their --json output.");
   cmd->callback([a, &exit_code]() {
     if (a->step >= 0) a->options.step = a->step;
+    // Validated as every other command does (foreign streams are input errors).
+    open_dump(a->options.dump);
+    if (!a->options.compare.empty()) open_dump(a->options.compare);
     write_report(a->options, a->output);
     std::printf("wrote %s\n", a->output.c_str());
     exit_code = kExitClean;

@@ -1,0 +1,232 @@
+// The training child of test_reliability: a real training loop with the PrecisionDebugger
+// on, in its own process, so the test can kill it, signal it, fill its disk and watch it.
+//
+//   precprobe_reliability_child train   DIR STEPS          Fashion-MNIST MLP; "step K" per step
+//   precprobe_reliability_child sigterm DIR MARKER|-      install_signal_flush(); trains until
+//                                                          signalled (MARKER: a user handler)
+//   precprobe_reliability_child throw   DIR N              throws after N steps, caught in main
+//   precprobe_reliability_child fsize   DIR BYTES STEPS    RLIMIT_FSIZE=BYTES, SIGXFSZ ignored
+//   precprobe_reliability_child threads DIR T K            T threads x K iterations of 2 ops
+//   precprobe_reliability_child long    DIR STEPS          tiny model; "rss STEP KB" lines
+//   precprobe_reliability_child badpath DIR                start() must throw precprobe::Error
+//
+// "step K" is printed after step K's records are on disk (dbg.step() + writer flush).
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../../examples/fashion_mnist.h"
+#include "precprobe/debugger.h"
+#include "precprobe/error.h"
+#include "precprobe/signal_flush.h"
+
+namespace {
+
+precprobe::DebuggerOptions options(const std::string& dir) {
+  precprobe::DebuggerOptions o;
+  o.dump_path = dir;
+  o.grad_monitor = false;
+  // Records reach the writer when their op ends, so "flush after step()" below covers
+  // every record of the step (with async statistics the worker emits them later, and
+  // PrecisionDebugger has no public drain).
+  o.async_stats = false;
+  o.flush_every_records = 64;  // frames also close inside a step
+  return o;
+}
+
+struct Mlp : torch::nn::Module {
+  Mlp(int64_t in, int64_t hidden, int64_t out)
+      : fc1(register_module("fc1", torch::nn::Linear(in, hidden))),
+        fc2(register_module("fc2", torch::nn::Linear(hidden, out))) {}
+  torch::Tensor forward(torch::Tensor x) { return fc2(torch::relu(fc1(x))); }
+  torch::nn::Linear fc1, fc2;
+};
+
+void say(const char* fmt, long long a, long long b = 0) {
+  std::printf(fmt, a, b);
+  std::fflush(stdout);
+}
+
+// Trains on Fashion-MNIST (t10k; batches of 64, cycling through the first 4096 images).
+// `after_step(k)` runs after step k is flushed; it may throw.
+template <typename AfterStep>
+void train_fashion(precprobe::PrecisionDebugger& dbg, int64_t steps, AfterStep after_step) {
+  torch::manual_seed(0);
+  auto data = fashion_mnist::load("t10k");  // the smaller file: faster start
+  auto x_all = data.images.slice(0, 0, 4096).reshape({4096, 784});
+  auto y_all = data.labels.slice(0, 0, 4096);
+  auto model = std::make_shared<Mlp>(784, 32, 10);
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.05));
+  dbg.start(model);
+  for (int64_t k = 0; k < steps; ++k) {
+    const int64_t at = (k * 64) % 4096;
+    auto loss = torch::nn::functional::cross_entropy(model->forward(x_all.slice(0, at, at + 64)),
+                                                     y_all.slice(0, at, at + 64));
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+    dbg.step();
+    dbg.writer()->flush(true);
+    say("step %lld\n", k);
+    after_step(k);
+  }
+  dbg.stop();
+}
+
+int train(const std::string& dir, int64_t steps) {
+  precprobe::PrecisionDebugger dbg(options(dir));
+  train_fashion(dbg, steps, [](int64_t) {});
+  say("done %lld\n", steps);
+  return 0;
+}
+
+std::string g_marker;  // written by the user's own SIGTERM handler
+
+void user_handler(int) {
+  int fd = ::open(g_marker.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd >= 0) {
+    ssize_t n = ::write(fd, "user handler\n", 13);
+    (void)n;
+    ::close(fd);
+  }
+  ::_exit(7);
+}
+
+int sigterm(const std::string& dir, const std::string& marker) {
+  if (marker != "-") {
+    g_marker = marker;
+    ::signal(SIGTERM, user_handler);
+  }
+  precprobe::PrecisionDebugger dbg(options(dir));
+  bool installed = false;
+  train_fashion(dbg, 1000000, [&](int64_t) {
+    if (!installed) precprobe::install_signal_flush(5000);  // after start()
+    installed = true;
+  });
+  return 3;  // never reached: the test signals long before
+}
+
+int throw_after(const std::string& dir, int64_t n) {
+  try {
+    precprobe::PrecisionDebugger dbg(options(dir));
+    train_fashion(dbg, n + 100, [n](int64_t k) {
+      if (k + 1 == n) throw std::runtime_error("loss exploded");
+    });
+  } catch (const std::runtime_error& e) {
+    say("caught %lld\n", n);
+    return 0;
+  }
+  return 1;
+}
+
+int fsize(const std::string& dir, long long bytes, int64_t steps) {
+  ::signal(SIGXFSZ, SIG_IGN);  // write(2) fails with EFBIG instead of killing us
+  std::atomic<int> errors{0};
+  precprobe::set_error_handler([&](const std::string& m) {
+    errors.fetch_add(1);
+    std::fprintf(stderr, "reported: %s\n", m.c_str());
+  });
+  precprobe::PrecisionDebugger dbg(options(dir));
+  struct rlimit lim = {static_cast<rlim_t>(bytes), static_cast<rlim_t>(bytes)};
+  // Set after the constructor, before start(): meta.json is small and written first.
+  if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) return 4;
+  train_fashion(dbg, steps, [](int64_t) {});
+  const auto c = dbg.counters();
+  std::printf("errors %d failed %d written %llu\n", errors.load(), c.writer.failed ? 1 : 0,
+              static_cast<unsigned long long>(c.writer.records_written));
+  return 0;
+}
+
+int threads(const std::string& dir, int n_threads, int iters) {
+  precprobe::PrecisionDebugger dbg(options(dir));
+  dbg.start();
+  std::vector<std::thread> pool;
+  std::atomic<int> ready{0};
+  for (int t = 0; t < n_threads; ++t) {
+    pool.emplace_back([&, t] {
+      auto a = torch::full({4, 4}, static_cast<float>(t + 1));
+      ready.fetch_add(1);
+      while (ready.load() < n_threads) std::this_thread::yield();  // run at the same time
+      for (int i = 0; i < iters; ++i) {
+        auto b = torch::add(a, a);
+        a = torch::mul(b, 0.5);
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  dbg.step();
+  dbg.stop();
+  return 0;
+}
+
+long rss_kb() {
+  long pages = 0, resident = 0;
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return -1;
+  if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = -1;
+  std::fclose(f);
+  return resident * (::sysconf(_SC_PAGESIZE) / 1024);
+}
+
+int long_run(const std::string& dir, int64_t steps) {
+  torch::manual_seed(0);
+  auto model = std::make_shared<Mlp>(4, 8, 2);
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.01));
+  auto x = torch::randn({8, 4});
+  auto y = torch::randn({8, 2});
+  precprobe::PrecisionDebugger dbg(options(dir));
+  dbg.start(model);
+  for (int64_t k = 1; k <= steps; ++k) {
+    auto loss = torch::mse_loss(model->forward(x), y);
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+    dbg.step();
+    if (k == 1000 || k == steps) say("rss %lld %lld\n", k, rss_kb());
+  }
+  dbg.stop();
+  const auto c = dbg.counters();
+  say("recorded %lld dropped %lld\n", static_cast<long long>(c.ops_recorded),
+      static_cast<long long>(c.writer.records_dropped));
+  return 0;
+}
+
+int badpath(const std::string& dir) {
+  precprobe::PrecisionDebugger dbg(options(dir));
+  try {
+    dbg.start();
+  } catch (const precprobe::Error& e) {
+    std::printf("error: %s\n", e.what());
+    return 0;
+  }
+  std::printf("started\n");
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) return 2;
+  const std::string mode = argv[1], dir = argv[2];
+  auto arg = [&](int i) { return i < argc ? std::atoll(argv[i]) : 0LL; };
+  at::set_num_threads(1);
+  if (mode == "train") return train(dir, arg(3));
+  if (mode == "sigterm") return sigterm(dir, argc > 3 ? argv[3] : "-");
+  if (mode == "throw") return throw_after(dir, arg(3));
+  if (mode == "fsize") return fsize(dir, arg(3), arg(4));
+  if (mode == "threads") return threads(dir, static_cast<int>(arg(3)), static_cast<int>(arg(4)));
+  if (mode == "long") return long_run(dir, arg(3));
+  if (mode == "badpath") return badpath(dir);
+  return 2;
+}

@@ -333,7 +333,8 @@ void Observer::capture_args(c10::ArrayRef<const c10::IValue> values, std::vector
       return;
     }
     if (save_name) path = tensor_path(*save_name, inputs, out.size());
-    capture_tensor(t, li, out, save_name ? &path : nullptr);
+    capture_tensor(t, li, out, save_name ? &path : nullptr,
+                   /*unread=*/!inputs && op.header.outputs_uninitialized());
   };
   for (const c10::IValue& v : values) {
     if (v.isTensor()) {
@@ -360,13 +361,13 @@ void Observer::capture_args(c10::ArrayRef<const c10::IValue> values, std::vector
 }
 
 void Observer::capture_tensor(const at::Tensor& t, int64_t list_index, std::vector<ArgRef>& out,
-                              const std::string* save_path) {
+                              const std::string* save_path, bool unread) {
   ArgRef a;
   a.is_tensor = true;
   a.list_index = list_index;
   a.requires_grad = t.requires_grad();
   a.param = parameter_name(t);
-  a.slot = engine_->capture(t);
+  a.slot = engine_->capture(t, unread);
   if (save_path) {
     const int64_t bytes = static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
     if (bytes > options_.max_tensor_bytes) {

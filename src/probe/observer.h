@@ -98,8 +98,9 @@ class Observer {
                                      Direction dir, int32_t depth);
   void capture_args(c10::ArrayRef<const c10::IValue> values, std::vector<ArgRef>& out,
                     const PendingOp& op, const std::string* save_name, bool inputs);
+  /// `unread`: the output of an aten::empty* op (uninitialized memory, never read).
   void capture_tensor(const at::Tensor& t, int64_t list_index, std::vector<ArgRef>& out,
-                      const std::string* save_path);
+                      const std::string* save_path, bool unread);
   std::string tensor_path(const std::string& name, bool input, size_t index) const;
   void emit(PendingOp& op);
   bool keep_overflow(const OpRecord& r);

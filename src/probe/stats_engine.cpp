@@ -49,7 +49,7 @@ StatsEngine::~StatsEngine() {
   if (worker_.joinable()) worker_.join();
 }
 
-std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t) {
+std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, bool unread) {
   TensorKey key = make_key(t);
   const bool cacheable = key.versioned && key.storage != nullptr;
   std::unique_lock<std::mutex> lk(mu_);
@@ -63,6 +63,7 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t) {
   auto s = std::make_shared<Slot>();
   s->key = key;
   s->origin = tl_origin;
+  s->unread = unread;
   if (key.versioned) s->counter = t.unsafeGetTensorImpl()->version_counter();
   if (key.storage)
     s->storage_alive = t.unsafeGetTensorImpl()->unsafe_storage().getWeakStorageImpl();
@@ -70,7 +71,8 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t) {
   if (cacheable) cache_.emplace(key, s);
   n_[kBytes].fetch_add(static_cast<uint64_t>(t.numel()) * t.element_size(),
                        std::memory_order_relaxed);
-  const bool now = !cfg_.async || key.storage == nullptr || t.numel() < cfg_.inline_numel;
+  const bool now =
+      unread || !cfg_.async || key.storage == nullptr || t.numel() < cfg_.inline_numel;
   if (now) {
     bump(kInline);
     s->state.store(Slot::kRunning, std::memory_order_relaxed);
@@ -130,6 +132,11 @@ void StatsEngine::compute(Slot& s) {
         bump(kSaveErrors);
         report_error("precprobe: cannot save tensor " + s.save_path + ": " + err);
       }
+    } else if (s.unread && t.layout() == at::kStrided) {
+      summarize(t.as_strided({0}, {1}), s.stats, false);  // dtype and device, no data read
+      s.stats.shape.assign(t.sizes().begin(), t.sizes().end());
+      s.stats.numel = t.numel();
+      s.stats.requires_grad = t.requires_grad();
     } else {
       summarize(t, s.stats, cfg_.with_hash);
     }

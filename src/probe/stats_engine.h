@@ -57,6 +57,10 @@ struct Slot {
   int64_t bytes = 0;        ///< held bytes while queued
   std::string save_path;    ///< non-empty: write the tensor here instead of stats
   bool stale = false;       ///< the version changed before the stats were computed
+  /// Uninitialized memory (an aten::empty* output): only dtype/shape/numel are kept; counts
+  /// are 0 and statistics NaN, so garbage never reads as NaN/Inf, here or where the same
+  /// tensor is a later op's input (a cache hit).
+  bool unread = false;
   const char* origin = "";  ///< the op that captured it (static storage), for messages
   /// Device tensors: the stream current when captured; the statistics are computed on it,
   /// after the kernels that produced the tensor.
@@ -114,7 +118,7 @@ class StatsEngine {
   StatsEngine& operator=(const StatsEngine&) = delete;
 
   /// The slot holding `t`'s statistics this step (shared on a cache hit).
-  std::shared_ptr<Slot> capture(const at::Tensor& t);
+  std::shared_ptr<Slot> capture(const at::Tensor& t, bool unread = false);
   /// Queues writing `t` to `path` (task "tensor"); kept in order with in-place writes.
   void capture_for_save(const at::Tensor& t, std::string path);
   /// Called before an op writes to `t`: no queued job may still read its storage after.

@@ -271,3 +271,35 @@ TEST_CASE("a dump stays readable after its process is killed with SIGKILL", "[de
   CHECK(meta["state"] == "running");
   CHECK(meta["format_version"] == kDumpFormatVersion);
 }
+
+TEST_CASE("uninitialized memory (aten::empty*) is never read as NaN/Inf", "[debugger][values]") {
+  TempDir dir("dbg_empty");
+  {
+    // A freed block full of NaN is likely to come back to the next allocation of its size,
+    // so empty_like's garbage would often hold NaN; whatever it holds must not be read.
+    { auto nan = torch::full({64}, std::numeric_limits<float>::quiet_NaN()); }
+    PrecisionDebugger dbg(options_in(dir));
+    dbg.start();
+    auto x = torch::ones({64});
+    auto y = torch::empty_like(x);
+    y.fill_(2.0);
+    dbg.step();
+    dbg.stop();
+  }
+  auto ops = read_ops(dir);
+  auto empty = with_name(ops, "aten::empty_like");
+  REQUIRE(empty.size() == 1);
+  const TensorStats& out = *empty[0].outputs.at(0).tensor;
+  CHECK(out.numel == 64);
+  CHECK(out.shape == std::vector<int64_t>{64});
+  CHECK(out.dtype == "Float");
+  CHECK(out.non_finite() == 0);
+  CHECK(out.zero + out.neg + out.pos == 0);  // nothing was counted
+  CHECK(std::isnan(out.min));
+  CHECK(std::isnan(out.max));
+  // fill_ overwrites it: its "before" input is the same unread tensor (a cache hit).
+  auto fill = with_name(ops, "aten::fill_");
+  REQUIRE(fill.size() == 1);
+  CHECK_FALSE(fill[0].inputs_non_finite());
+  CHECK(fill[0].outputs.at(0).tensor->min == Approx(2.0));
+}

@@ -24,3 +24,9 @@ if(TARGET precprobe_cli AND TARGET train_fashion_mnist)
     set_tests_properties(check_e2e_${name} PROPERTIES TIMEOUT 120 LABELS "check;e2e")
   endforeach()
 endif()
+
+# The probe-side checklist test reads Fashion-MNIST through examples/fashion_mnist.h (zlib).
+if(TARGET test_checklist_probe)
+  find_package(ZLIB REQUIRED)
+  target_link_libraries(test_checklist_probe PRIVATE ZLIB::ZLIB)
+endif()

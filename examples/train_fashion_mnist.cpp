@@ -189,7 +189,7 @@ int main(int argc, char** argv) try {
   int64_t step = 0;
   const auto t0 = std::chrono::steady_clock::now();
   for (int epoch = 0; epoch < flags.epochs; ++epoch) {
-    auto order = flags.sorted_labels ? std::get<1>(train.labels.sort(/*stable=*/true, 0))
+    auto order = flags.sorted_labels ? std::get<1>(train.labels.sort(c10::optional<bool>(true), 0))
                                      : torch::randperm(n, torch::kInt64);
     for (int64_t i = 0; i + flags.batch_size <= n; i += flags.batch_size) {
       if (flags.steps > 0 && step >= flags.steps) break;

@@ -21,10 +21,12 @@ namespace cs = check_scalar;
 constexpr int64_t kMaxChannels = 64;  // per-channel statistics of the first channels only
 constexpr int64_t kMaxLabels = 256;   // label histograms of more classes are not written
 
-// Which debugger the initial checks ran for (training-loop thread only).
+// Which debugger the initial checks ran for (training-loop thread only). The writer and
+// the dump path are part of the key: a later debugger may reuse the address.
 struct State {
   const PrecisionDebugger* dbg = nullptr;
-  bool init_checked = false;
+  const DumpWriter* writer = nullptr;
+  std::string dump_path;
 };
 
 State& state() {
@@ -119,11 +121,13 @@ void observe_targets(PrecisionDebugger& dbg, const at::Tensor& y, int64_t ignore
 
 void check_initial_model(PrecisionDebugger& dbg, const torch::nn::Module& model) noexcept {
   try {
-    State& s = state();
-    if (s.dbg == &dbg && s.init_checked) return;
     if (!dbg.started() || dbg.writer() == nullptr) return;
+    State& s = state();
+    if (s.dbg == &dbg && s.writer == dbg.writer() && s.dump_path == dbg.options().dump_path)
+      return;
     s.dbg = &dbg;
-    s.init_checked = true;
+    s.writer = dbg.writer();
+    s.dump_path = dbg.options().dump_path;
     at::RecordFunctionGuard no_callbacks(false);  // our own ATen calls are not observed
     at::NoGradGuard no_grad;
     check_initial_weights(dbg, model);

@@ -53,7 +53,7 @@ ChecklistResult run(const RunSpec& spec, std::vector<ScalarRecord>* scalars = nu
     PrecisionDebugger dbg(test::options_in(dir));
     dbg.start(net);
     for (int epoch = 0; epoch < 2; ++epoch) {
-      at::Tensor order = spec.sorted ? std::get<1>(labels.sort(/*stable=*/true, 0))
+      at::Tensor order = spec.sorted ? std::get<1>(labels.sort(c10::optional<bool>(true), 0))
                                      : torch::randperm(labels.size(0), torch::kInt64);
       for (int64_t b = 0; b < 6; ++b) {
         at::Tensor idx = order.slice(0, b * 64, (b + 1) * 64);

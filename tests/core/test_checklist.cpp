@@ -380,6 +380,11 @@ TEST_CASE("checklist: overflow and the GradScaler", "[checklist]") {
   CHECK(verdict(nan, "mp.overflow") == Verdict::kProblem);
   CHECK(run_checklist(nan).find("mp.overflow")->evidence.find("aten::exp") != std::string::npos);
 
+  // Uninitialised memory from an allocation is not an overflow.
+  DumpData empty = d;
+  empty.ops.push_back(op(0, 1, "aten::empty_like", "Float", 1));
+  CHECK(verdict(empty, "mp.overflow") == Verdict::kOk);
+
   DumpData half = d;
   half.ops.push_back(op(0, 1, "aten::addmm", "Half", 0));
   CHECK(verdict(half, "mp.grad_scaler") == Verdict::kProblem);

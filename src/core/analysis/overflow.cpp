@@ -19,7 +19,16 @@ using analysis_detail::RecordSource;
 
 constexpr size_t kFirstStepsShown = 10;
 
-bool is_candidate(const OpRecord& r) { return r.outputs_non_finite() && !r.inputs_non_finite(); }
+// Allocations whose output is uninitialised memory by contract: a NaN there is garbage that
+// the next op overwrites, not a value the program computed.
+bool uninitialised_output(const OpRecord& r) {
+  return r.op == "aten::empty" || r.op == "aten::empty_like" || r.op == "aten::empty_strided" ||
+         r.op == "aten::new_empty" || r.op == "aten::new_empty_strided";
+}
+
+bool outputs_bad(const OpRecord& r) { return r.outputs_non_finite() && !uninitialised_output(r); }
+
+bool is_candidate(const OpRecord& r) { return outputs_bad(r) && !r.inputs_non_finite(); }
 
 /// What one step of one rank contributes.
 struct StepState {
@@ -34,7 +43,7 @@ StepState analyse_group(const std::vector<OpRecord>& g) {
   std::vector<size_t> cands;
   std::optional<size_t> bad_in;
   for (size_t i = 0; i < g.size(); ++i) {
-    if (g[i].outputs_non_finite()) ++s.nonfinite_ops;
+    if (outputs_bad(g[i])) ++s.nonfinite_ops;
     if (is_candidate(g[i])) cands.push_back(i);
     if (g[i].inputs_non_finite() && (!bad_in || g[i].seq < g[*bad_in].seq)) bad_in = i;
   }
@@ -44,7 +53,7 @@ StepState analyse_group(const std::vector<OpRecord>& g) {
   for (size_t i : cands) places.push_back({g[i].seq, i, g[i].thread, g[i].depth});
   const size_t c = cands[analysis_detail::innermost_earliest(places)];
   s.origin = OpBrief::from(g[c]);
-  for (size_t i = c + 1; i < g.size(); ++i) s.after_origin += g[i].outputs_non_finite() ? 1 : 0;
+  for (size_t i = c + 1; i < g.size(); ++i) s.after_origin += outputs_bad(g[i]) ? 1 : 0;
   return s;
 }
 
@@ -100,7 +109,7 @@ OverflowResult find_overflow_in(RecordSource& src) {
   bool any_bad = false;
   src.ops([&](const OpRecord& r) {
     if (!group.empty() && (r.rank != group.front().rank || r.step != group.front().step)) flush();
-    any_bad = any_bad || r.outputs_non_finite() || r.inputs_non_finite();
+    any_bad = any_bad || outputs_bad(r) || r.inputs_non_finite();
     group.push_back(r);
     return true;
   });

@@ -384,6 +384,14 @@ TEST_CASE("checklist: overflow and the GradScaler", "[checklist]") {
   DumpData empty = d;
   empty.ops.push_back(op(0, 1, "aten::empty_like", "Float", 1));
   CHECK(verdict(empty, "mp.overflow") == Verdict::kOk);
+  OpRecord fill = op(0, 2, "aten::fill_", "Float", 0);
+  fill.inputs[0].tensor->nan = 1;  // the garbage fill_ overwrites
+  empty.ops.push_back(fill);
+  CHECK(verdict(empty, "mp.overflow") == Verdict::kOk);
+  OpRecord add = op(0, 3, "aten::add", "Float", 0);
+  add.inputs[0].tensor->nan = 1;  // a NaN really consumed
+  empty.ops.push_back(add);
+  CHECK(verdict(empty, "mp.overflow") == Verdict::kProblem);
 
   DumpData half = d;
   half.ops.push_back(op(0, 1, "aten::addmm", "Half", 0));

@@ -28,7 +28,21 @@ bool uninitialised_output(const OpRecord& r) {
 
 bool outputs_bad(const OpRecord& r) { return r.outputs_non_finite() && !uninitialised_output(r); }
 
-bool is_candidate(const OpRecord& r) { return outputs_bad(r) && !r.inputs_non_finite(); }
+// In-place ops that overwrite all of `self` (input 0) without reading it: a NaN there is
+// the garbage of an uninitialised allocation, not a value consumed.
+bool overwrites_self(const OpRecord& r) {
+  return r.op == "aten::fill_" || r.op == "aten::zero_" || r.op == "aten::copy_" ||
+         r.op == "aten::normal_" || r.op == "aten::uniform_";
+}
+
+bool inputs_bad(const OpRecord& r) {
+  if (!overwrites_self(r)) return r.inputs_non_finite();
+  for (size_t i = 1; i < r.inputs.size(); ++i)
+    if (r.inputs[i].tensor && !r.inputs[i].tensor->all_finite()) return true;
+  return false;
+}
+
+bool is_candidate(const OpRecord& r) { return outputs_bad(r) && !inputs_bad(r); }
 
 /// What one step of one rank contributes.
 struct StepState {
@@ -45,7 +59,7 @@ StepState analyse_group(const std::vector<OpRecord>& g) {
   for (size_t i = 0; i < g.size(); ++i) {
     if (outputs_bad(g[i])) ++s.nonfinite_ops;
     if (is_candidate(g[i])) cands.push_back(i);
-    if (g[i].inputs_non_finite() && (!bad_in || g[i].seq < g[*bad_in].seq)) bad_in = i;
+    if (inputs_bad(g[i]) && (!bad_in || g[i].seq < g[*bad_in].seq)) bad_in = i;
   }
   if (bad_in) s.first_bad_input = OpBrief::from(g[*bad_in]);
   if (cands.empty()) return s;
@@ -109,7 +123,7 @@ OverflowResult find_overflow_in(RecordSource& src) {
   bool any_bad = false;
   src.ops([&](const OpRecord& r) {
     if (!group.empty() && (r.rank != group.front().rank || r.step != group.front().step)) flush();
-    any_bad = any_bad || outputs_bad(r) || r.inputs_non_finite();
+    any_bad = any_bad || outputs_bad(r) || inputs_bad(r);
     group.push_back(r);
     return true;
   });

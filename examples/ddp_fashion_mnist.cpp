@@ -63,13 +63,24 @@ struct MlpImpl : torch::nn::Module {
 };
 TORCH_MODULE(Mlp);
 
+// One all-reduce over all gradients flattened into one buffer (Gloo's allreduce takes a
+// list of same-shaped tensors, one per device, not a list of different tensors).
 void allreduce_mean(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, torch::nn::Module& m) {
   std::vector<at::Tensor> grads;
   for (auto& p : m.parameters()) {
     if (p.grad().defined()) grads.push_back(p.grad());
   }
-  pg->allreduce(grads)->wait();
-  for (auto& g : grads) g.div_(pg->getSize());
+  if (grads.empty()) return;
+  std::vector<at::Tensor> pieces;
+  for (auto& g : grads) pieces.push_back(g.reshape({-1}));
+  std::vector<at::Tensor> flat{torch::cat(pieces)};
+  pg->allreduce(flat)->wait();
+  flat[0].div_(pg->getSize());
+  int64_t offset = 0;
+  for (auto& g : grads) {
+    g.copy_(flat[0].slice(0, offset, offset + g.numel()).view_as(g));
+    offset += g.numel();
+  }
 }
 
 }  // namespace

@@ -117,15 +117,18 @@ SummaryResult summarize_dump(const DumpData& data);
 ///
 /// Origin rule: among the ops whose input tensors are all finite and whose outputs hold
 /// NaN/Inf ("candidates"), the earliest by (step, seq) is taken, seq being the start order
-/// of the op. When candidates are nested inside it (same thread, started later, ended
-/// earlier, deeper) the earliest nested candidate replaces it, repeatedly, so that at L2 the
-/// innermost op that produced the value is blamed rather than the op that wraps it. An op
-/// with a non-finite input only propagates and is never the origin.
+/// of the op. When candidates are nested inside it (same thread, started later, every op of
+/// the thread in between deeper: seq order is a pre-order walk of the call tree) the
+/// earliest nested candidate replaces it, repeatedly, so that at L2 the innermost op that
+/// produced the value is blamed rather than the op that wraps it. Nesting does not depend
+/// on the order of records in the file. An op with a non-finite input only propagates and
+/// is never the origin.
 struct RankOverflow {
   int rank = 0;
   bool found = false;
   OpBrief origin;
-  /// Ops with non-finite outputs that ended after the origin (its step and later ones).
+  /// Other ops with non-finite outputs that started after the origin or ran around it (its
+  /// step and later ones).
   int64_t later_nonfinite_ops = 0;
   /// Steps (from the origin's) holding ops with non-finite outputs: the first few, and all.
   std::vector<int64_t> first_steps_affected;
@@ -217,6 +220,9 @@ struct UnmatchedOp {
 struct CompareOptions {
   std::optional<int64_t> step;  ///< only this step
   std::optional<int> rank;      ///< only this rank
+  /// Cross-rank: rank `first` of A against rank `second` of B (B may be the same dump);
+  /// B's records are relabelled as rank `first` so ops pair up. Overrides `rank`.
+  std::optional<std::pair<int, int>> ranks;
   /// --first: an op diverges when the error it adds (output error minus input error, both
   /// relative to the tensor's magnitude) exceeds this.
   double rtol = 1e-3;

@@ -79,7 +79,10 @@ struct OpRecord {
 
   /// msprobe-style name: "aten::addmm.3.forward".
   std::string name() const;
-  /// True when any output tensor holds NaN/Inf.
+  /// True when the op's outputs are uninitialized memory (aten::empty, empty_like,
+  /// empty_strided, new_empty, new_empty_strided): their values say nothing about the run.
+  bool outputs_uninitialized() const noexcept;
+  /// True when any output tensor holds NaN/Inf (never for outputs_uninitialized() ops).
   bool outputs_non_finite() const noexcept;
   /// True when any input tensor holds NaN/Inf.
   bool inputs_non_finite() const noexcept;
@@ -99,7 +102,7 @@ struct ScalerRecord {
   double scale_after = 0;               ///< "scale_next"
   int64_t growth_tracker = 0;           ///< "tracker": after update
   bool skipped = false;                 ///< "skipped": optimizer.step() was not run
-  std::string event;                    ///< "event": "" | "backoff" | "growth" | "collapse"
+  std::string event;                    ///< "event": "" | "backoff" | "growth" | "set" | "collapse"
   int rank = 0;                         ///< filled by the reader
 };
 

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
+#include <limits>
 #include <memory>
 
 #include "options_detail.h"
@@ -19,24 +21,35 @@ using nlohmann::ordered_json;
 
 // ---- IntSet ----
 
+namespace {
+
+// True when [.., a_hi] and [b_lo, ..] with a_hi's range starting first overlap or touch.
+bool joins(int64_t a_hi, int64_t b_lo) {
+  return b_lo <= a_hi || (a_hi < std::numeric_limits<int64_t>::max() && a_hi + 1 == b_lo);
+}
+
+}  // namespace
+
 void IntSet::add(int64_t lo, int64_t hi) {
   if (lo > hi) {
     throw Error("IntSet::add: range " + std::to_string(lo) + "-" + std::to_string(hi) +
                 " is reversed; lo must be <= hi");
   }
-  ranges_.emplace_back(lo, hi);
-  std::sort(ranges_.begin(), ranges_.end());
-  // Merge overlapping and adjacent ranges so contains() can binary-search disjoint ones.
-  std::vector<std::pair<int64_t, int64_t>> merged;
-  for (const auto& r : ranges_) {
-    if (!merged.empty() &&
-        (r.first <= merged.back().second || r.first - 1 == merged.back().second)) {
-      merged.back().second = std::max(merged.back().second, r.second);
-    } else {
-      merged.push_back(r);
-    }
+  // Keep ranges sorted, disjoint and not touching, so contains() can binary-search.
+  // Adding in ascending order (as the parser does) appends: O(1) amortised.
+  auto it = std::lower_bound(ranges_.begin(), ranges_.end(), std::make_pair(lo, hi));
+  if (it != ranges_.begin() && joins(std::prev(it)->second, lo)) {
+    --it;
+    it->second = std::max(it->second, hi);
+  } else {
+    it = ranges_.insert(it, {lo, hi});
   }
-  ranges_.swap(merged);
+  auto next = std::next(it);
+  while (next != ranges_.end() && joins(it->second, next->first)) {
+    it->second = std::max(it->second, next->second);
+    ++next;
+  }
+  ranges_.erase(std::next(it), next);
 }
 
 bool IntSet::contains(int64_t v) const noexcept {
@@ -57,13 +70,9 @@ std::optional<int64_t> IntSet::max() const noexcept {
 std::string IntSet::to_json() const {
   // ", " between elements, as the msprobe examples write them.
   std::string out = "[";
-  for (const auto& r : ranges_) {
+  for (const auto& element : detail::int_set_json(*this)) {
     if (out.size() > 1) out += ", ";
-    if (r.first == r.second) {
-      out += std::to_string(r.first);
-    } else {
-      out += "\"" + std::to_string(r.first) + "-" + std::to_string(r.second) + "\"";
-    }
+    out += element.dump();
   }
   return out + "]";
 }

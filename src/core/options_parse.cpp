@@ -5,6 +5,7 @@
 // Leniency follows msprobe: sections of tasks other than the chosen one are skipped
 // unread (msprobe's shipped config.json carries them all), but every key of the top level
 // and of the active section must be known.
+#include <algorithm>
 #include <cctype>
 #include <set>
 #include <string>
@@ -61,9 +62,9 @@ std::string get_enum(const json& v, const std::string& key,
                      const std::vector<std::string>& allowed) {
   const std::string expected = "one of " + quoted_list(allowed);
   if (!v.is_string()) fail_expected(key, v, expected);
-  const std::string s = v.get<std::string>();
+  const std::string& s = v.get_ref<const std::string&>();
   for (const std::string& a : allowed) {
-    if (s == a) return s;
+    if (s == a) return a;
   }
   const std::string suggestion = closest_match(s, allowed);
   fail_expected(key, v,
@@ -80,7 +81,7 @@ std::vector<std::string> get_string_list(const json& v, const std::string& key) 
 }
 
 // One element of "rank"/"step": 5 or "4-6" (spaces around the numbers are allowed).
-void add_int_set_element(const json& v, const std::string& key, IntSet& set) {
+std::pair<int64_t, int64_t> parse_int_set_element(const json& v, const std::string& key) {
   const char* expected = "an integer >= 0 or a range string \"lo-hi\" like \"4-6\"";
   if (v.is_number_integer()) {
     if (!v.is_number_unsigned()) {
@@ -89,19 +90,18 @@ void add_int_set_element(const json& v, const std::string& key, IntSet& set) {
     }
     if (v.get<uint64_t>() > static_cast<uint64_t>(kIndexLimits.hi)) fail_expected(key, v, expected);
     const auto x = static_cast<int64_t>(v.get<uint64_t>());
-    set.add(x, x);
-    return;
+    return {x, x};
   }
   if (!v.is_string()) fail_expected(key, v, expected);
   const std::string& s = v.get_ref<const std::string&>();
   size_t pos = 0;
   auto skip_spaces = [&] {
-    while (pos < s.size() && std::isspace(static_cast<unsigned char>(s[pos]))) ++pos;
+    while (pos < s.size() && std::isspace(static_cast<unsigned char>(s[pos])) != 0) ++pos;
   };
   auto read_number = [&](int64_t& out) {
     skip_spaces();
     const size_t start = pos;
-    while (pos < s.size() && std::isdigit(static_cast<unsigned char>(s[pos]))) ++pos;
+    while (pos < s.size() && std::isdigit(static_cast<unsigned char>(s[pos])) != 0) ++pos;
     // 18 digits always fit in int64_t.
     if (pos == start || pos - start > 18) return false;
     out = std::stoll(s.substr(start, pos - start));
@@ -121,17 +121,21 @@ void add_int_set_element(const json& v, const std::string& key, IntSet& set) {
     fail_key(key, "range \"" + s + "\" is reversed; write \"" + std::to_string(hi) + "-" +
                       std::to_string(lo) + "\"");
   }
-  set.add(lo, hi);
+  return {lo, hi};
 }
 
 IntSet get_int_set(const json& v, const std::string& key) {
   if (!v.is_array()) {
     fail_expected(key, v, "a list of integers >= 0 and range strings like \"4-6\" ([] = all)");
   }
-  IntSet set;
+  std::vector<std::pair<int64_t, int64_t>> ranges;
   for (size_t i = 0; i < v.size(); ++i) {
-    add_int_set_element(v[i], key + "[" + std::to_string(i) + "]", set);
+    ranges.push_back(parse_int_set_element(v[i], key + "[" + std::to_string(i) + "]"));
   }
+  // Sorted first, every add() appends or merges at the end: a long list stays O(n log n).
+  std::sort(ranges.begin(), ranges.end());
+  IntSet set;
+  for (const auto& r : ranges) set.add(r.first, r.second);
   return set;
 }
 
@@ -225,7 +229,7 @@ struct KeySpec {
 
 // msprobe keys precprobe knows but cannot honour: rejected with the reason.
 struct Rejected {
-  const char* location;  // "" = top level, else the section name ("*" = any task section)
+  const char* location;  // "" = top level, else the task section
   const char* name;
   const char* reason;
 };
@@ -352,8 +356,9 @@ const Rejected kRejected[] = {
      "precprobe reads its configuration once; switch recording with "
      "start()/stop() and choose steps with \"step\""},
     {"tensor", "file_format",
-     "precprobe saves tensors in its own dump streams "
-     "(docs/dump-format.md), not as .npy/.bin files"},
+     "precprobe always saves tensors as zstd-compressed NumPy files (.npy.zst)"},
+    {"tensor", "tensor_list",
+     "the tensor task saves full tensors of the ops \"list\" selects; put the names there"},
     {"tensor", "bench_path", kNoOnlineCheck},
     {"tensor", "diff_nums", kNoOnlineCheck},
     {"overflow_check", "check_mode", "a MindSpore-only msprobe key"},
@@ -376,6 +381,13 @@ const KeySpec* find_key(const KeySpec (&table)[N], const std::string& name) {
 template <size_t N>
 void append_names(const KeySpec (&table)[N], std::vector<std::string>& out) {
   for (const KeySpec& s : table) out.emplace_back(s.name);
+}
+
+const KeySpec* find_section_key(const std::string& section, const std::string& name) {
+  if (const KeySpec* spec = find_key(kSectionKeys, name)) return spec;
+  if (section == "statistics") return find_key(kStatisticsKeys, name);
+  if (section == "overflow_check") return find_key(kOverflowCheckKeys, name);
+  return nullptr;
 }
 
 std::vector<std::string> section_key_names(const std::string& section) {
@@ -434,9 +446,7 @@ void parse_section(const json& v, const std::string& section, DebuggerOptions& o
   for (const auto& item : v.items()) {
     const std::string& name = item.key();
     const std::string key = section + "." + name;
-    const KeySpec* spec = find_key(kSectionKeys, name);
-    if (!spec && section == "statistics") spec = find_key(kStatisticsKeys, name);
-    if (!spec && section == "overflow_check") spec = find_key(kOverflowCheckKeys, name);
+    const KeySpec* spec = find_section_key(section, name);
     if (!spec) reject_unknown(section, name, section_key_names(section));
     spec->apply(item.value(), key, o);
   }

@@ -166,7 +166,19 @@ void append_args(const char* quoted_key, size_t key_size, const std::vector<Arg>
 
 }  // namespace
 
-bool OpRecord::outputs_non_finite() const noexcept { return any_non_finite(outputs); }
+bool OpRecord::outputs_uninitialized() const noexcept {
+  static constexpr std::string_view kOps[] = {"aten::empty", "aten::empty_like",
+                                              "aten::empty_strided", "aten::new_empty",
+                                              "aten::new_empty_strided"};
+  for (auto k : kOps) {
+    if (op == k) return true;
+  }
+  return false;
+}
+
+bool OpRecord::outputs_non_finite() const noexcept {
+  return !outputs_uninitialized() && any_non_finite(outputs);
+}
 bool OpRecord::inputs_non_finite() const noexcept { return any_non_finite(inputs); }
 
 void append_json(const OpRecord& r, std::string& out) {

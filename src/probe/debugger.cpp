@@ -13,6 +13,7 @@
 
 #include "observer.h"
 #include "precprobe/error.h"
+#include "precprobe/grad_monitor.h"
 #include "precprobe/version.h"
 #include "torch_compat.h"
 #if __has_include("precprobe/dropout.h")
@@ -81,6 +82,8 @@ struct PrecisionDebugger::Impl {
   std::unique_ptr<DumpWriter> writer;
   std::unique_ptr<detail::Observer> observer;
   std::shared_ptr<torch::nn::Module> model;
+  std::unique_ptr<GradMonitor> monitor;  // "grad_monitor" with a model
+  const torch::nn::Module* monitored = nullptr;
 #ifdef PRECPROBE_HAVE_DROPOUT
   std::unique_ptr<DropoutGuard> no_dropout;
 #endif
@@ -231,6 +234,10 @@ void PrecisionDebugger::start(const std::shared_ptr<torch::nn::Module>& model) {
       d.ever_started = true;
     }
     d.model = model;
+    if (d.options.grad_monitor && d.writer && model && model.get() != d.monitored) {
+      d.monitor = std::make_unique<GradMonitor>(*model);
+      d.monitored = model.get();
+    }
     if (d.observer) {
       std::vector<std::pair<std::string, at::Tensor>> named;
       if (model)
@@ -286,7 +293,8 @@ void PrecisionDebugger::stop() noexcept {
 void PrecisionDebugger::step() {
   Impl& d = *impl_;
   if (d.started && d.observer) {
-    // TODO(grad_monitor): observe gradients here once GradMonitor lands.
+    // Gradients of the step that ends (call step() before zero_grad()).
+    if (d.monitor && d.options.step.contains(d.step)) d.monitor->observe(d.step, d.writer.get());
     if (d.observer->attached()) d.observer->end_step();
   }
   ++d.step;

@@ -80,16 +80,16 @@ void unscale_span(T* p, int64_t n, int64_t stride, float inv_scale, UnscaleAcc& 
   using M = typename OpMath<T>::type;
   const M s = static_cast<M>(inv_scale);
   double ss0 = 0, ss1 = 0;
-  int bad = 0;
+  int64_t bad = 0;  // a count, not a flag: GCC does not vectorise an |-reduction here
   if (stride == 1) {
-#pragma omp simd reduction(+ : ss0, ss1) reduction(| : bad)
+#pragma omp simd reduction(+ : ss0, ss1, bad)
     for (int64_t i = 0; i < n; ++i) {
       const M x = static_cast<M>(p[i]);
       const T y = static_cast<T>(x * s);
       p[i] = y;
       const M ym = static_cast<M>(y);
       const bool fx = std::isfinite(x), fy = std::isfinite(ym);
-      bad |= fx ? 0 : 1;
+      bad += fx ? 0 : 1;
       ss0 += fx ? static_cast<double>(x) * static_cast<double>(x) : 0.0;
       ss1 += fy ? static_cast<double>(ym) * static_cast<double>(ym) : 0.0;
     }
@@ -101,7 +101,7 @@ void unscale_span(T* p, int64_t n, int64_t stride, float inv_scale, UnscaleAcc& 
       e = y;
       const M ym = static_cast<M>(y);
       const bool fx = std::isfinite(x), fy = std::isfinite(ym);
-      bad |= fx ? 0 : 1;
+      bad += fx ? 0 : 1;
       ss0 += fx ? static_cast<double>(x) * static_cast<double>(x) : 0.0;
       ss1 += fy ? static_cast<double>(ym) * static_cast<double>(ym) : 0.0;
     }

@@ -471,7 +471,8 @@ void summarize(const at::Tensor& t, TensorStats& out, bool with_hash) noexcept {
       return;
     }
     TensorHasher hasher;
-    if (run_cpu(t, &out, with_hash ? &hasher : nullptr) && with_hash) out.hash = hasher.digest();
+    run_cpu(t, &out, with_hash ? &hasher : nullptr);
+    if (with_hash) out.hash = hasher.digest();  // as hash_tensor(t), header only if unread
   } catch (const std::exception& e) {
     report_error(std::string("precprobe: statistics of a ") + out.dtype +
                  " tensor failed: " + e.what());
@@ -518,7 +519,8 @@ TensorKey make_key(const at::Tensor& t) noexcept {
   }
   k.geometry = h;
   const auto& vc = impl->version_counter();
-  k.versioned = vc.enabled();
+  // Without a storage the key cannot tell two tensors apart (sparse, nested...).
+  k.versioned = vc.enabled() && k.storage != nullptr;
   k.version = k.versioned ? vc.current_version() : 0;
   return k;
 }

@@ -51,7 +51,8 @@ uint64_t hash_tensor(const at::Tensor& t);
 /// in-place op (`add_`, `zero_`, `copy_`, optimizer updates) bumps the version counter that
 /// a tensor shares with all its views. Not detected: writes through `data_ptr()` or through
 /// `.data` (which gets a fresh counter), and any change to an inference tensor
-/// (InferenceMode tensors have no counter: `versioned` is false, do not cache those).
+/// (InferenceMode tensors have no counter). `versioned` is false for those and for tensors
+/// without a storage (sparse, nested): do not cache by key when it is false.
 /// A storage address can be reused once its tensor is freed, so a cache must keep the
 /// tensor (or a weak reference checked for expiry) alive alongside its key.
 struct TensorKey {
@@ -60,7 +61,7 @@ struct TensorKey {
   uint64_t geometry = 0;          ///< hash of sizes and strides
   uint32_t version = 0;           ///< version counter (0 when not versioned)
   int8_t dtype = -1;              ///< c10::ScalarType, -1 when undefined
-  bool versioned = false;         ///< false for inference tensors and undefined ones
+  bool versioned = false;         ///< false: the key cannot detect changes, do not cache
 
   bool operator==(const TensorKey& o) const noexcept {
     return storage == o.storage && offset == o.offset && geometry == o.geometry &&

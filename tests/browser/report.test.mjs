@@ -6,6 +6,7 @@
 //   PRECPROBE_CLI          the precprobe executable
 //   PRECPROBE_MAKE_DUMP    tests/browser/make_dump.cpp built
 //   PRECPROBE_BROWSER_OUT  output directory (dumps, reports, screenshots)
+//   PRECPROBE_GOLDEN       tests/data/cli (the CLI's golden dumps)
 import { execFileSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
@@ -25,7 +26,7 @@ function check(cond, what) {
   else { failed++; console.error(`  FAIL ${what}`); }
 }
 
-for (const v of ["PRECPROBE_CLI", "PRECPROBE_MAKE_DUMP", "PRECPROBE_BROWSER_OUT"])
+for (const v of ["PRECPROBE_CLI", "PRECPROBE_MAKE_DUMP", "PRECPROBE_BROWSER_OUT", "PRECPROBE_GOLDEN"])
   if (!process.env[v]) die(`${v} is not set (run through ctest)`);
 if (!fs.existsSync(CHROMIUM))
   die(`${CHROMIUM} not found: install Debian's chromium (scripts/install-deps.sh does: apt-get install chromium)`);
@@ -49,6 +50,10 @@ run(cli, ["report", "run_a", "-o", "report_a.html"]);
 run(cli, ["report", "run_a", "--compare", "run_b", "-o", "report_compare.html"]);
 run(cli, ["report", "run_big", "-o", "report_big.html"]);
 run(mk, ["run_empty", "--steps", "0"]);
+const golden = process.env.PRECPROBE_GOLDEN;
+run(cli, ["report", path.join(golden, "overflow"), "-o", "golden_overflow.html"]);
+run(cli, ["report", path.join(golden, "diverged_1pct"), "--compare", path.join(golden, "clean"), "-o", "golden_compare.html"]);
+run(cli, ["report", path.join(golden, "truncated"), "-o", "golden_truncated.html"]);
 run(cli, ["report", "run_empty", "-o", "report_empty.html"]);
 
 async function open(file) {
@@ -98,7 +103,8 @@ const uplotPoints = (page, id, series) =>
   check((await num(page, "#heatmap", "rows")) === 4 && (await num(page, "#heatmap", "cols")) === 60, "heat map 4 params x 60 steps");
   check((await num(page, "#heatmap", "points")) === 240, "heat map: 240 cells drawn");
   check((await num(page, "#heatmap", "nonfinite")) === 2, "heat map: the 2 non-finite cells of step 30 marked");
-  check((await uplotPoints(page, "chart-nonfinite", 1)) === 60, "non-finite timeline: 60 steps");
+  check((await uplotPoints(page, "chart-nonfinite", 1)) === 1 && (await uplotPoints(page, "chart-nonfinite", 2)) === 59,
+        "non-finite timeline: 60 steps, 1 with NaN/Inf");
   check((await page.evaluate(() => window.precprobeReport.charts["chart-nonfinite"].data[1][30])) === 10,
         "non-finite timeline: 10 ops with NaN/Inf at step 30 (seq 4..13)");
   const origin = await page.$eval("#origin-op", (e) => e.textContent).catch(() => "");
@@ -160,6 +166,32 @@ const uplotPoints = (page, id, series) =>
   const { page, close } = await open("report_empty.html");
   check((await page.$$(".chart")).length === 0, "empty dump: no charts");
   check((await page.$("#run")) !== null, "empty dump: run header shown");
+  await close();
+}
+
+// ---- the CLI's golden dumps (tests/data/cli; expected answers in tests/cli/test_cli.cpp) ----
+{
+  const { page, close } = await open("golden_overflow.html");
+  const origin = await page.$eval("#origin-op", (e) => e.textContent).catch(() => "");
+  check(/aten::addmm\.0\.forward/.test(origin) && /mlp\/fc1/.test(origin) && /fc1\.weight/.test(origin),
+        "golden overflow: origin aten::addmm.0.forward (inside aten::linear), scope and parameters shown");
+  check((await page.evaluate(() => window.precprobeReport.data.overflow.step)) === 1, "golden overflow: origin at step 1");
+  check((await page.$$eval("#run h3", (hs) => hs.length)) >= 1, "golden overflow: run header");
+  await close();
+}
+{
+  const { page, close } = await open("golden_compare.html");
+  const first = await page.$eval("#first-divergent", (e) => e.textContent).catch(() => "");
+  check(/aten::addmm\.0\.forward/.test(first), "golden compare: first divergent op aten::addmm.0.forward");
+  check((await uplotPoints(page, "chart-compare", 2)) === 1, "golden compare: first divergent op marked");
+  const hl = await page.$$eval("#table-compare tr.hl", (trs) => trs.map((t) => t.textContent));
+  check(hl.length === 1 && hl[0].includes("aten::addmm.0.forward"), "golden compare: its table row highlighted");
+  await close();
+}
+{
+  const { page, close } = await open("golden_truncated.html");
+  const run = await page.$eval("#run", (e) => e.textContent);
+  check(/truncated frame/.test(run), "golden truncated: the truncation is reported in the run header");
   await close();
 }
 

@@ -71,13 +71,12 @@ void write_step(DumpWriter& w, int64_t step, const Variant& v) {
   if (v.extra_op && step == 0) w.submit(op(step, seq++, "aten::clone", 0, {x}, {x}));
   const bool bad = v.overflow && step >= 1;
   Arg h = bad ? targ({kInf, -2.1, 6.1, 0.35}) : scaled(y, f);
-  // L2 nesting: aten::linear (depth 0) runs aten::t and aten::addmm (depth 1); records are
-  // written at op end, so the inner ones come first.
-  const int64_t linear_seq = seq++;
+  // L2 nesting: aten::linear (depth 0) runs aten::t and aten::addmm (depth 1). Records are
+  // in seq (start) order, as the probe writes them.
   const Arg in_x = step >= 2 && v.overflow ? targ({kNaN, -2, 3, 0.5}) : x;
+  w.submit(op(step, seq++, "aten::linear", 0, {in_x, wt, b}, {h}, 0));
   w.submit(op(step, seq++, "aten::t", 0, {wt}, {targ({0.5, 2, -1, 0.25})}, 1));
   w.submit(op(step, seq++, "aten::addmm", 0, {b, in_x, wt}, {h}, 1));
-  w.submit(op(step, linear_seq, "aten::linear", 0, {in_x, wt, b}, {h}, 0));
   Arg r = bad ? targ({kInf, 0, 6.1, 0.35}) : scaled(targ({0.6 + step, 0, 6.1, 0.35}), f);
   w.submit(op(step, seq++, "aten::relu", 0, {h}, {r}));
   Arg s = bad ? targ({kInf}) : scaled(targ({7.05 + step}), f);

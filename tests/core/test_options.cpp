@@ -5,6 +5,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
@@ -192,6 +193,8 @@ TEST_CASE("every key rejects wrong types and values, naming the key and what is 
       {R"({"statistics": {"tensor_list": ["addmm"]}})",
        {"'statistics.tensor_list'", "\"task\": \"tensor\"", "[] only"}},
       {R"({"statistics": {"tensor_list": 3}})", {"'statistics.tensor_list'", "list"}},
+      {R"({"task": "tensor", "tensor": {"list": ["a"], "tensor_list": ["a"]}})",
+       {"'tensor.tensor_list'", "not supported by precprobe", "\"list\""}},
       {R"({"task": "overflow_check", "overflow_check": {"overflow_nums": 0}})",
        {"'overflow_check.overflow_nums'", "-1 (unlimited) or an integer >= 1", "integer 0"}},
       {R"({"task": "overflow_check", "overflow_check": {"overflow_nums": -2}})",
@@ -199,7 +202,7 @@ TEST_CASE("every key rejects wrong types and values, naming the key and what is 
       {R"({"task": "overflow_check", "overflow_check": {"overflow_nums": "1"}})",
        {"'overflow_check.overflow_nums'", "found string"}},
       {R"({"task": "tensor", "tensor": {"list": ["addmm"], "file_format": "npy"}})",
-       {"'tensor.file_format'", "not supported by precprobe", ".npy"}},
+       {"'tensor.file_format'", "not supported by precprobe", ".npy.zst"}},
       // validate(): the tensor task never dumps every op by default
       {R"({"task": "tensor"})",
        {"task 'tensor' saves full tensors only for ops named in "
@@ -734,4 +737,32 @@ TEST_CASE("the complete example of docs/config.md is accepted", "[options][docs]
   CHECK(m.matches("aten::addmm.0.forward"));
   CHECK(m.matches("aten::gelu.3.forward"));
   CHECK_FALSE(m.matches("aten::mm.0.forward"));
+}
+
+TEST_CASE("IntSet merges at the int64 limits without overflow", "[intset]") {
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  IntSet s;
+  s.add(kMax, kMax);
+  s.add(kMin, kMin);
+  s.add(kMin + 1, kMin + 1);  // touches kMin: merged
+  s.add(kMax - 1, kMax - 1);  // touches kMax: merged
+  CHECK(s.ranges() == std::vector<std::pair<int64_t, int64_t>>{{kMin, kMin + 1}, {kMax - 1, kMax}});
+  CHECK(s.contains(kMax));
+  CHECK(s.contains(kMin));
+  CHECK_FALSE(s.contains(0));
+  CHECK(s.max() == std::optional<int64_t>(kMax));
+  s.add(kMin, kMax);
+  CHECK(s.ranges().size() == 1);
+}
+
+TEST_CASE("a long step list parses into merged ranges", "[intset][options]") {
+  // 200000 entries, every other number descending, then the odd ones: all merge into one.
+  nlohmann::json steps = nlohmann::json::array();
+  for (int64_t v = 199998; v >= 0; v -= 2) steps.push_back(v);
+  for (int64_t v = 1; v < 200000; v += 2) steps.push_back(v);
+  nlohmann::json config = {{"step", steps}};
+  const DebuggerOptions o = DebuggerOptions::from_json(config.dump());
+  CHECK(o.step.ranges() == std::vector<std::pair<int64_t, int64_t>>{{0, 199999}});
+  CHECK(o.step.to_json() == R"(["0-199999"])");
 }

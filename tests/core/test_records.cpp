@@ -71,6 +71,17 @@ TEST_CASE("helpers: direction names, msprobe-style name, abs_max, non-finite fla
   CHECK_FALSE(r.inputs_non_finite());
   CHECK(r.outputs_non_finite());
   CHECK(bad.non_finite() == 1);
+
+  // Uninitialized memory from the empty family is garbage, never an overflow.
+  for (const char* op : {"aten::empty", "aten::empty_like", "aten::empty_strided",
+                         "aten::new_empty", "aten::new_empty_strided"}) {
+    r.op = op;
+    CHECK(r.outputs_uninitialized());
+    CHECK_FALSE(r.outputs_non_finite());
+  }
+  r.op = "aten::empty_like_not";  // only those exact names
+  CHECK_FALSE(r.outputs_uninitialized());
+  CHECK(r.outputs_non_finite());
 }
 
 TEST_CASE("op record: exact JSON text with short keys and omitted defaults", "[records]") {

@@ -510,5 +510,6 @@ TEST_CASE("tensor key changes with in-place updates and geometry", "[stats][key]
   }
   CHECK_FALSE(make_key(inf).versioned);
   CHECK_FALSE(make_key(at::Tensor()).versioned);
+  CHECK_FALSE(make_key(torch::ones({3}).to_sparse()).versioned);
   CHECK(make_key(at::Tensor()).storage == nullptr);
 }

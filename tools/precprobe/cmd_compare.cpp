@@ -18,6 +18,7 @@ struct CompareArgs {
   bool first = false, exact = false, all = false, json = false;
   std::optional<int64_t> step;
   std::optional<int> rank;
+  std::vector<int> ranks;  // --ranks R1 R2: two ranks of one run (or of A and B)
   double rtol = 1e-3;
 };
 
@@ -147,14 +148,19 @@ void add_compare_command(CLI::App& app, int& exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "compare", "Compare two dumps op by op (A = run under test, B = benchmark)");
   cmd->add_option("A", args->a, "dump under test (msprobe's N, 'NPU')")->required();
-  cmd->add_option("B", args->b, "benchmark dump (msprobe's B, 'bench')")->required();
+  cmd->add_option("B", args->b, "benchmark dump (msprobe's B, 'bench'); with --ranks, default A");
   CLI::Option* first =
       cmd->add_flag("--first", args->first, "report the first op that adds divergence");
   CLI::Option* exact = cmd->add_flag("--exact", args->exact,
                                      "bitwise identity (hashes, or all statistics when no hashes)");
   first->excludes(exact);
   cmd->add_option("--step", args->step, "compare this step only");
-  cmd->add_option("--rank", args->rank, "compare this rank only");
+  CLI::Option* rank = cmd->add_option("--rank", args->rank, "compare this rank only");
+  cmd->add_option("--ranks", args->ranks,
+                  "compare rank R1 of A with rank R2 of B (of A when B is not given)")
+      ->expected(2)
+      ->type_name("R1 R2")
+      ->excludes(rank);
   cmd->add_option("--rtol", args->rtol,
                   "--first: relative error an op must add to count as divergent")
       ->capture_default_str()
@@ -169,9 +175,14 @@ void add_compare_command(CLI::App& app, int& exit_code) {
       "Examples:\n"
       "  precprobe compare run_bf16 run_fp32 --first\n"
       "  precprobe compare run_a run_b --exact --json | jq .identical\n"
-      "  precprobe compare run_a run_b --step 3 --rank 0 --all");
+      "  precprobe compare run_a run_b --step 3 --rank 0 --all\n"
+      "  precprobe compare ddp_dump --ranks 0 1 --exact      # replicas that should agree");
   cmd->callback([args, &exit_code] {
     const Terminal term = Terminal::detect();
+    if (args->b.empty()) {
+      if (args->ranks.empty()) throw CLI::ValidationError("B", "a second dump B is required (or --ranks R1 R2)");
+      args->b = args->a;
+    }
     auto a = open_dump(args->a);
     auto b = open_dump(args->b);
     CompareOptions opt;
@@ -179,6 +190,7 @@ void add_compare_command(CLI::App& app, int& exit_code) {
     opt.exact = args->exact;
     opt.step = args->step;
     opt.rank = args->rank;
+    if (args->ranks.size() == 2) opt.ranks = std::make_pair(args->ranks[0], args->ranks[1]);
     opt.rtol = args->rtol;
     CompareResult r;
     {

@@ -22,43 +22,28 @@ namespace {
 using analysis_detail::RecordSource;
 using GroupKey = std::pair<int64_t, int>;  // (step, rank)
 using Groups = std::map<GroupKey, std::vector<OpRecord>>;
-// File position within its group of each record of a Groups entry, in the same order.
-using Positions = std::map<GroupKey, std::vector<size_t>>;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-struct Loaded {
-  Groups groups;  ///< ops by (step, rank), each sorted by seq
-  Positions pos;  ///< their file positions, for nesting
-};
-
-Loaded load(RecordSource& src, const CompareOptions& opt) {
+// `side` 0 is A, 1 is B: with opt.ranks each side keeps its own rank, and B's records are
+// relabelled as A's rank so the two ranks' ops pair up.
+Groups load(RecordSource& src, const CompareOptions& opt, int side) {
+  std::optional<int> rank = opt.rank;
+  if (opt.ranks) rank = side == 0 ? opt.ranks->first : opt.ranks->second;
   Groups g;
   src.ops([&](const OpRecord& r) {
-    if ((opt.step && r.step != *opt.step) || (opt.rank && r.rank != *opt.rank)) return true;
-    g[{r.step, r.rank}].push_back(r);
+    if ((opt.step && r.step != *opt.step) || (rank && r.rank != *rank)) return true;
+    const int label = opt.ranks ? opt.ranks->first : r.rank;
+    auto& ops = g[{r.step, label}];
+    ops.push_back(r);
+    ops.back().rank = label;
     return true;
   });
-  Loaded out;
   for (auto& [key, ops] : g) {
-    std::vector<size_t> order(ops.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t x, size_t y) { return ops[x].seq < ops[y].seq; });
-    std::vector<OpRecord> sorted;
-    sorted.reserve(ops.size());
-    for (size_t i : order) sorted.push_back(std::move(ops[i]));
-    out.groups[key] = std::move(sorted);
-    out.pos[key] = std::move(order);
+    std::stable_sort(ops.begin(), ops.end(),
+                     [](const OpRecord& x, const OpRecord& y) { return x.seq < y.seq; });
   }
-  return out;
-}
-
-// Ops whose outputs are uninitialized memory: their values say nothing about a run.
-bool uninitialized_output(const std::string& op) {
-  static const char* const kOps[] = {"aten::empty", "aten::empty_like", "aten::empty_strided",
-                                     "aten::new_empty", "aten::new_empty_strided"};
-  return std::find(std::begin(kOps), std::end(kOps), op) != std::end(kOps);
+  return g;
 }
 
 // One side's arguments against the other's; returns the largest tensor error and sets
@@ -121,7 +106,7 @@ Verdict compare_pair(const OpRecord& a, const OpRecord& b, double rtol) {
   oc.score = std::isinf(oc.output_error) && std::isinf(oc.input_error)
                  ? 0
                  : oc.output_error - oc.input_error;
-  if (uninitialized_output(a.op)) {
+  if (a.outputs_uninitialized()) {
     oc.exact = true;
     oc.warning = false;
     oc.score = 0;
@@ -169,25 +154,28 @@ UnmatchedOp unmatched(const OpRecord& r, const char* side) {
 // The group's earliest divergent op, or an op nested in it that diverges too (nesting.h):
 // an outer op inherits the divergence of the op it ran, which is the one to blame.
 std::optional<OpCompare> group_first(const std::vector<OpCompare>& divergent,
-                                     const std::vector<OpRecord>& a, const std::vector<size_t>& pos,
+                                     const std::vector<OpRecord>& a,
                                      const std::vector<size_t>& index) {
   if (divergent.empty()) return std::nullopt;
   std::vector<analysis_detail::OpPlace> places;
-  for (size_t k = 0; k < divergent.size(); ++k) {
-    const OpRecord& r = a[index[k]];
-    places.push_back({r.seq, pos[index[k]], r.thread, r.depth});
+  for (const OpRecord& r : a) places.push_back({r.seq, r.thread, r.depth});
+  const analysis_detail::CallTree tree(places);
+  const size_t chosen = tree.innermost_earliest(index);
+  for (size_t k = 0; k < index.size(); ++k) {
+    if (index[k] == chosen) return divergent[k];
   }
-  return divergent[analysis_detail::innermost_earliest(places)];
+  return std::nullopt;
 }
 
-CompareResult compare_groups(const Loaded& la, const Loaded& lb, const CompareOptions& opt) {
-  const Groups& ga = la.groups;
-  const Groups& gb = lb.groups;
+CompareResult compare_groups(const Groups& ga, const Groups& gb, const CompareOptions& opt) {
   CompareResult res;
   res.first_mode = opt.first;
   res.exact_mode = opt.exact;
   std::optional<OpCompare> first_divergent, first_inexact;
-  for (const auto& [key, a] : ga) {
+  for (const auto& kv : ga) {
+    // Named references, not structured bindings: clang 14 won't capture those in a lambda.
+    const GroupKey& key = kv.first;
+    const std::vector<OpRecord>& a = kv.second;
     auto it = gb.find(key);
     if (it == gb.end()) {
       res.only_a.push_back(key);
@@ -215,12 +203,13 @@ CompareResult compare_groups(const Loaded& la, const Loaded& lb, const CompareOp
       }
       res.ops.push_back(std::move(v.oc));
     }
-    const std::vector<size_t>& pos = la.pos.at(key);
-    for (auto [found, from, at] : {std::tie(first_divergent, divergent, divergent_at),
-                                   std::tie(first_inexact, inexact, inexact_at)}) {
-      std::optional<OpCompare> g = group_first(from, a, pos, at);
+    auto keep_earliest = [&](std::optional<OpCompare>& found, const std::vector<OpCompare>& from,
+                             const std::vector<size_t>& at) {
+      std::optional<OpCompare> g = group_first(from, a, at);
       if (g && (!found || earlier(*g, *found))) found = std::move(g);
-    }
+    };
+    keep_earliest(first_divergent, divergent, divergent_at);
+    keep_earliest(first_inexact, inexact, inexact_at);
     res.aligned_by_lcs += by_lcs ? 1 : 0;
   }
   for (const auto& [key, b] : gb) {
@@ -336,11 +325,17 @@ CompareResult compare_dumps(DumpReader& a, DumpReader& b, const CompareOptions& 
   ReadOptions read;
   read.progress = progress;
   if (options.step) read.filter.step_min = read.filter.step_max = options.step;
-  if (options.rank) read.filter.ranks = {*options.rank};
-  analysis_detail::ReaderSource sa(a, read), sb(b, read);
-  const Loaded la = load(sa, options);
-  const Loaded lb = load(sb, options);
-  CompareResult r = compare_groups(la, lb, options);
+  ReadOptions read_b = read;
+  if (options.ranks) {
+    read.filter.ranks = {options.ranks->first};
+    read_b.filter.ranks = {options.ranks->second};
+  } else if (options.rank) {
+    read.filter.ranks = read_b.filter.ranks = {*options.rank};
+  }
+  analysis_detail::ReaderSource sa(a, read), sb(b, read_b);
+  const Groups ga = load(sa, options, 0);
+  const Groups gb = load(sb, options, 1);
+  CompareResult r = compare_groups(ga, gb, options);
   r.path_a = a.path();
   r.path_b = b.path();
   return r;
@@ -348,9 +343,9 @@ CompareResult compare_dumps(DumpReader& a, DumpReader& b, const CompareOptions& 
 
 CompareResult compare_dumps(const DumpData& a, const DumpData& b, const CompareOptions& options) {
   analysis_detail::DataSource sa(a), sb(b);
-  const Loaded la = load(sa, options);
-  const Loaded lb = load(sb, options);
-  return compare_groups(la, lb, options);
+  const Groups ga = load(sa, options, 0);
+  const Groups gb = load(sb, options, 1);
+  return compare_groups(ga, gb, options);
 }
 
 }  // namespace precprobe

@@ -1,6 +1,9 @@
 // export_table: flat tables for spreadsheets and pandas. One column set per stream, the
 // same in CSV and JSON Lines; NaN/Inf are empty cells in CSV and null in JSON.
+#include <fmt/format.h>
+
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <ostream>
 
@@ -10,9 +13,27 @@
 namespace precprobe {
 namespace {
 
-using analysis_detail::number;
 using analysis_detail::RecordSource;
-using Row = nlohmann::ordered_json;
+// A row is a list of (column, cell); cells are formatted straight to text (a JSON
+// document per row would cost several times the decoding itself on large dumps).
+struct Cell {
+  enum Kind : uint8_t { kNull, kInt, kDouble, kBool, kString, kShape } kind = kNull;
+  int64_t i = 0;
+  double d = 0;
+  std::string s;
+  const std::vector<int64_t>* shape = nullptr;
+};
+
+Cell cell(int64_t v) { return Cell{Cell::kInt, v, 0, {}, nullptr}; }
+Cell cell(int v) { return cell(int64_t{v}); }
+Cell cell(uint32_t v) { return cell(int64_t{v}); }
+Cell cell(double v) { return std::isfinite(v) ? Cell{Cell::kDouble, 0, v, {}, nullptr} : Cell{}; }
+Cell cell(bool v) { return Cell{Cell::kBool, v ? 1 : 0, 0, {}, nullptr}; }
+Cell cell(std::string v) { return Cell{Cell::kString, 0, 0, std::move(v), nullptr}; }
+Cell cell(const char* v) { return cell(std::string(v)); }
+Cell cell(const std::vector<int64_t>& v) { return Cell{Cell::kShape, 0, 0, {}, &v}; }
+
+using Row = std::vector<std::pair<const char*, Cell>>;
 
 std::string join(const std::vector<std::string>& v) {
   std::string s;
@@ -26,136 +47,198 @@ std::string hex(uint64_t h) {
   return buf;
 }
 
+void json_string(std::string& out, const std::string& s) {
+  out += '"';
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (u < 0x20) {
+      out += fmt::format("\\u{:04x}", u);
+    } else {
+      out += c;
+    }
+  }
+  out += '"';
+}
+
+// Numbers and shapes as JSON text; fmt's "{}" is the shortest text that round-trips.
+void value_text(std::string& out, const Cell& c) {
+  switch (c.kind) {
+    case Cell::kNull:
+      out += "null";
+      break;
+    case Cell::kInt:
+      out += std::to_string(c.i);
+      break;
+    case Cell::kDouble:
+      out += fmt::format("{}", c.d);
+      break;
+    case Cell::kBool:
+      out += c.i ? "true" : "false";
+      break;
+    case Cell::kString:
+      json_string(out, c.s);
+      break;
+    case Cell::kShape:
+      out += fmt::format("[{}]", fmt::join(*c.shape, ","));
+      break;
+  }
+}
+
 // RFC 4180: quote a field holding a comma, quote or line break; double inner quotes.
-std::string csv_field(const nlohmann::ordered_json& v) {
-  if (v.is_null()) return "";
-  std::string s = v.is_string() ? v.get<std::string>() : analysis_detail::dump(v);
-  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
-  std::string q = "\"";
-  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return q + "\"";
+void csv_field(std::string& out, const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) {
+    out += s;
+    return;
+  }
+  out += '"';
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  out += '"';
 }
 
 class TableWriter {
  public:
   TableWriter(ExportFormat format, std::ostream& out) : format_(format), out_(out) {}
   void write(const Row& row) {
+    line_.clear();
     if (format_ == ExportFormat::kJsonl) {
-      out_ << analysis_detail::dump(row) << '\n';
+      line_ += '{';
+      for (size_t k = 0; k < row.size(); ++k) {
+        if (k) line_ += ',';
+        json_string(line_, row[k].first);
+        line_ += ':';
+        value_text(line_, row[k].second);
+      }
+      line_ += "}\n";
     } else {
-      if (rows_ == 0) write_csv_line(row, /*header=*/true);
-      write_csv_line(row, /*header=*/false);
+      if (rows_ == 0) {
+        for (size_t k = 0; k < row.size(); ++k) {
+          if (k) line_ += ',';
+          csv_field(line_, row[k].first);
+        }
+        line_ += '\n';
+      }
+      for (size_t k = 0; k < row.size(); ++k) {
+        if (k) line_ += ',';
+        const Cell& c = row[k].second;
+        if (c.kind == Cell::kString) {
+          csv_field(line_, c.s);
+        } else if (c.kind != Cell::kNull) {
+          std::string text;
+          value_text(text, c);
+          csv_field(line_, text);
+        }
+      }
+      line_ += '\n';
     }
+    out_.write(line_.data(), static_cast<std::streamsize>(line_.size()));
     ++rows_;
   }
   uint64_t rows() const { return rows_; }
 
  private:
-  void write_csv_line(const Row& row, bool header) {
-    bool first = true;
-    for (auto it = row.begin(); it != row.end(); ++it) {
-      out_ << (first ? "" : ",") << (header ? csv_field(it.key()) : csv_field(it.value()));
-      first = false;
-    }
-    out_ << '\n';
-  }
   ExportFormat format_;
   std::ostream& out_;
+  std::string line_;
   uint64_t rows_ = 0;
 };
 
-Row op_row(const OpRecord& r, const char* io, int index, const Arg* arg) {
-  Row row{{"step", r.step},
-          {"rank", r.rank},
-          {"seq", r.seq},
-          {"name", r.name()},
-          {"op", r.op},
-          {"overload", r.overload},
-          {"dir", std::string(to_string(r.dir))},
-          {"depth", r.depth},
-          {"thread", r.thread},
-          {"scope", r.scope},
-          {"node", r.node},
-          {"io", io},
-          {"index", index}};
+Row op_row(const OpRecord& r, const std::string& name, const char* io, int index, const Arg* arg) {
+  Row row{{"step", cell(r.step)},
+          {"rank", cell(r.rank)},
+          {"seq", cell(r.seq)},
+          {"name", cell(name)},
+          {"op", cell(r.op)},
+          {"overload", cell(r.overload)},
+          {"dir", cell(std::string(to_string(r.dir)))},
+          {"depth", cell(r.depth)},
+          {"thread", cell(r.thread)},
+          {"scope", cell(r.scope)},
+          {"node", cell(r.node)},
+          {"io", cell(io)},
+          {"index", cell(index)}};
   const TensorStats* t = arg && arg->tensor ? &*arg->tensor : nullptr;
-  row["li"] = t ? t->list_index : -1;
-  row["dtype"] = t ? t->dtype : "";
-  row["shape"] = t ? Row(t->shape) : Row();
-  for (const char* k : {"numel", "nan", "pinf", "ninf", "zero", "neg", "pos"}) row[k] = nullptr;
-  for (const char* k : {"min", "max", "mean", "norm", "hash"}) row[k] = nullptr;
-  if (t) {
-    row["numel"] = t->numel;
-    row["nan"] = t->nan;
-    row["pinf"] = t->pinf;
-    row["ninf"] = t->ninf;
-    row["zero"] = t->zero;
-    row["neg"] = t->neg;
-    row["pos"] = t->pos;
-    row["min"] = number(t->min);
-    row["max"] = number(t->max);
-    row["mean"] = number(t->mean);
-    row["norm"] = number(t->norm);
-    if (t->hash) row["hash"] = hex(*t->hash);
-  }
-  row["param"] = t ? t->param : "";
-  row["rg"] = t ? t->requires_grad : false;
-  row["value"] = arg && !t ? arg->value : "";
+  row.emplace_back("li", cell(t ? t->list_index : int64_t{-1}));
+  row.emplace_back("dtype", cell(t ? t->dtype : std::string()));
+  row.emplace_back("shape", t ? cell(t->shape) : Cell{});
+  const auto count = [&](int64_t TensorStats::*f) { return t ? cell(t->*f) : Cell{}; };
+  const auto stat = [&](double TensorStats::*f) { return t ? cell(t->*f) : Cell{}; };
+  row.emplace_back("numel", count(&TensorStats::numel));
+  row.emplace_back("nan", count(&TensorStats::nan));
+  row.emplace_back("pinf", count(&TensorStats::pinf));
+  row.emplace_back("ninf", count(&TensorStats::ninf));
+  row.emplace_back("zero", count(&TensorStats::zero));
+  row.emplace_back("neg", count(&TensorStats::neg));
+  row.emplace_back("pos", count(&TensorStats::pos));
+  row.emplace_back("min", stat(&TensorStats::min));
+  row.emplace_back("max", stat(&TensorStats::max));
+  row.emplace_back("mean", stat(&TensorStats::mean));
+  row.emplace_back("norm", stat(&TensorStats::norm));
+  row.emplace_back("hash", t && t->hash ? cell(hex(*t->hash)) : Cell{});
+  row.emplace_back("param", cell(t ? t->param : std::string()));
+  row.emplace_back("rg", cell(t ? t->requires_grad : false));
+  row.emplace_back("value", cell(arg && !t ? arg->value : std::string()));
   return row;
 }
 
 void export_ops(RecordSource& src, TableWriter& w) {
   src.ops([&](const OpRecord& r) {
-    if (r.inputs.empty() && r.outputs.empty()) w.write(op_row(r, "", -1, nullptr));
+    const std::string name = r.name();
+    if (r.inputs.empty() && r.outputs.empty()) w.write(op_row(r, name, "", -1, nullptr));
     for (size_t i = 0; i < r.inputs.size(); ++i)
-      w.write(op_row(r, "input", static_cast<int>(i), &r.inputs[i]));
+      w.write(op_row(r, name, "input", static_cast<int>(i), &r.inputs[i]));
     for (size_t i = 0; i < r.outputs.size(); ++i)
-      w.write(op_row(r, "output", static_cast<int>(i), &r.outputs[i]));
+      w.write(op_row(r, name, "output", static_cast<int>(i), &r.outputs[i]));
     return true;
   });
 }
 
 void export_scaler(RecordSource& src, TableWriter& w) {
   src.scaler([&](const ScalerRecord& r) {
-    w.write(Row{{"step", r.step},
-                {"rank", r.rank},
-                {"optimizer", r.optimizer},
-                {"group", r.group},
-                {"found_inf", r.found_inf},
-                {"skipped", r.skipped},
-                {"scale", number(r.scale_before)},
-                {"scale_next", number(r.scale_after)},
-                {"tracker", r.growth_tracker},
-                {"event", r.event},
-                {"nonfinite_params", r.nonfinite_params},
-                {"bad_params", join(r.bad_params)},
-                {"grad_norm_scaled", number(r.grad_norm_scaled)},
-                {"grad_norm", number(r.grad_norm)}});
+    w.write(Row{{"step", cell(r.step)},
+                {"rank", cell(r.rank)},
+                {"optimizer", cell(r.optimizer)},
+                {"group", cell(r.group)},
+                {"found_inf", cell(r.found_inf)},
+                {"skipped", cell(r.skipped)},
+                {"scale", cell(r.scale_before)},
+                {"scale_next", cell(r.scale_after)},
+                {"tracker", cell(r.growth_tracker)},
+                {"event", cell(r.event)},
+                {"nonfinite_params", cell(r.nonfinite_params)},
+                {"bad_params", cell(join(r.bad_params))},
+                {"grad_norm_scaled", cell(r.grad_norm_scaled)},
+                {"grad_norm", cell(r.grad_norm)}});
     return true;
   });
 }
 
 void export_grads(RecordSource& src, TableWriter& w) {
   src.grads([&](const GradRecord& r) {
-    w.write(Row{{"step", r.step},
-                {"rank", r.rank},
-                {"param", r.param},
-                {"has_grad", r.has_grad},
-                {"grad_norm", number(r.grad_norm)},
-                {"grad_abs_max", number(r.grad_abs_max)},
-                {"grad_abs_mean", number(r.grad_abs_mean)},
-                {"grad_nan", r.grad_nan},
-                {"grad_inf", r.grad_inf},
-                {"weight_norm", number(r.weight_norm)},
-                {"update_ratio", number(r.update_ratio)},
-                {"watch", join(r.watch)}});
+    w.write(Row{{"step", cell(r.step)},
+                {"rank", cell(r.rank)},
+                {"param", cell(r.param)},
+                {"has_grad", cell(r.has_grad)},
+                {"grad_norm", cell(r.grad_norm)},
+                {"grad_abs_max", cell(r.grad_abs_max)},
+                {"grad_abs_mean", cell(r.grad_abs_mean)},
+                {"grad_nan", cell(r.grad_nan)},
+                {"grad_inf", cell(r.grad_inf)},
+                {"weight_norm", cell(r.weight_norm)},
+                {"update_ratio", cell(r.update_ratio)},
+                {"watch", cell(join(r.watch))}});
     return true;
   });
 }
 
 void export_events(RecordSource& src, TableWriter& w) {
   src.scalars([&](const ScalarRecord& r) {
-    w.write(Row{{"step", r.step}, {"rank", r.rank}, {"name", r.name}, {"value", number(r.value)}});
+    w.write(Row{{"step", cell(r.step)},
+                {"rank", cell(r.rank)},
+                {"name", cell(r.name)},
+                {"value", cell(r.value)}});
     return true;
   });
 }

@@ -48,7 +48,7 @@ bool is_candidate(const OpRecord& r) { return outputs_bad(r) && !inputs_bad(r); 
 struct StepState {
   int64_t nonfinite_ops = 0;
   std::optional<OpBrief> origin;
-  int64_t after_origin = 0;  ///< non-finite outputs that ended after the origin
+  int64_t after_origin = 0;  ///< non-finite outputs after the origin (or around it)
   std::optional<OpBrief> first_bad_input;
 };
 
@@ -56,18 +56,23 @@ StepState analyse_group(const std::vector<OpRecord>& g) {
   StepState s;
   std::vector<size_t> cands;
   std::optional<size_t> bad_in;
+  std::vector<analysis_detail::OpPlace> places;
   for (size_t i = 0; i < g.size(); ++i) {
+    places.push_back({g[i].seq, g[i].thread, g[i].depth});
     if (outputs_bad(g[i])) ++s.nonfinite_ops;
     if (is_candidate(g[i])) cands.push_back(i);
     if (inputs_bad(g[i]) && (!bad_in || g[i].seq < g[*bad_in].seq)) bad_in = i;
   }
   if (bad_in) s.first_bad_input = OpBrief::from(g[*bad_in]);
   if (cands.empty()) return s;
-  std::vector<analysis_detail::OpPlace> places;
-  for (size_t i : cands) places.push_back({g[i].seq, i, g[i].thread, g[i].depth});
-  const size_t c = cands[analysis_detail::innermost_earliest(places)];
+  const analysis_detail::CallTree tree(places);
+  const size_t c = tree.innermost_earliest(cands);
   s.origin = OpBrief::from(g[c]);
-  for (size_t i = c + 1; i < g.size(); ++i) s.after_origin += outputs_bad(g[i]) ? 1 : 0;
+  // Spread: ops that started after the origin, and the ops around it (they end after it).
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (i == c || !outputs_bad(g[i])) continue;
+    if (g[i].seq > g[c].seq || tree.nested(c, i)) ++s.after_origin;
+  }
   return s;
 }
 

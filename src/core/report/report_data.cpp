@@ -190,10 +190,23 @@ json loss_curve(DumpReader& reader, const ReportOptions& o) {
           {"step", b.step},    {"min", opt_array(b.min)},      {"max", opt_array(b.max)}};
 }
 
+// Ops whose outputs are uninitialized memory: their values are garbage, not a run's.
+bool uninitialized_output(const std::string& op) {
+  return op == "aten::empty" || op == "aten::empty_like" || op == "aten::empty_strided" ||
+         op == "aten::new_empty" || op == "aten::new_empty_strided";
+}
+
 double output_abs_max(const OpRecord& r) {
+  if (uninitialized_output(r.op)) return -1;
   double m = -1;
   for (const Arg& a : r.outputs) {
-    if (a.tensor && a.tensor->numel > a.tensor->non_finite()) m = std::max(m, a.tensor->abs_max());
+    // Floating-point tensors only: the range of an index tensor says nothing of precision.
+    const bool floating = a.tensor && (a.tensor->dtype.find("Float") != std::string::npos ||
+                                       a.tensor->dtype.find("Double") != std::string::npos ||
+                                       a.tensor->dtype.find("Half") != std::string::npos);
+    if (floating && a.tensor->numel > a.tensor->non_finite()) {
+      m = std::max(m, a.tensor->abs_max());
+    }
   }
   return m;
 }

@@ -391,8 +391,9 @@
       chart("chart-nonfinite", {
         axes: [{ label: "step" }, { label: "ops with NaN/Inf" }],
         // Points, not a line: steps without op records (a step filter) must not look like zeros.
-        series: [{ label: "step" }, dots("ops with NaN/Inf", COLORS[1], 5), dots("origin step", "#7a5af8", 12)],
-      }, [N.step, N.ops, origin], s);
+        series: [{ label: "step" }, dots("ops with NaN/Inf", COLORS[1], 7), dots("none", "#98a2b3", 3),
+                 dots("origin step", "#7a5af8", 12)],
+      }, [N.step, N.ops.map((v) => (v > 0 ? v : null)), N.ops.map((v) => (v === 0 ? 0 : null)), origin], s);
     }
     if (O && O.found) {
       const o = Object.assign({}, O);

@@ -1,0 +1,15 @@
+# Multi-process tests: launch 2 and 4 ranks of examples/ddp_fashion_mnist on loopback and
+# read their dumps back. Needs the probe and the examples.
+if(PRECPROBE_WITH_TORCH AND PRECPROBE_BUILD_EXAMPLES)
+  add_executable(test_distributed ${CMAKE_CURRENT_LIST_DIR}/test_distributed.cpp
+                                  $<TARGET_OBJECTS:precprobe_catch_main>)
+  target_link_libraries(test_distributed PRIVATE Catch2::Catch2 precprobe::core)
+  target_compile_definitions(test_distributed PRIVATE
+    PRECPROBE_DDP_BIN="$<TARGET_FILE:ddp_fashion_mnist>"
+    PRECPROBE_LAUNCH="${PROJECT_SOURCE_DIR}/scripts/launch_ddp.sh"
+    PRECPROBE_BINARY_DIR="${PROJECT_BINARY_DIR}")
+  add_dependencies(test_distributed ddp_fashion_mnist)
+  precprobe_target(test_distributed)
+  catch_discover_tests(test_distributed TEST_PREFIX "test_distributed:" PROPERTIES TIMEOUT 900
+                                        RUN_SERIAL TRUE)
+endif()

@@ -123,8 +123,7 @@ void check_initial_model(PrecisionDebugger& dbg, const torch::nn::Module& model)
   try {
     if (!dbg.started() || dbg.writer() == nullptr) return;
     State& s = state();
-    if (s.dbg == &dbg && s.writer == dbg.writer() && s.dump_path == dbg.options().dump_path)
-      return;
+    if (s.dbg == &dbg && s.writer == dbg.writer() && s.dump_path == dbg.options().dump_path) return;
     s.dbg = &dbg;
     s.writer = dbg.writer();
     s.dump_path = dbg.options().dump_path;

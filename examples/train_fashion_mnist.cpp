@@ -5,7 +5,12 @@
 //   train_fashion_mnist [--epochs 1] [--steps N] [--batch-size 64] [--lr 1e-3]
 //                       [--dump DIR] [--config config.json] [--seed 1234] [--threads N]
 //                       [--log-every 100] [--no-debugger] [--bf16] [--overwrite]
+//                       [--no-normalise] [--sorted-labels] [--eval-in-train-mode]
+//
+// The last three plant the bugs `precprobe check` finds (docs/checklist.md): pixels left in
+// [0, 1], batches in label order instead of shuffled, evaluation without model->eval().
 #include <ATen/autocast_mode.h>
+#include <precprobe/checklist_probe.h>
 #include <precprobe/precprobe.h>
 #include <torch/torch.h>
 
@@ -32,6 +37,9 @@ struct Flags {
   bool debugger = true;
   bool bf16 = false;
   bool overwrite = false;
+  bool normalise = true;
+  bool sorted_labels = false;
+  bool eval_in_train_mode = false;
 };
 
 [[noreturn]] void usage(const char* argv0, int code) {
@@ -39,6 +47,7 @@ struct Flags {
                "usage: %s [--epochs N] [--steps N] [--batch-size N] [--lr X] [--dump DIR]\n"
                "          [--config FILE] [--seed N] [--threads N] [--log-every N]\n"
                "          [--no-debugger] [--bf16] [--overwrite]\n"
+               "          [--no-normalise] [--sorted-labels] [--eval-in-train-mode]\n"
                "Trains a small CNN on Fashion-MNIST with precprobe's PrecisionDebugger on.\n",
                argv0);
   std::exit(code);
@@ -67,6 +76,9 @@ Flags parse_flags(int argc, char** argv) {
     else if (a == "--no-debugger") f.debugger = false;
     else if (a == "--bf16") f.bf16 = true;
     else if (a == "--overwrite") f.overwrite = true;
+    else if (a == "--no-normalise") f.normalise = false;
+    else if (a == "--sorted-labels") f.sorted_labels = true;
+    else if (a == "--eval-in-train-mode") f.eval_in_train_mode = true;
     else if (a == "--help" || a == "-h") usage(argv[0], 0);
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
@@ -126,6 +138,20 @@ double evaluate(Net& net, const fashion_mnist::Split& test) {
   return static_cast<double>(correct) / static_cast<double>(n);
 }
 
+// A short evaluation while the debugger records, its batches registered for the checklist.
+void checked_evaluation(Net& net, const fashion_mnist::Split& test,
+                        precprobe::PrecisionDebugger& dbg, bool eval_mode) {
+  torch::NoGradGuard no_grad;
+  if (eval_mode) net->eval();
+  for (int64_t i = 0; i < 1000; i += 500) {
+    auto x = test.images.slice(0, i, i + 500);
+    auto y = test.labels.slice(0, i, i + 500);
+    precprobe::observe_batch(dbg, *net, x, y);
+    net->forward(x);
+  }
+  net->train();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -135,8 +161,8 @@ int main(int argc, char** argv) try {
   auto seed_report = precprobe::seed_all(flags.seed, /*deterministic=*/true);
   std::printf("%s\n", seed_report.summary().c_str());
 
-  auto train = fashion_mnist::load("train");
-  auto test = fashion_mnist::load("t10k");
+  auto train = fashion_mnist::load("train", flags.normalise);
+  auto test = fashion_mnist::load("t10k", flags.normalise);
   std::printf("fashion-mnist: %lld train, %lld test images\n",
               static_cast<long long>(train.images.size(0)),
               static_cast<long long>(test.images.size(0)));
@@ -163,12 +189,14 @@ int main(int argc, char** argv) try {
   int64_t step = 0;
   const auto t0 = std::chrono::steady_clock::now();
   for (int epoch = 0; epoch < flags.epochs; ++epoch) {
-    auto order = torch::randperm(n, torch::kInt64);
+    auto order = flags.sorted_labels ? std::get<1>(train.labels.sort(c10::optional<bool>(true), 0))
+                                     : torch::randperm(n, torch::kInt64);
     for (int64_t i = 0; i + flags.batch_size <= n; i += flags.batch_size) {
       if (flags.steps > 0 && step >= flags.steps) break;
       auto idx = order.slice(0, i, i + flags.batch_size);
       auto x = train.images.index_select(0, idx);
       auto y = train.labels.index_select(0, idx);
+      if (dbg) precprobe::observe_batch(*dbg, *net, x, y, epoch);
 
       auto logits = net->forward(x);
       auto loss = torch::cross_entropy_loss(logits.to(torch::kFloat32), y);
@@ -194,7 +222,10 @@ int main(int argc, char** argv) try {
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (flags.bf16) set_cpu_autocast_bf16(false);
-  if (dbg) dbg->stop();
+  if (dbg) {
+    checked_evaluation(net, test, *dbg, !flags.eval_in_train_mode);
+    dbg->stop();
+  }
 
   const double acc = evaluate(net, test);
   std::printf("trained %lld steps in %.1f s; test accuracy %.2f%%\n",

@@ -19,7 +19,30 @@ using analysis_detail::RecordSource;
 
 constexpr size_t kFirstStepsShown = 10;
 
-bool is_candidate(const OpRecord& r) { return r.outputs_non_finite() && !r.inputs_non_finite(); }
+// Allocations whose output is uninitialised memory by contract: a NaN there is garbage that
+// the next op overwrites, not a value the program computed.
+bool uninitialised_output(const OpRecord& r) {
+  return r.op == "aten::empty" || r.op == "aten::empty_like" || r.op == "aten::empty_strided" ||
+         r.op == "aten::new_empty" || r.op == "aten::new_empty_strided";
+}
+
+bool outputs_bad(const OpRecord& r) { return r.outputs_non_finite() && !uninitialised_output(r); }
+
+// In-place ops that overwrite all of `self` (input 0) without reading it: a NaN there is
+// the garbage of an uninitialised allocation, not a value consumed.
+bool overwrites_self(const OpRecord& r) {
+  return r.op == "aten::fill_" || r.op == "aten::zero_" || r.op == "aten::copy_" ||
+         r.op == "aten::normal_" || r.op == "aten::uniform_";
+}
+
+bool inputs_bad(const OpRecord& r) {
+  if (!overwrites_self(r)) return r.inputs_non_finite();
+  for (size_t i = 1; i < r.inputs.size(); ++i)
+    if (r.inputs[i].tensor && !r.inputs[i].tensor->all_finite()) return true;
+  return false;
+}
+
+bool is_candidate(const OpRecord& r) { return outputs_bad(r) && !inputs_bad(r); }
 
 /// What one step of one rank contributes.
 struct StepState {
@@ -36,9 +59,9 @@ StepState analyse_group(const std::vector<OpRecord>& g) {
   std::vector<analysis_detail::OpPlace> places;
   for (size_t i = 0; i < g.size(); ++i) {
     places.push_back({g[i].seq, g[i].thread, g[i].depth});
-    if (g[i].outputs_non_finite()) ++s.nonfinite_ops;
+    if (outputs_bad(g[i])) ++s.nonfinite_ops;
     if (is_candidate(g[i])) cands.push_back(i);
-    if (g[i].inputs_non_finite() && (!bad_in || g[i].seq < g[*bad_in].seq)) bad_in = i;
+    if (inputs_bad(g[i]) && (!bad_in || g[i].seq < g[*bad_in].seq)) bad_in = i;
   }
   if (bad_in) s.first_bad_input = OpBrief::from(g[*bad_in]);
   if (cands.empty()) return s;
@@ -47,7 +70,7 @@ StepState analyse_group(const std::vector<OpRecord>& g) {
   s.origin = OpBrief::from(g[c]);
   // Spread: ops that started after the origin, and the ops around it (they end after it).
   for (size_t i = 0; i < g.size(); ++i) {
-    if (i == c || !g[i].outputs_non_finite()) continue;
+    if (i == c || !outputs_bad(g[i])) continue;
     if (g[i].seq > g[c].seq || tree.nested(c, i)) ++s.after_origin;
   }
   return s;
@@ -105,7 +128,7 @@ OverflowResult find_overflow_in(RecordSource& src) {
   bool any_bad = false;
   src.ops([&](const OpRecord& r) {
     if (!group.empty() && (r.rank != group.front().rank || r.step != group.front().step)) flush();
-    any_bad = any_bad || r.outputs_non_finite() || r.inputs_non_finite();
+    any_bad = any_bad || outputs_bad(r) || inputs_bad(r);
     group.push_back(r);
     return true;
   });

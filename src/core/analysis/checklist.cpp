@@ -1,0 +1,737 @@
+// The accuracy checklist (precprobe/checklist.h). Rules and thresholds: docs/checklist.md.
+#include "precprobe/checklist.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "json_util.h"
+
+namespace precprobe {
+namespace {
+
+namespace cs = check_scalar;
+
+// Thresholds, documented in docs/checklist.md.
+constexpr double kMaxClassRatio = 10.0;         // max/min label count
+constexpr double kMaxAbsMean = 0.25;            // normalised channel mean
+constexpr double kMinStd = 0.5, kMaxStd = 2.0;  // normalised channel std
+constexpr double kSingleLabelShare = 0.5;       // batches holding one label: sorted data
+constexpr int64_t kMinSortedBatch = 8;          // batches smaller than this are not judged
+constexpr size_t kEpochPrefix = 3;              // first batches compared across epochs
+constexpr double kMaxIgnoredShare = 0.9;
+constexpr size_t kMinLossPoints = 10;
+constexpr double kDivergeFactor = 1.5;  // last-window mean / first-window mean
+constexpr double kMinRelDecrease = 0.01;
+
+struct Batch {
+  int64_t step = 0;
+  int64_t epoch = -1;
+  std::optional<bool> training, grad;
+  int64_t stat_modules_training = -1;
+  int64_t inputs_numel = 0, nan = 0, inf = 0;
+  std::map<int64_t, std::pair<double, double>> channels;  // channel -> (mean, std)
+  int64_t targets_numel = 0, ignored = 0, distinct = -1;
+  std::map<int64_t, int64_t> labels;
+  std::optional<double> label_hash;
+  bool is_train() const { return grad.value_or(true); }
+};
+
+struct Observed {
+  std::vector<Batch> batches;
+  std::optional<double> init_params;
+  std::vector<std::string> init_zero, init_identical;
+  std::optional<double> hash_hi, hash_lo, exp_hi, exp_lo;
+  std::optional<double> lr_lo, lr_hi;
+  std::vector<double> lr;
+  std::vector<std::pair<int64_t, double>> loss;
+};
+
+bool starts_with(const std::string& s, std::string_view p) {
+  return s.size() >= p.size() && s.compare(0, p.size(), p) == 0;
+}
+
+int64_t suffix_int(const std::string& s, std::string_view p) {
+  return std::strtoll(s.c_str() + p.size(), nullptr, 10);
+}
+
+void add_batch_scalar(Batch& b, const ScalarRecord& r) {
+  const std::string& n = r.name;
+  const double v = r.value;
+  const auto i = static_cast<int64_t>(v);
+  if (n == cs::kTraining)
+    b.training = v > 0.5;
+  else if (n == cs::kGradEnabled)
+    b.grad = v > 0.5;
+  else if (n == cs::kStatModulesTraining)
+    b.stat_modules_training = i;
+  else if (n == cs::kInputsNumel)
+    b.inputs_numel = i;
+  else if (n == cs::kInputsNan)
+    b.nan = i;
+  else if (n == cs::kInputsInf)
+    b.inf = i;
+  else if (starts_with(n, cs::kChannelMean))
+    b.channels[suffix_int(n, cs::kChannelMean)].first = v;
+  else if (starts_with(n, cs::kChannelStd))
+    b.channels[suffix_int(n, cs::kChannelStd)].second = v;
+  else if (n == cs::kTargetsNumel)
+    b.targets_numel = i;
+  else if (n == cs::kIgnored)
+    b.ignored = i;
+  else if (n == cs::kDistinctLabels)
+    b.distinct = i;
+  else if (n == cs::kLabelHash)
+    b.label_hash = v;
+  else if (starts_with(n, cs::kLabelCount))
+    b.labels[suffix_int(n, cs::kLabelCount)] += i;
+}
+
+// Scalars of the first rank only: the checklist judges one training process.
+Observed collect(const std::vector<ScalarRecord>& scalars) {
+  Observed o;
+  if (scalars.empty()) return o;
+  const int rank = scalars.front().rank;
+  Batch* cur = nullptr;
+  for (const ScalarRecord& r : scalars) {
+    if (r.rank != rank) continue;
+    const std::string& n = r.name;
+    if (n == cs::kBatchBegin) {
+      o.batches.emplace_back();
+      cur = &o.batches.back();
+      cur->step = r.step;
+      cur->epoch = static_cast<int64_t>(r.value);
+    } else if (starts_with(n, "check/batch/")) {
+      if (cur != nullptr) add_batch_scalar(*cur, r);
+    } else if (n == cs::kInitParams) {
+      o.init_params = r.value;
+    } else if (starts_with(n, cs::kInitZero)) {
+      o.init_zero.push_back(n.substr(cs::kInitZero.size()));
+    } else if (starts_with(n, cs::kInitIdentical)) {
+      o.init_identical.push_back(n.substr(cs::kInitIdentical.size()));
+    } else if (n == cs::kHashHi) {
+      o.hash_hi = r.value;
+    } else if (n == cs::kHashLo) {
+      o.hash_lo = r.value;
+    } else if (n == cs::kExpectedHashHi) {
+      o.exp_hi = r.value;
+    } else if (n == cs::kExpectedHashLo) {
+      o.exp_lo = r.value;
+    } else if (n == cs::kLrRangeLo) {
+      o.lr_lo = r.value;
+    } else if (n == cs::kLrRangeHi) {
+      o.lr_hi = r.value;
+    } else if (n == cs::kLr) {
+      o.lr.push_back(r.value);
+    } else if (n == cs::kLoss) {
+      o.loss.emplace_back(r.step, r.value);
+    }
+  }
+  return o;
+}
+
+CheckItem item(std::string id, std::string group, std::string title) {
+  CheckItem c;
+  c.id = std::move(id);
+  c.group = std::move(group);
+  c.title = std::move(title);
+  return c;
+}
+
+void set(CheckItem& c, Verdict v, std::string evidence) {
+  c.verdict = v;
+  c.evidence = std::move(evidence);
+}
+
+const char* kNoBatches = "no batch observed (call dbg.observe_batch(inputs, targets))";
+
+std::string join_first(const std::vector<std::string>& names, size_t n = 5) {
+  std::vector<std::string> head(names.begin(), names.begin() + std::min(n, names.size()));
+  std::string s = fmt::format("{}", fmt::join(head, ", "));
+  if (names.size() > n) s += fmt::format(", ... ({} in all)", names.size());
+  return s;
+}
+
+// ------------------------------------------------------------------------------- data
+
+CheckItem check_missing(const Observed& o) {
+  CheckItem c = item("data.missing_values", "data", "missing values (NaN/Inf) in input batches");
+  if (o.batches.empty()) return set(c, Verdict::kNotApplicable, kNoBatches), c;
+  int64_t numel = 0, nan = 0, inf = 0, bad = 0;
+  std::optional<int64_t> first;
+  for (const Batch& b : o.batches) {
+    numel += b.inputs_numel;
+    nan += b.nan;
+    inf += b.inf;
+    if (b.nan + b.inf > 0) {
+      ++bad;
+      if (!first) first = b.step;
+    }
+  }
+  c.figures = {{"batches", double(o.batches.size())},
+               {"elements", double(numel)},
+               {"nan", double(nan)},
+               {"inf", double(inf)},
+               {"bad_batches", double(bad)}};
+  if (bad > 0) {
+    set(c, Verdict::kProblem,
+        fmt::format("{} of {} batches hold NaN/Inf ({} NaN, {} Inf); first at step {}", bad,
+                    o.batches.size(), nan, inf, *first));
+  } else {
+    set(c, Verdict::kOk,
+        fmt::format("{} batches, {} input elements, all finite", o.batches.size(), numel));
+  }
+  return c;
+}
+
+std::map<int64_t, int64_t> label_histogram(const Observed& o, size_t& batches) {
+  std::map<int64_t, int64_t> h;
+  batches = 0;
+  for (const Batch& b : o.batches) {
+    if (!b.is_train() || b.labels.empty()) continue;
+    ++batches;
+    for (const auto& [label, count] : b.labels) h[label] += count;
+  }
+  return h;
+}
+
+CheckItem check_imbalance(const Observed& o) {
+  CheckItem c = item("data.class_imbalance", "data", "class imbalance (label histogram)");
+  size_t batches = 0;
+  const auto h = label_histogram(o, batches);
+  if (h.empty()) {
+    return set(c, Verdict::kNotApplicable,
+               o.batches.empty() ? kNoBatches : "no integer class labels observed in training"),
+           c;
+  }
+  double total = 0, lo = INFINITY, hi = 0;
+  for (const auto& kv : h) {
+    total += double(kv.second);
+    lo = std::min(lo, double(kv.second));
+    hi = std::max(hi, double(kv.second));
+  }
+  const double mean = total / double(h.size());
+  double var = 0;
+  for (const auto& kv : h) var += (double(kv.second) - mean) * (double(kv.second) - mean);
+  const double sd = std::sqrt(var / double(h.size()));
+  c.figures = {{"classes", double(h.size())},
+               {"labels", total},
+               {"min", lo},
+               {"max", hi},
+               {"ratio", hi / lo},
+               {"std", sd}};
+  std::string hist;
+  for (const auto& [label, count] : h) {
+    if (hist.size() > 120) {
+      hist += " ...";
+      break;
+    }
+    hist += fmt::format("{}{}:{}", hist.empty() ? "" : " ", label, count);
+  }
+  if (h.size() < 2) {
+    set(c, Verdict::kProblem,
+        fmt::format("only one class seen in {} training batches ({})", batches, hist));
+  } else if (hi / lo > kMaxClassRatio) {
+    set(c, Verdict::kProblem,
+        fmt::format("max/min class count {:.3g} > {} over {} classes ({})", hi / lo, kMaxClassRatio,
+                    h.size(), hist));
+  } else {
+    set(c, Verdict::kOk,
+        fmt::format("{} classes, max/min {:.3g}, std {:.3g} ({})", h.size(), hi / lo, sd, hist));
+  }
+  return c;
+}
+
+CheckItem check_normalised(const Observed& o) {
+  CheckItem c =
+      item("data.inputs_not_normalised", "data", "inputs normalised (per-channel mean ~0, std ~1)");
+  // Pooled over batches: mean of means; variance = mean of variances + variance of means.
+  std::map<int64_t, std::vector<std::pair<double, double>>> per_channel;
+  for (const Batch& b : o.batches)
+    for (const auto& [ch, ms] : b.channels) per_channel[ch].push_back(ms);
+  if (per_channel.empty()) {
+    return set(c, Verdict::kNotApplicable,
+               o.batches.empty() ? kNoBatches : "no floating-point input statistics observed"),
+           c;
+  }
+  std::vector<std::string> bad;
+  std::string shown;
+  for (const auto& [ch, v] : per_channel) {
+    double m = 0, var_in = 0;
+    for (const auto& p : v) {
+      m += p.first;
+      var_in += p.second * p.second;
+    }
+    m /= double(v.size());
+    var_in /= double(v.size());
+    double var_between = 0;
+    for (const auto& p : v) var_between += (p.first - m) * (p.first - m);
+    const double sd = std::sqrt(var_in + var_between / double(v.size()));
+    const std::string s = fmt::format("ch{} mean {:.3g} std {:.3g}", ch, m, sd);
+    if (std::fabs(m) > kMaxAbsMean || !(sd >= kMinStd && sd <= kMaxStd)) bad.push_back(s);
+    if (ch < 4) shown += (shown.empty() ? "" : "; ") + s;
+    if (ch == 0) c.figures = {{"mean_ch0", m}, {"std_ch0", sd}};
+  }
+  c.figures.emplace_back("channels", double(per_channel.size()));
+  c.figures.emplace_back("channels_off", double(bad.size()));
+  if (!bad.empty()) {
+    set(c, Verdict::kProblem,
+        fmt::format("{} of {} channels outside |mean| <= {} and {} <= std <= {}: {}", bad.size(),
+                    per_channel.size(), kMaxAbsMean, kMinStd, kMaxStd, join_first(bad, 3)));
+  } else {
+    set(c, Verdict::kOk, fmt::format("{} channels within range: {}", per_channel.size(), shown));
+  }
+  return c;
+}
+
+// True when the first kEpochPrefix label hashes repeat later, in a row.
+bool repeated_prefix(const std::vector<double>& hashes, size_t& at) {
+  const size_t k = std::min(kEpochPrefix, hashes.size() / 2);
+  if (k == 0) return false;
+  for (size_t i = 1; i + k <= hashes.size(); ++i) {
+    if (std::equal(hashes.begin(), hashes.begin() + long(k), hashes.begin() + long(i))) {
+      at = i;
+      return true;
+    }
+  }
+  return false;
+}
+
+CheckItem check_shuffling(const Observed& o) {
+  CheckItem c = item("data.no_shuffling", "data", "training data shuffled");
+  std::vector<const Batch*> train;
+  for (const Batch& b : o.batches)
+    if (b.is_train() && (b.label_hash || b.distinct >= 0)) train.push_back(&b);
+  if (train.empty()) {
+    return set(c, Verdict::kNotApplicable,
+               o.batches.empty() ? kNoBatches : "no integer class labels observed in training"),
+           c;
+  }
+  // Sorted data: most batches hold one label only.
+  int64_t judged = 0, single = 0;
+  double distinct_sum = 0;
+  for (const Batch* b : train) {
+    if (b->targets_numel - b->ignored < kMinSortedBatch || b->distinct < 0) continue;
+    ++judged;
+    distinct_sum += double(b->distinct);
+    if (b->distinct <= 1) ++single;
+  }
+  c.figures = {{"batches", double(train.size())}, {"single_label_batches", double(single)}};
+  if (judged > 0 && double(single) / double(judged) >= kSingleLabelShare) {
+    return set(c, Verdict::kProblem,
+               fmt::format("{} of {} batches hold a single label: the data looks sorted by label",
+                           single, judged)),
+           c;
+  }
+  // The same label order at the start of two epochs.
+  std::map<int64_t, std::vector<double>> by_epoch;
+  std::vector<double> all;
+  for (const Batch* b : train) {
+    if (!b->label_hash) continue;
+    all.push_back(*b->label_hash);
+    if (b->epoch >= 0) by_epoch[b->epoch].push_back(*b->label_hash);
+  }
+  std::string note;
+  if (by_epoch.size() >= 2) {
+    for (auto it = by_epoch.begin(); std::next(it) != by_epoch.end(); ++it) {
+      const auto& a = it->second;
+      const auto& b = std::next(it)->second;
+      const size_t k = std::min({kEpochPrefix, a.size(), b.size()});
+      if (k > 0 && std::equal(a.begin(), a.begin() + long(k), b.begin())) {
+        return set(c, Verdict::kProblem,
+                   fmt::format("epochs {} and {} start with the same label order ({} batches)",
+                               it->first, std::next(it)->first, k)),
+               c;
+      }
+    }
+    note = fmt::format("; epochs {} differ in label order", by_epoch.size());
+  } else {
+    size_t at = 0;
+    if (repeated_prefix(all, at)) {
+      return set(c, Verdict::kProblem,
+                 fmt::format("the label order of the first batches repeats at batch {}", at)),
+             c;
+    }
+    note = "; no repeated label order (epochs not compared: fewer than two epochs known)";
+  }
+  set(c, Verdict::kOk,
+      fmt::format("batches mix labels (mean {:.3g} distinct per batch){}",
+                  judged > 0 ? distinct_sum / double(judged) : 0.0, note));
+  return c;
+}
+
+CheckItem check_ignore_index(const Observed& o) {
+  CheckItem c = item("data.ignore_index", "data", "padding/mask sanity (ignored targets)");
+  int64_t targets = 0, ignored = 0, all_ignored = 0;
+  for (const Batch& b : o.batches) {
+    targets += b.targets_numel;
+    ignored += b.ignored;
+    if (b.targets_numel > 0 && b.ignored == b.targets_numel) ++all_ignored;
+  }
+  if (ignored == 0) {
+    return set(c, Verdict::kNotApplicable,
+               o.batches.empty() ? kNoBatches : "no target equals the ignore index"),
+           c;
+  }
+  const double share = double(ignored) / double(targets);
+  c.figures = {{"targets", double(targets)},
+               {"ignored", double(ignored)},
+               {"share", share},
+               {"all_ignored_batches", double(all_ignored)}};
+  if (all_ignored > 0 || share > kMaxIgnoredShare) {
+    set(c, Verdict::kProblem,
+        fmt::format("{:.1f}% of targets ignored; {} batches entirely ignored", 100 * share,
+                    all_ignored));
+  } else {
+    set(c, Verdict::kOk, fmt::format("{:.1f}% of targets ignored", 100 * share));
+  }
+  return c;
+}
+
+// ------------------------------------------------------------------- hyper-parameters
+
+CheckItem check_lr(const Observed& o) {
+  CheckItem c = item("hp.learning_rate", "hyper-parameters",
+                     "learning rate inside the LR range test's range");
+  if (!o.lr_lo || !o.lr_hi) {
+    return set(c, Verdict::kNotApplicable, "no lr_range_test result in the dump"), c;
+  }
+  if (o.lr.empty()) {
+    return set(c, Verdict::kNotApplicable,
+               fmt::format("LR range test found [{:.3g}, {:.3g}] but the training learning "
+                           "rate was not logged (dbg.log_scalar(\"lr\", v))",
+                           *o.lr_lo, *o.lr_hi)),
+           c;
+  }
+  const double peak = *std::max_element(o.lr.begin(), o.lr.end());
+  c.figures = {{"lr", peak}, {"range_lo", *o.lr_lo}, {"range_hi", *o.lr_hi}};
+  const bool inside = peak >= *o.lr_lo && peak <= *o.lr_hi;
+  set(c, inside ? Verdict::kOk : Verdict::kProblem,
+      fmt::format("peak training lr {:.3g} is {} the range [{:.3g}, {:.3g}] where loss fell "
+                  "fastest",
+                  peak, inside ? "inside" : "outside", *o.lr_lo, *o.lr_hi));
+  return c;
+}
+
+CheckItem check_loss(const Observed& o) {
+  CheckItem c = item("hp.loss_trend", "hyper-parameters", "loss decreasing, not diverging");
+  const auto& l = o.loss;
+  if (l.size() < kMinLossPoints) {
+    return set(c, Verdict::kNotApplicable,
+               fmt::format("{} loss values logged (dbg.log_scalar(\"loss\", v)); need {}", l.size(),
+                           kMinLossPoints)),
+           c;
+  }
+  for (const auto& [step, v] : l) {
+    if (!std::isfinite(v)) {
+      return set(c, Verdict::kProblem, fmt::format("loss is {} at step {}", v, step)), c;
+    }
+  }
+  const size_t w = std::max<size_t>(3, l.size() / 5);
+  double first = 0, last = 0;
+  for (size_t i = 0; i < w; ++i) {
+    first += l[i].second / double(w);
+    last += l[l.size() - w + i].second / double(w);
+  }
+  c.figures = {{"points", double(l.size())},
+               {"window", double(w)},
+               {"first_mean", first},
+               {"last_mean", last}};
+  const std::string means =
+      fmt::format("mean of the first {} values {:.4g}, of the last {} {:.4g} (steps {}..{})", w,
+                  first, w, last, l.front().first, l.back().first);
+  if (last > first * kDivergeFactor) {
+    set(c, Verdict::kProblem, "diverging: " + means);
+  } else if (last > first * (1 - kMinRelDecrease)) {
+    set(c, Verdict::kProblem, "not decreasing: " + means);
+  } else {
+    set(c, Verdict::kOk, means);
+  }
+  return c;
+}
+
+// ---------------------------------------------------------------------- API and graph
+
+CheckItem check_mode(const Observed& o) {
+  CheckItem c = item("api.train_eval_mode", "api", "train/eval mode");
+  int64_t train = 0, eval = 0, train_in_eval = 0, eval_in_train = 0;
+  std::optional<int64_t> first_bad;
+  for (const Batch& b : o.batches) {
+    if (!b.training || !b.grad) continue;
+    const bool stat_train = *b.training || b.stat_modules_training > 0;
+    if (*b.grad) {
+      ++train;
+      if (!*b.training) ++train_in_eval, first_bad = first_bad.value_or(b.step);
+    } else {
+      ++eval;
+      if (stat_train) ++eval_in_train, first_bad = first_bad.value_or(b.step);
+    }
+  }
+  if (train + eval == 0) {
+    return set(c, Verdict::kNotApplicable,
+               o.batches.empty() ? kNoBatches : "model mode not recorded (start(model))"),
+           c;
+  }
+  c.figures = {{"train_batches", double(train)},
+               {"eval_batches", double(eval)},
+               {"eval_in_train_mode", double(eval_in_train)},
+               {"train_in_eval_mode", double(train_in_eval)}};
+  if (eval_in_train > 0) {
+    set(c, Verdict::kProblem,
+        fmt::format("{} of {} evaluation batches (gradients off) ran with the model or its "
+                    "BatchNorm/Dropout in training mode; first at step {}",
+                    eval_in_train, eval, *first_bad));
+  } else if (train_in_eval > 0) {
+    set(c, Verdict::kProblem,
+        fmt::format("{} of {} training batches ran with the model in eval mode; first at step {}",
+                    train_in_eval, train, *first_bad));
+  } else {
+    set(c, Verdict::kOk,
+        fmt::format("{} training batches in train mode, {} evaluation batches in eval mode{}",
+                    train, eval, eval == 0 ? " (no evaluation batch observed)" : ""));
+  }
+  return c;
+}
+
+CheckItem check_frozen(const std::vector<GradRecord>& grads) {
+  CheckItem c = item("api.frozen_weights", "api", "frozen or unused weights");
+  if (grads.empty()) {
+    return set(c, Verdict::kNotApplicable, "no gradient monitor records (grads stream)"), c;
+  }
+  struct P {
+    int64_t records = 0, with_grad = 0, moved = 0, first_step = INT64_MAX;
+  };
+  std::map<std::string, P> ps;
+  const int rank = grads.front().rank;
+  for (const GradRecord& g : grads) {
+    if (g.rank != rank) continue;
+    P& p = ps[g.param];
+    ++p.records;
+    if (g.has_grad && g.grad_norm > 0) ++p.with_grad;
+    if (g.update_ratio > 0) ++p.moved;
+  }
+  std::vector<std::string> no_grad, unchanged;
+  for (const auto& [name, p] : ps) {
+    if (p.with_grad == 0)
+      no_grad.push_back(name);
+    else if (p.records >= 2 && p.moved == 0)
+      unchanged.push_back(name);
+  }
+  c.figures = {{"params", double(ps.size())},
+               {"no_gradient", double(no_grad.size())},
+               {"never_changed", double(unchanged.size())}};
+  std::string ev;
+  if (!no_grad.empty())
+    ev = fmt::format("{} parameters never received a non-zero gradient: {}", no_grad.size(),
+                     join_first(no_grad));
+  if (!unchanged.empty())
+    ev += fmt::format("{}{} parameters never changed: {}", ev.empty() ? "" : "; ", unchanged.size(),
+                      join_first(unchanged));
+  if (!ev.empty()) {
+    set(c, Verdict::kProblem, ev);
+  } else {
+    set(c, Verdict::kOk,
+        fmt::format("all {} parameters received gradients and changed", ps.size()));
+  }
+  return c;
+}
+
+CheckItem check_init(const Observed& o) {
+  CheckItem c = item("api.init_weights", "api", "weights not zero or identical at start");
+  if (!o.init_params) {
+    return set(c, Verdict::kNotApplicable, "no initial weights checked (start(model))"), c;
+  }
+  c.figures = {{"weights", *o.init_params},
+               {"zero", double(o.init_zero.size())},
+               {"identical", double(o.init_identical.size())}};
+  std::string ev;
+  if (!o.init_zero.empty()) ev = fmt::format("all-zero weights: {}", join_first(o.init_zero));
+  if (!o.init_identical.empty())
+    ev += fmt::format("{}rows identical across the layer: {}", ev.empty() ? "" : "; ",
+                      join_first(o.init_identical));
+  if (!ev.empty()) {
+    set(c, Verdict::kProblem, ev);
+  } else {
+    set(c, Verdict::kOk, fmt::format("{} weight tensors checked", *o.init_params));
+  }
+  return c;
+}
+
+uint64_t join_hash(double hi, double lo) {
+  return (static_cast<uint64_t>(hi) << 32) | static_cast<uint64_t>(lo);
+}
+
+CheckItem check_module_hash(const Observed& o, const ChecklistOptions& options) {
+  CheckItem c = item("api.module_hash", "api", "loaded checkpoint matches the expected hash");
+  if (!o.hash_hi || !o.hash_lo) {
+    return set(c, Verdict::kNotApplicable, "module hash not recorded (start(model))"), c;
+  }
+  const uint64_t actual = join_hash(*o.hash_hi, *o.hash_lo);
+  std::optional<uint64_t> expected = options.module_hash;
+  if (!expected && o.exp_hi && o.exp_lo) expected = join_hash(*o.exp_hi, *o.exp_lo);
+  if (!expected) {
+    return set(c, Verdict::kNotApplicable,
+               fmt::format("module hash {:016x} at start; no expected hash given "
+                           "(dbg.expect_module_hash or --module-hash)",
+                           actual)),
+           c;
+  }
+  set(c, actual == *expected ? Verdict::kOk : Verdict::kProblem,
+      fmt::format("module hash at start {:016x}, expected {:016x}", actual, *expected));
+  return c;
+}
+
+// -------------------------------------------------------------------- mixed precision
+
+CheckItem check_overflow(const OverflowResult& r, int64_t op_records) {
+  CheckItem c = item("mp.overflow", "mixed precision", "no overflow (NaN/Inf) in the ops");
+  if (op_records == 0) return set(c, Verdict::kNotApplicable, "no op records in the dump"), c;
+  c.figures = {{"op_records", double(op_records)}};
+  if (r.found) {
+    set(c, Verdict::kProblem,
+        fmt::format("first NaN/Inf produced by {} (rank {}, step {}, seq {})", r.origin.name,
+                    r.origin.rank, r.origin.step, r.origin.seq));
+  } else if (r.any_nonfinite) {
+    set(c, Verdict::kProblem, "NaN/Inf in op inputs, not produced by a recorded op");
+  } else {
+    set(c, Verdict::kOk, fmt::format("{} op records, all finite", op_records));
+  }
+  return c;
+}
+
+CheckItem check_scaler(const std::vector<ScalerRecord>& scaler, int64_t half_ops) {
+  CheckItem c = item("mp.grad_scaler", "mixed precision", "fp16 with a healthy GradScaler");
+  c.figures = {{"fp16_ops", double(half_ops)}, {"scaler_records", double(scaler.size())}};
+  if (scaler.empty()) {
+    if (half_ops > 0) {
+      return set(c, Verdict::kProblem,
+                 fmt::format("{} ops ran in float16 but no GradScaler records exist", half_ops)),
+             c;
+    }
+    return set(c, Verdict::kNotApplicable, "no float16 ops and no GradScaler records"), c;
+  }
+  for (const ScalerRecord& r : scaler) {
+    if (r.event == "collapse") {
+      return set(c, Verdict::kProblem,
+                 fmt::format("loss scale collapsed at step {} (scale {:.3g} -> {:.3g})", r.step,
+                             r.scale_before, r.scale_after)),
+             c;
+    }
+  }
+  set(c, Verdict::kOk,
+      fmt::format("{} scaler records, final scale {:.6g}", scaler.size(),
+                  scaler.back().scale_after));
+  return c;
+}
+
+CheckItem check_clip_order() {
+  CheckItem c = item("mp.clip_before_unscale", "mixed precision",
+                     "gradient clipping / penalties on unscaled gradients");
+  set(c, Verdict::kNotApplicable,
+      "not decidable from a dump: clip_grad_norm_ and gradient penalties are ordinary ops on "
+      ".grad and are not tied to the scaler's unscale_ call; the scaler stream records the norm "
+      "before and after unscale_ only");
+  return c;
+}
+
+ChecklistResult build(const std::string& path, const std::vector<ScalarRecord>& scalars,
+                      const std::vector<GradRecord>& grads, const std::vector<ScalerRecord>& scaler,
+                      const OverflowResult& overflow, int64_t op_records, int64_t half_ops,
+                      const ChecklistOptions& options) {
+  const Observed o = collect(scalars);
+  ChecklistResult r;
+  r.path = path;
+  r.items = {check_missing(o),
+             check_imbalance(o),
+             check_normalised(o),
+             check_shuffling(o),
+             check_ignore_index(o),
+             check_lr(o),
+             check_loss(o),
+             check_mode(o),
+             check_frozen(grads),
+             check_init(o),
+             check_module_hash(o, options),
+             check_overflow(overflow, op_records),
+             check_scaler(scaler, half_ops),
+             check_clip_order()};
+  return r;
+}
+
+bool is_half(const std::vector<Arg>& args) {
+  for (const Arg& a : args)
+    if (a.tensor && a.tensor->dtype == "Half") return true;
+  return false;
+}
+
+}  // namespace
+
+std::string_view to_string(Verdict v) noexcept {
+  switch (v) {
+    case Verdict::kProblem:
+      return "problem";
+    case Verdict::kOk:
+      return "ok";
+    case Verdict::kNotApplicable:
+      return "n/a";
+  }
+  return "n/a";
+}
+
+bool ChecklistResult::problem() const noexcept {
+  return std::any_of(items.begin(), items.end(),
+                     [](const CheckItem& c) { return c.verdict == Verdict::kProblem; });
+}
+
+const CheckItem* ChecklistResult::find(std::string_view id) const noexcept {
+  for (const CheckItem& c : items)
+    if (c.id == id) return &c;
+  return nullptr;
+}
+
+std::string ChecklistResult::to_json() const {
+  using analysis_detail::number;
+  nlohmann::json items_json = nlohmann::json::array();
+  for (const CheckItem& c : items) {
+    nlohmann::json figures = nlohmann::json::object();
+    for (const auto& [k, v] : c.figures) figures[k] = number(v);
+    items_json.push_back({{"id", c.id},
+                          {"group", c.group},
+                          {"title", c.title},
+                          {"verdict", std::string(to_string(c.verdict))},
+                          {"evidence", c.evidence},
+                          {"figures", figures}});
+  }
+  nlohmann::json j = {{"path", path}, {"problem", problem()}, {"items", items_json}};
+  return analysis_detail::dump(j);
+}
+
+ChecklistResult run_checklist(const DumpData& data, const ChecklistOptions& options) {
+  int64_t half = 0;
+  for (const OpRecord& op : data.ops)
+    if (is_half(op.inputs) || is_half(op.outputs)) ++half;
+  return build("", data.scalars, data.grads, data.scaler, find_overflow(data),
+               static_cast<int64_t>(data.ops.size()), half, options);
+}
+
+ChecklistResult run_checklist(DumpReader& reader, const ChecklistOptions& options,
+                              const ReadOptions& read) {
+  const std::vector<ScalarRecord> scalars = reader.scalars(read.filter);
+  const std::vector<GradRecord> grads = reader.grads(read.filter);
+  const std::vector<ScalerRecord> scaler = reader.scaler(read.filter);
+  int64_t ops = 0, half = 0;
+  reader.for_each_op(read.filter, [&](const OpRecord& op) {
+    ++ops;
+    if (is_half(op.inputs) || is_half(op.outputs)) ++half;
+    if (read.progress && ops % 4096 == 0) read.progress(static_cast<uint64_t>(ops));
+    return true;
+  });
+  const OverflowResult overflow = ops > 0 ? find_overflow(reader, read) : OverflowResult{};
+  ChecklistResult r = build(reader.path(), scalars, grads, scaler, overflow, ops, half, options);
+  return r;
+}
+
+}  // namespace precprobe

@@ -1,0 +1,32 @@
+# End to end: train_fashion_mnist for a few steps with the debugger on, then
+# `precprobe check` on its dump. The clean run must show no problem; each planted bug
+# (--no-normalise, --sorted-labels, --eval-in-train-mode) must flip its item.
+if(TARGET precprobe_cli AND TARGET train_fashion_mnist)
+  set(_check_cases
+      "clean|"
+      "no_normalise|--no-normalise|data.inputs_not_normalised"
+      "sorted_labels|--sorted-labels|data.no_shuffling"
+      "eval_in_train_mode|--eval-in-train-mode|api.train_eval_mode")
+  foreach(case ${_check_cases})
+    string(REPLACE "|" ";" parts "${case}")
+    list(GET parts 0 name)
+    list(GET parts 1 flag)
+    set(item "")
+    list(LENGTH parts n)
+    if(n GREATER 2)
+      list(GET parts 2 item)
+    endif()
+    add_test(NAME check_e2e_${name}
+             COMMAND ${CMAKE_COMMAND} -DEXAMPLE=$<TARGET_FILE:train_fashion_mnist>
+                     -DCLI=$<TARGET_FILE:precprobe_cli>
+                     -DDUMP=${CMAKE_CURRENT_BINARY_DIR}/check_e2e_${name} "-DFLAG=${flag}"
+                     "-DITEM=${item}" -P ${CMAKE_CURRENT_LIST_DIR}/run_check.cmake)
+    set_tests_properties(check_e2e_${name} PROPERTIES TIMEOUT 120 LABELS "check;e2e")
+  endforeach()
+endif()
+
+# The probe-side checklist test reads Fashion-MNIST through examples/fashion_mnist.h (zlib).
+if(TARGET test_checklist_probe)
+  find_package(ZLIB REQUIRED)
+  target_link_libraries(test_checklist_probe PRIVATE ZLIB::ZLIB)
+endif()

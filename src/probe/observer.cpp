@@ -114,6 +114,7 @@ void Observer::begin_step(int64_t step) {
   std::lock_guard<std::mutex> lk(engine_->order_mutex());
   step_ = step;
   seq_ = 0;
+  backward_seen_.store(false, std::memory_order_relaxed);
   calls_[0].clear();
   calls_[1].clear();
   in_range_ = false;
@@ -251,6 +252,7 @@ std::unique_ptr<at::ObserverContext> Observer::on_op_start(const at::RecordFunct
 
 std::unique_ptr<at::ObserverContext> Observer::on_node_start(const at::RecordFunction& fn) {
   ops_seen_.fetch_add(1, std::memory_order_relaxed);
+  backward_seen_.store(true, std::memory_order_relaxed);
   std::shared_ptr<PendingOp> op;
   try {
     if (overflow_done()) return nullptr;
@@ -423,6 +425,12 @@ void Observer::set_grad_hook(std::vector<at::Tensor> params, std::function<void(
 
 void Observer::maybe_run_grad_hook(c10::ArrayRef<const c10::IValue> inputs, const OpInfo& info) {
   if (!thread_state().nodes.empty() || !grad_hook_) return;  // backward accumulates grads
+  // Only an op that clears gradients (zero_grad: detach_ then zero_) after this step's
+  // backward: earlier, the gradients are the previous step's; other in-place writes
+  // (unscale, clipping, a user's edit) come before the optimizer step, whose update the
+  // monitor's update ratio must see (step() observes then).
+  if (!backward_seen_.load(std::memory_order_relaxed)) return;
+  if (info.name != "aten::zero_" && info.name != "aten::detach_") return;
   for (size_t i : info.write_args) {
     if (i >= inputs.size()) continue;
     bool hit = false;

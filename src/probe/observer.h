@@ -73,9 +73,9 @@ class Observer {
 
   ObserverCounters counters() const;
 
-  /// Calls `fn` once on the op's thread, right before the first in-place write to a
-  /// gradient of `params` outside backward (zero_grad, gradient clipping): the last moment
-  /// the step's gradients can be read. Only while detached. arm_grad_hook(true) re-arms it.
+  /// Calls `fn` once on the op's thread, right before zero_grad (aten::detach_ / zero_ on a
+  /// gradient of `params`, outside backward) clears the gradients of this step's backward:
+  /// the last moment they can be read. Only while detached. arm_grad_hook(true) re-arms it.
   void set_grad_hook(std::vector<at::Tensor> params, std::function<void()> fn);
   void arm_grad_hook(bool on) noexcept { grad_hook_armed_.store(on, std::memory_order_release); }
 
@@ -131,6 +131,7 @@ class Observer {
   std::vector<at::Tensor> hook_params_;
   std::function<void()> grad_hook_;
   std::atomic<bool> grad_hook_armed_{false};
+  std::atomic<bool> backward_seen_{false};  ///< an autograd node ran this step
   int64_t overflow_count_ = 0;  // emitter only
 };
 

@@ -43,8 +43,8 @@ void print_meta(const std::string& meta_text, const Terminal& term) {
     return;
   }
   auto line = [](const std::string& key, const nlohmann::json& v) {
-    if (v.is_primitive()) std::cout << fmt::format("  {:<22}{}\n", key, text_of(v));
-    if (v.is_array()) std::cout << fmt::format("  {:<22}{}\n", key, array_line(v));
+    if (v.is_primitive()) std::cout << fmt::format("  {:<29} {}\n", key, text_of(v));
+    if (v.is_array()) std::cout << fmt::format("  {:<29} {}\n", key, array_line(v));
   };
   for (const auto& [key, value] : meta.items()) {
     if (key == "config" || key == "writer") continue;

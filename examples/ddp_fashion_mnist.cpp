@@ -9,12 +9,12 @@
 //                     [--perturb-rank R] [--no-debugger]
 #include <precprobe/distributed.h>
 #include <precprobe/precprobe.h>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/torch.h>
 
 #include <cstdio>
 #include <limits>
 #include <string>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "fashion_mnist.h"
 
@@ -40,16 +40,26 @@ Flags parse_flags(int argc, char** argv) {
       if (i + 1 >= argc) throw std::runtime_error(a + " needs a value");
       return argv[++i];
     };
-    if (a == "--steps") f.steps = std::stoll(next());
-    else if (a == "--batch-size") f.batch_size = std::stoll(next());
-    else if (a == "--lr") f.lr = std::stod(next());
-    else if (a == "--dump") f.dump = next();
-    else if (a == "--check-every") f.check_every = std::stoll(next());
-    else if (a == "--plant-inf-step") f.plant_inf_step = std::stoll(next());
-    else if (a == "--plant-inf-rank") f.plant_inf_rank = std::stoi(next());
-    else if (a == "--perturb-rank") f.perturb_rank = std::stoi(next());
-    else if (a == "--no-debugger") f.debugger = false;
-    else throw std::runtime_error("unknown flag " + a);
+    if (a == "--steps")
+      f.steps = std::stoll(next());
+    else if (a == "--batch-size")
+      f.batch_size = std::stoll(next());
+    else if (a == "--lr")
+      f.lr = std::stod(next());
+    else if (a == "--dump")
+      f.dump = next();
+    else if (a == "--check-every")
+      f.check_every = std::stoll(next());
+    else if (a == "--plant-inf-step")
+      f.plant_inf_step = std::stoll(next());
+    else if (a == "--plant-inf-rank")
+      f.plant_inf_rank = std::stoi(next());
+    else if (a == "--perturb-rank")
+      f.perturb_rank = std::stoi(next());
+    else if (a == "--no-debugger")
+      f.debugger = false;
+    else
+      throw std::runtime_error("unknown flag " + a);
   }
   return f;
 }
@@ -145,14 +155,14 @@ int main(int argc, char** argv) try {
       dbg->step();
     }
     if (step % 20 == 0 || !stepped) {
-      std::printf("rank %d step %3lld loss %.6f scale %.0f%s\n", rank,
-                  static_cast<long long>(step), mean_loss, scaler.get_scale(),
-                  stepped ? "" : " (skipped)");
+      std::printf("rank %d step %3lld loss %.6f scale %.0f%s\n", rank, static_cast<long long>(step),
+                  mean_loss, scaler.get_scale(), stepped ? "" : " (skipped)");
       std::fflush(stdout);
     }
     if (flags.check_every > 0 && (step + 1) % flags.check_every == 0) {
       auto r = precprobe::check_replicas(*net, pg);
-      if (rank == 0) std::printf("step %lld: %s\n", static_cast<long long>(step), r.summary().c_str());
+      if (rank == 0)
+        std::printf("step %lld: %s\n", static_cast<long long>(step), r.summary().c_str());
     }
   }
   if (dbg) dbg->stop();

@@ -64,22 +64,38 @@ Flags parse_flags(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--epochs") f.epochs = std::stoi(value());
-    else if (a == "--steps") f.steps = std::stoll(value());
-    else if (a == "--batch-size") f.batch_size = std::stoll(value());
-    else if (a == "--lr") f.lr = std::stod(value());
-    else if (a == "--dump") f.dump = value();
-    else if (a == "--config") f.config = value();
-    else if (a == "--seed") f.seed = std::stoull(value());
-    else if (a == "--threads") f.threads = std::stoi(value());
-    else if (a == "--log-every") f.log_every = std::stoll(value());
-    else if (a == "--no-debugger") f.debugger = false;
-    else if (a == "--bf16") f.bf16 = true;
-    else if (a == "--overwrite") f.overwrite = true;
-    else if (a == "--no-normalise") f.normalise = false;
-    else if (a == "--sorted-labels") f.sorted_labels = true;
-    else if (a == "--eval-in-train-mode") f.eval_in_train_mode = true;
-    else if (a == "--help" || a == "-h") usage(argv[0], 0);
+    if (a == "--epochs")
+      f.epochs = std::stoi(value());
+    else if (a == "--steps")
+      f.steps = std::stoll(value());
+    else if (a == "--batch-size")
+      f.batch_size = std::stoll(value());
+    else if (a == "--lr")
+      f.lr = std::stod(value());
+    else if (a == "--dump")
+      f.dump = value();
+    else if (a == "--config")
+      f.config = value();
+    else if (a == "--seed")
+      f.seed = std::stoull(value());
+    else if (a == "--threads")
+      f.threads = std::stoi(value());
+    else if (a == "--log-every")
+      f.log_every = std::stoll(value());
+    else if (a == "--no-debugger")
+      f.debugger = false;
+    else if (a == "--bf16")
+      f.bf16 = true;
+    else if (a == "--overwrite")
+      f.overwrite = true;
+    else if (a == "--no-normalise")
+      f.normalise = false;
+    else if (a == "--sorted-labels")
+      f.sorted_labels = true;
+    else if (a == "--eval-in-train-mode")
+      f.eval_in_train_mode = true;
+    else if (a == "--help" || a == "-h")
+      usage(argv[0], 0);
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       usage(argv[0], 2);
@@ -91,9 +107,11 @@ Flags parse_flags(int argc, char** argv) {
 // conv(1→16) → BN → ReLU → pool, conv(16→32) → BN → ReLU → pool, dropout, linear(1568→10).
 struct NetImpl : torch::nn::Module {
   NetImpl()
-      : conv1(register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 16, 3).padding(1)))),
+      : conv1(register_module("conv1",
+                              torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 16, 3).padding(1)))),
         bn1(register_module("bn1", torch::nn::BatchNorm2d(16))),
-        conv2(register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 3).padding(1)))),
+        conv2(register_module("conv2",
+                              torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 3).padding(1)))),
         bn2(register_module("bn2", torch::nn::BatchNorm2d(32))),
         drop(register_module("drop", torch::nn::Dropout(0.25))),
         fc(register_module("fc", torch::nn::Linear(32 * 7 * 7, 10))) {}
@@ -219,8 +237,7 @@ int main(int argc, char** argv) try {
       ++step;
     }
   }
-  const double secs =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (flags.bf16) set_cpu_autocast_bf16(false);
   if (dbg) {
     checked_evaluation(net, test, *dbg, !flags.eval_in_train_mode);
@@ -228,8 +245,8 @@ int main(int argc, char** argv) try {
   }
 
   const double acc = evaluate(net, test);
-  std::printf("trained %lld steps in %.1f s; test accuracy %.2f%%\n",
-              static_cast<long long>(step), secs, 100.0 * acc);
+  std::printf("trained %lld steps in %.1f s; test accuracy %.2f%%\n", static_cast<long long>(step),
+              secs, 100.0 * acc);
   if (dbg) {
     auto c = dbg->counters();
     std::printf("precprobe: %llu op records, %llu dropped, %llu errors -> %s\n",

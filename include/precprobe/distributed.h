@@ -32,16 +32,15 @@ int world_size_from_env();
 /// A Gloo process group over a TCPStore at MASTER_ADDR:MASTER_PORT (defaults 127.0.0.1:29500),
 /// rank 0 hosting the store, as torchrun does. Throws precprobe::Error on a bad environment;
 /// c10d's own errors (timeouts) propagate as thrown by LibTorch.
-c10::intrusive_ptr<c10d::ProcessGroup> make_gloo_process_group_from_env(
-    int timeout_seconds = 60);
+c10::intrusive_ptr<c10d::ProcessGroup> make_gloo_process_group_from_env(int timeout_seconds = 60);
 
 /// What check_replicas() found.
 struct ReplicaReport {
   int rank = 0;
   int world_size = 1;
-  size_t tensors = 0;                  ///< parameters and buffers compared
-  std::vector<std::string> mismatched; ///< names whose hash differs across ranks
-  bool structure_differs = false;      ///< ranks hold different name lists
+  size_t tensors = 0;                   ///< parameters and buffers compared
+  std::vector<std::string> mismatched;  ///< names whose hash differs across ranks
+  bool structure_differs = false;       ///< ranks hold different name lists
   bool consistent() const noexcept { return mismatched.empty() && !structure_differs; }
   /// One line for people: "replicas consistent (12 tensors, 4 ranks)" or the names.
   std::string summary() const;

@@ -27,24 +27,24 @@ std::string_view to_string(Direction d) noexcept;
 /// Health and statistics of one tensor. Counts are exact; min/max/mean/norm are over the
 /// finite values only (NaN when there are none) and accumulated in float64.
 struct TensorStats {
-  std::string dtype;            ///< "dtype": c10 name, e.g. "Float", "BFloat16", "Long"
-  std::vector<int64_t> shape;   ///< "shape"
-  std::string device = "cpu";   ///< "device": e.g. "cpu", "cuda:0"
-  bool requires_grad = false;   ///< "rg" (written only when true)
-  int64_t numel = 0;            ///< "numel"
-  int64_t nan = 0;              ///< "nan": NaN elements
-  int64_t pinf = 0;             ///< "pinf": +Inf elements
-  int64_t ninf = 0;             ///< "ninf": -Inf elements
-  int64_t zero = 0;             ///< "zero": elements == 0 (both signs)
-  int64_t neg = 0;              ///< "neg": finite elements < 0
-  int64_t pos = 0;              ///< "pos": finite elements > 0
-  double min = 0;               ///< "min" over finite values
-  double max = 0;               ///< "max" over finite values
-  double mean = 0;              ///< "mean" over finite values
-  double norm = 0;              ///< "norm": L2 norm over finite values
-  std::optional<uint64_t> hash; ///< "hash": XXH3-64 of dtype+shape+values (precprobe/hash.h)
-  std::string param;            ///< "param": parameter name when the tensor is a parameter
-  int64_t list_index = -1;      ///< "li": position inside a TensorList argument, else -1
+  std::string dtype;             ///< "dtype": c10 name, e.g. "Float", "BFloat16", "Long"
+  std::vector<int64_t> shape;    ///< "shape"
+  std::string device = "cpu";    ///< "device": e.g. "cpu", "cuda:0"
+  bool requires_grad = false;    ///< "rg" (written only when true)
+  int64_t numel = 0;             ///< "numel"
+  int64_t nan = 0;               ///< "nan": NaN elements
+  int64_t pinf = 0;              ///< "pinf": +Inf elements
+  int64_t ninf = 0;              ///< "ninf": -Inf elements
+  int64_t zero = 0;              ///< "zero": elements == 0 (both signs)
+  int64_t neg = 0;               ///< "neg": finite elements < 0
+  int64_t pos = 0;               ///< "pos": finite elements > 0
+  double min = 0;                ///< "min" over finite values
+  double max = 0;                ///< "max" over finite values
+  double mean = 0;               ///< "mean" over finite values
+  double norm = 0;               ///< "norm": L2 norm over finite values
+  std::optional<uint64_t> hash;  ///< "hash": XXH3-64 of dtype+shape+values (precprobe/hash.h)
+  std::string param;             ///< "param": parameter name when the tensor is a parameter
+  int64_t list_index = -1;       ///< "li": position inside a TensorList argument, else -1
 
   int64_t non_finite() const noexcept { return nan + pinf + ninf; }
   bool all_finite() const noexcept { return non_finite() == 0; }
@@ -62,20 +62,20 @@ struct Arg {
 
 /// One op call, as written to ops.jsonl.zst (one JSON line each).
 struct OpRecord {
-  int64_t step = 0;             ///< "step": the value of PrecisionDebugger::step() count
-  int64_t seq = 0;              ///< "seq": execution order within the step (this rank)
-  std::string op;               ///< "op": e.g. "aten::addmm"
-  std::string overload;         ///< "ovl": overload name, e.g. "Tensor" (written if any)
-  int64_t call = 0;             ///< "call": per-(op, direction) call index, reset each step
+  int64_t step = 0;                     ///< "step": the value of PrecisionDebugger::step() count
+  int64_t seq = 0;                      ///< "seq": execution order within the step (this rank)
+  std::string op;                       ///< "op": e.g. "aten::addmm"
+  std::string overload;                 ///< "ovl": overload name, e.g. "Tensor" (written if any)
+  int64_t call = 0;                     ///< "call": per-(op, direction) call index, reset each step
   Direction dir = Direction::kForward;  ///< "dir": "forward" | "backward"
-  uint32_t thread = 0;          ///< "thr": small thread index (0 = first thread seen)
-  int32_t depth = 0;            ///< "depth": nesting depth of observed ops (0 = outermost)
-  int64_t seqnr = -1;           ///< "sn": autograd sequence number linking fwd op and bwd node
-  std::string scope;            ///< "scope": precprobe::Scope path, "a/b/c" (written if any)
-  std::string node;             ///< "node": backward only: autograd node, e.g. "MulBackward0"
-  std::vector<Arg> inputs;      ///< "in"
-  std::vector<Arg> outputs;     ///< "out"
-  int rank = 0;                 ///< not stored per line: the reader fills it from rank<R>/
+  uint32_t thread = 0;                  ///< "thr": small thread index (0 = first thread seen)
+  int32_t depth = 0;                    ///< "depth": nesting depth of observed ops (0 = outermost)
+  int64_t seqnr = -1;        ///< "sn": autograd sequence number linking fwd op and bwd node
+  std::string scope;         ///< "scope": precprobe::Scope path, "a/b/c" (written if any)
+  std::string node;          ///< "node": backward only: autograd node, e.g. "MulBackward0"
+  std::vector<Arg> inputs;   ///< "in"
+  std::vector<Arg> outputs;  ///< "out"
+  int rank = 0;              ///< not stored per line: the reader fills it from rank<R>/
 
   /// msprobe-style name: "aten::addmm.3.forward".
   std::string name() const;
@@ -90,10 +90,10 @@ struct OpRecord {
 
 /// One GradScaler event per optimizer parameter group per step (scaler.jsonl.zst).
 struct ScalerRecord {
-  int64_t step = 0;           ///< "step": the scaler's own update count
-  int optimizer = 0;          ///< "opt": index of the optimizer in order of first use
-  int group = 0;              ///< "group": parameter-group index within that optimizer
-  bool found_inf = false;     ///< "found_inf"
+  int64_t step = 0;                     ///< "step": the scaler's own update count
+  int optimizer = 0;                    ///< "opt": index of the optimizer in order of first use
+  int group = 0;                        ///< "group": parameter-group index within that optimizer
+  bool found_inf = false;               ///< "found_inf"
   int64_t nonfinite_params = 0;         ///< "n_bad": parameters with non-finite grads
   std::vector<std::string> bad_params;  ///< "bad": names of the first few of them
   double grad_norm_scaled = 0;          ///< "gn_scaled": L2 norm before unscale
@@ -108,26 +108,26 @@ struct ScalerRecord {
 
 /// One parameter per step from the gradient monitor (grads.jsonl.zst).
 struct GradRecord {
-  int64_t step = 0;           ///< "step"
-  std::string param;          ///< "param"
-  double grad_norm = 0;       ///< "gn": L2 norm of the gradient (finite part)
-  double grad_abs_max = 0;    ///< "gmax"
-  double grad_abs_mean = 0;   ///< "gmean": mean |g|
-  int64_t grad_nan = 0;       ///< "gnan"
-  int64_t grad_inf = 0;       ///< "ginf"
-  bool has_grad = true;       ///< "has_grad": false when the parameter had no gradient
-  double weight_norm = 0;     ///< "wn"
-  double update_ratio = 0;    ///< "ur": ||w_t - w_{t-1}|| / ||w_{t-1}|| (0 on the first step)
+  int64_t step = 0;                ///< "step"
+  std::string param;               ///< "param"
+  double grad_norm = 0;            ///< "gn": L2 norm of the gradient (finite part)
+  double grad_abs_max = 0;         ///< "gmax"
+  double grad_abs_mean = 0;        ///< "gmean": mean |g|
+  int64_t grad_nan = 0;            ///< "gnan"
+  int64_t grad_inf = 0;            ///< "ginf"
+  bool has_grad = true;            ///< "has_grad": false when the parameter had no gradient
+  double weight_norm = 0;          ///< "wn"
+  double update_ratio = 0;         ///< "ur": ||w_t - w_{t-1}|| / ||w_{t-1}|| (0 on the first step)
   std::vector<std::string> watch;  ///< "watch": names of watchpoints hit this step
-  int rank = 0;               ///< filled by the reader
+  int rank = 0;                    ///< filled by the reader
 };
 
 /// A scalar the user logs with PrecisionDebugger::log_scalar (events.jsonl.zst).
 struct ScalarRecord {
-  int64_t step = 0;      ///< "step"
-  std::string name;      ///< "name"
-  double value = 0;      ///< "value"
-  int rank = 0;          ///< filled by the reader
+  int64_t step = 0;  ///< "step"
+  std::string name;  ///< "name"
+  double value = 0;  ///< "value"
+  int rank = 0;      ///< filled by the reader
 };
 
 // JSON Lines encoding. append_* write one line including the trailing '\n'.

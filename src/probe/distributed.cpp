@@ -1,16 +1,16 @@
 // c10d helpers: environment, Gloo process group, replica checks.
 #include "precprobe/distributed.h"
 
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <fmt/format.h>
 #include <torch/nn/module.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
-#include <fmt/format.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "precprobe/error.h"
 #include "precprobe/hash.h"
@@ -60,9 +60,10 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_gloo_process_group_from_env(int time
 #if PRECPROBE_TORCH_AT_LEAST(2, 0)
   // 2.x: ProcessGroupGloo is a c10d::Backend; a ProcessGroup wraps it.
   auto backend = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, opts);
-  auto pg = c10::make_intrusive<c10d::ProcessGroup>(store, rank, world,
-                                                    c10::make_intrusive<c10d::ProcessGroup::Options>(
-                                                        "gloo", std::chrono::seconds(timeout_seconds)));
+  auto pg =
+      c10::make_intrusive<c10d::ProcessGroup>(store, rank, world,
+                                              c10::make_intrusive<c10d::ProcessGroup::Options>(
+                                                  "gloo", std::chrono::seconds(timeout_seconds)));
   pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, backend);
   pg->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
   return pg;
@@ -91,8 +92,10 @@ ReplicaReport check_replicas(const torch::nn::Module& model,
                              const c10::intrusive_ptr<c10d::ProcessGroup>& process_group) {
   if (!process_group) throw Error("check_replicas: the process group is null");
   std::vector<std::pair<std::string, at::Tensor>> named;
-  for (const auto& p : model.named_parameters(/*recurse=*/true)) named.emplace_back(p.key(), p.value());
-  for (const auto& b : model.named_buffers(/*recurse=*/true)) named.emplace_back(b.key(), b.value());
+  for (const auto& p : model.named_parameters(/*recurse=*/true))
+    named.emplace_back(p.key(), p.value());
+  for (const auto& b : model.named_buffers(/*recurse=*/true))
+    named.emplace_back(b.key(), b.value());
   std::sort(named.begin(), named.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
 

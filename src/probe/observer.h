@@ -132,7 +132,7 @@ class Observer {
   std::function<void()> grad_hook_;
   std::atomic<bool> grad_hook_armed_{false};
   std::atomic<bool> backward_seen_{false};  ///< an autograd node ran this step
-  int64_t overflow_count_ = 0;  // emitter only
+  int64_t overflow_count_ = 0;              // emitter only
 };
 
 }  // namespace detail

@@ -71,8 +71,7 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, bool unread) {
   if (cacheable) cache_.emplace(key, s);
   n_[kBytes].fetch_add(static_cast<uint64_t>(t.numel()) * t.element_size(),
                        std::memory_order_relaxed);
-  const bool now =
-      unread || !cfg_.async || key.storage == nullptr || t.numel() < cfg_.inline_numel;
+  const bool now = unread || !cfg_.async || key.storage == nullptr || t.numel() < cfg_.inline_numel;
   if (now) {
     bump(kInline);
     s->state.store(Slot::kRunning, std::memory_order_relaxed);

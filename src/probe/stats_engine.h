@@ -54,9 +54,9 @@ struct Slot {
   /// The version counter the tensor had at capture. A view made below autograd gets its
   /// base's counter attached later, so the tensor's own counter can change identity.
   std::optional<c10::VariableVersion> counter;
-  int64_t bytes = 0;        ///< held bytes while queued
-  std::string save_path;    ///< non-empty: write the tensor here instead of stats
-  bool stale = false;       ///< the version changed before the stats were computed
+  int64_t bytes = 0;      ///< held bytes while queued
+  std::string save_path;  ///< non-empty: write the tensor here instead of stats
+  bool stale = false;     ///< the version changed before the stats were computed
   /// Uninitialized memory (an aten::empty* output): only dtype/shape/numel are kept; counts
   /// are 0 and statistics NaN, so garbage never reads as NaN/Inf, here or where the same
   /// tensor is a later op's input (a cache hit).

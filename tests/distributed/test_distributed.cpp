@@ -3,7 +3,6 @@
 // when one rank's gradient holds an inf (named in that rank's scaler log), and
 // check_replicas() naming a parameter perturbed on one rank.
 #include <catch2/catch.hpp>
-
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -47,7 +46,8 @@ std::string fresh_dir(const std::string& name) {
 void check_run_with_planted_inf(int ranks) {
   const std::string dump = fresh_dir("inf" + std::to_string(ranks));
   const int plant_step = 5;
-  auto run = launch(ranks, "--steps 12 --check-every 6 --plant-inf-step 5 --plant-inf-rank 1 --dump " + dump);
+  auto run = launch(
+      ranks, "--steps 12 --check-every 6 --plant-inf-step 5 --plant-inf-rank 1 --dump " + dump);
   INFO(run.output);
   REQUIRE(run.status == 0);
 

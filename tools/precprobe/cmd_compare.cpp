@@ -180,7 +180,8 @@ void add_compare_command(CLI::App& app, int& exit_code) {
   cmd->callback([args, &exit_code] {
     const Terminal term = Terminal::detect();
     if (args->b.empty()) {
-      if (args->ranks.empty()) throw CLI::ValidationError("B", "a second dump B is required (or --ranks R1 R2)");
+      if (args->ranks.empty())
+        throw CLI::ValidationError("B", "a second dump B is required (or --ranks R1 R2)");
       args->b = args->a;
     }
     auto a = open_dump(args->a);

@@ -6,7 +6,7 @@ set -euo pipefail
 
 core_pkgs=(build-essential clang libclang-rt-14-dev cmake ninja-build pkg-config ccache git zstd zlib1g-dev
            libfmt-dev nlohmann-json3-dev libzstd-dev libxxhash-dev catch2 libcli11-dev
-           libbenchmark-dev chromium)
+           libbenchmark-dev chromium fonts-dejavu-core)
 torch_pkgs=(libtorch-dev libgloo-dev libopenblas0-pthread dataset-fashion-mnist)
 
 pkgs=("${core_pkgs[@]}")

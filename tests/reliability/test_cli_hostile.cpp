@@ -127,7 +127,8 @@ TEST_CASE("hostile dumps: every command exits 2 naming the file", "[cli][hostile
   }
   SECTION("a PNG renamed ops.jsonl.zst") {
     const std::string d = clean_copy(root, "png");
-    const std::string png("\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR\0\0\0\x10\0\0\0\x10\x08\x06\0\0\0", 33);
+    static const char kPng[] = "\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR\0\0\0\x10\0\0\0\x10\x08\x06\0\0\0";
+    const std::string png(kPng, sizeof(kPng) - 1);  // the header holds NULs: no strlen
     precprobe::test::write_bytes(d + "/rank0/ops.jsonl.zst", png);
     require_input_error(d, d + "/rank0/ops.jsonl.zst");
   }

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "observer.h"
+#include "options_detail.h"
 #include "precprobe/distributed.h"
 #include "precprobe/error.h"
 #include "precprobe/grad_monitor.h"
@@ -44,18 +45,6 @@ std::string host_name() {
   char buf[256] = {0};
   if (::gethostname(buf, sizeof buf - 1) != 0) return "";
   return buf;
-}
-
-const char* task_name(Task t) {
-  switch (t) {
-    case Task::kStatistics:
-      return "statistics";
-    case Task::kTensor:
-      return "tensor";
-    case Task::kOverflowCheck:
-      return "overflow_check";
-  }
-  return "?";
 }
 
 nlohmann::json parse_or_string(const std::string& text) {
@@ -151,8 +140,8 @@ std::string PrecisionDebugger::Impl::meta_json(bool final_meta) const {
   m["torch_version"] = TORCH_VERSION;
   m["rank"] = rank;
   m["world_size"] = world_size;
-  m["task"] = task_name(options.task);
-  m["level"] = options.level == Level::kL1 ? "L1" : "L2";
+  m["task"] = detail::task_name(options.task);
+  m["level"] = detail::level_name(options.level);
   m["config"] = parse_or_string(options.to_json());
   if (!seed_report.empty()) m["seed_report"] = parse_or_string(seed_report);
   m["host"] = host_name();

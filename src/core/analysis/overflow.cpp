@@ -19,15 +19,6 @@ using analysis_detail::RecordSource;
 
 constexpr size_t kFirstStepsShown = 10;
 
-// Allocations whose output is uninitialised memory by contract: a NaN there is garbage that
-// the next op overwrites, not a value the program computed.
-bool uninitialised_output(const OpRecord& r) {
-  return r.op == "aten::empty" || r.op == "aten::empty_like" || r.op == "aten::empty_strided" ||
-         r.op == "aten::new_empty" || r.op == "aten::new_empty_strided";
-}
-
-bool outputs_bad(const OpRecord& r) { return r.outputs_non_finite() && !uninitialised_output(r); }
-
 // In-place ops that overwrite all of `self` (input 0) without reading it: a NaN there is
 // the garbage of an uninitialised allocation, not a value consumed.
 bool overwrites_self(const OpRecord& r) {
@@ -42,7 +33,8 @@ bool inputs_bad(const OpRecord& r) {
   return false;
 }
 
-bool is_candidate(const OpRecord& r) { return outputs_bad(r) && !inputs_bad(r); }
+// outputs_non_finite() already ignores the garbage of aten::empty* (OpRecord's rule).
+bool is_candidate(const OpRecord& r) { return r.outputs_non_finite() && !inputs_bad(r); }
 
 /// What one step of one rank contributes.
 struct StepState {
@@ -59,7 +51,7 @@ StepState analyse_group(const std::vector<OpRecord>& g) {
   std::vector<analysis_detail::OpPlace> places;
   for (size_t i = 0; i < g.size(); ++i) {
     places.push_back({g[i].seq, g[i].thread, g[i].depth});
-    if (outputs_bad(g[i])) ++s.nonfinite_ops;
+    if (g[i].outputs_non_finite()) ++s.nonfinite_ops;
     if (is_candidate(g[i])) cands.push_back(i);
     if (inputs_bad(g[i]) && (!bad_in || g[i].seq < g[*bad_in].seq)) bad_in = i;
   }
@@ -70,7 +62,7 @@ StepState analyse_group(const std::vector<OpRecord>& g) {
   s.origin = OpBrief::from(g[c]);
   // Spread: ops that started after the origin, and the ops around it (they end after it).
   for (size_t i = 0; i < g.size(); ++i) {
-    if (i == c || !outputs_bad(g[i])) continue;
+    if (i == c || !g[i].outputs_non_finite()) continue;
     if (g[i].seq > g[c].seq || tree.nested(c, i)) ++s.after_origin;
   }
   return s;
@@ -128,7 +120,7 @@ OverflowResult find_overflow_in(RecordSource& src) {
   bool any_bad = false;
   src.ops([&](const OpRecord& r) {
     if (!group.empty() && (r.rank != group.front().rank || r.step != group.front().step)) flush();
-    any_bad = any_bad || outputs_bad(r) || inputs_bad(r);
+    any_bad = any_bad || r.outputs_non_finite() || inputs_bad(r);
     group.push_back(r);
     return true;
   });

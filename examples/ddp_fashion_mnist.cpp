@@ -123,7 +123,10 @@ int main(int argc, char** argv) try {
   dopts.overwrite = true;
   std::unique_ptr<precprobe::PrecisionDebugger> dbg;
   if (flags.debugger) {
-    dbg = std::make_unique<precprobe::PrecisionDebugger>(dopts);
+    // Rank and world size from the process group; the debugger runs check_replicas()
+    // every --check-every steps and records the result in each rank's dump.
+    dopts.replica_check_every = flags.check_every;
+    dbg = std::make_unique<precprobe::PrecisionDebugger>(dopts, pg);
     dbg->start(net);
   }
 
@@ -159,7 +162,7 @@ int main(int argc, char** argv) try {
                   mean_loss, scaler.get_scale(), stepped ? "" : " (skipped)");
       std::fflush(stdout);
     }
-    if (flags.check_every > 0 && (step + 1) % flags.check_every == 0) {
+    if (!dbg && flags.check_every > 0 && (step + 1) % flags.check_every == 0) {
       auto r = precprobe::check_replicas(*net, pg);
       if (rank == 0)
         std::printf("step %lld: %s\n", static_cast<long long>(step), r.summary().c_str());

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The test command of the README and of CI: installs the dependencies (Debian packages),
 # builds everything and runs the whole test suite with ctest, then the torch-free core
-# again under ASan+UBSan with the fuzz targets (clang, bounded runs) and under TSan.
+# again under ASan+UBSan with the fuzz targets (clang, bounded runs), the probe's own code
+# and its tests under ASan+UBSan (LibTorch itself is not instrumented), and the core under
+# TSan.
 #   PRECPROBE_QUICK=1   only the main build and its tests
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +20,18 @@ CXX=clang++ BUILD_DIR=build-asan scripts/build.sh -DPRECPROBE_WITH_TORCH=OFF \
   -DPRECPROBE_SANITIZE=address,undefined -DPRECPROBE_BUILD_FUZZERS=ON \
   -DPRECPROBE_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
 (cd build-asan && ctest --output-on-failure -j "$jobs")
+
+echo "== probe under ASan+UBSan (its own code; LibTorch uninstrumented)"
+BUILD_DIR=build-asan-probe scripts/build.sh -DPRECPROBE_SANITIZE=address,undefined \
+  -DPRECPROBE_BUILD_BENCH=OFF -DPRECPROBE_BUILD_EXAMPLES=OFF -DPRECPROBE_BUILD_TOOLS=OFF \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo
+# Container-overflow checks need every user of a container instrumented (LibTorch is not);
+# LibTorch's process-lifetime registries are not leaks of ours (tests/sanitizers/lsan.supp).
+(cd build-asan-probe &&
+  ASAN_OPTIONS=detect_container_overflow=0:abort_on_error=0 \
+  LSAN_OPTIONS="suppressions=$PWD/../tests/sanitizers/lsan.supp:print_suppressions=0" \
+  UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --output-on-failure -j "$jobs" -R "$(cat ../tests/sanitizers/probe_tests.regex)")
 
 echo "== torch-free core under TSan"
 CXX=clang++ BUILD_DIR=build-tsan scripts/build.sh -DPRECPROBE_WITH_TORCH=OFF \

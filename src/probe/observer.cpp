@@ -4,11 +4,14 @@
 
 #include <ATen/core/grad_mode.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "observer_internal.h"
+#include "precprobe/checklist.h"
 #include "precprobe/debugger.h"
 #include "precprobe/error.h"
+#include "scaled_grads.h"
 
 namespace precprobe {
 namespace detail {
@@ -84,7 +87,9 @@ Observer::~Observer() {
 
 void Observer::set_parameters(const std::vector<std::pair<std::string, at::Tensor>>& named) {
   params_.clear();
+  param_tensors_.clear();
   for (const auto& [name, t] : named) {
+    param_tensors_.push_back(t);
     const void* s = storage_of(t);
     if (s != nullptr) params_.emplace(s, std::make_pair(name, t.numel()));
   }
@@ -111,6 +116,10 @@ void Observer::detach() noexcept {
 }
 
 void Observer::begin_step(int64_t step) {
+  {
+    std::lock_guard<std::mutex> lk(flagged_mu_);
+    flagged_.clear();
+  }
   std::lock_guard<std::mutex> lk(engine_->order_mutex());
   step_ = step;
   seq_ = 0;
@@ -228,6 +237,10 @@ std::unique_ptr<at::ObserverContext> Observer::on_op_start(const at::RecordFunct
         if (options_.dump_inputs || options_.task == Task::kOverflowCheck)
           capture_args(inputs, op->in, *op, sel.save ? &ctx->name : nullptr, true);
       }
+    }
+    if (depth == 0 && !param_tensors_.empty() && thread_state().nodes.empty()) {
+      const float scale = scaled_grads_window();
+      if (scale != 0.0f) check_scaled_grad_read(fn.inputs(), info, scale);
     }
     if (!info.write_args.empty()) {
       auto inputs = fn.inputs();
@@ -421,6 +434,43 @@ void Observer::emit(PendingOp& op) {
 void Observer::set_grad_hook(std::vector<at::Tensor> params, std::function<void()> fn) {
   hook_params_ = std::move(params);
   grad_hook_ = std::move(fn);
+}
+
+void Observer::check_scaled_grad_read(c10::ArrayRef<const c10::IValue> inputs, const OpInfo& info,
+                                      float scale) {
+  // Few ops run in the window (between backward() and the scaler's unscale_), so the
+  // gradients' storages are looked up per op rather than cached.
+  std::vector<const void*> grads;
+  grads.reserve(param_tensors_.size());
+  for (const at::Tensor& p : param_tensors_) {
+    const at::Tensor& g = p.grad();
+    if (g.defined()) grads.push_back(storage_of(g));
+  }
+  if (grads.empty()) return;
+  bool read = false;
+  for (size_t i = 0; i < inputs.size() && !read; ++i) {
+    if (std::find(info.write_args.begin(), info.write_args.end(), i) != info.write_args.end())
+      continue;  // written, not read: zero_grad, the clip's in-place mul_
+    for_each_tensor(inputs[i], [&](const at::Tensor& t) {
+      const void* s = storage_of(t);
+      if (s != nullptr && std::find(grads.begin(), grads.end(), s) != grads.end()) read = true;
+    });
+  }
+  if (!read) return;
+  int64_t step = 0;
+  {
+    std::lock_guard<std::mutex> lk(engine_->order_mutex());
+    step = step_;
+  }
+  {
+    std::lock_guard<std::mutex> lk(flagged_mu_);
+    if (!flagged_.emplace(step, info.name).second) return;
+  }
+  ScalarRecord r;
+  r.step = step;
+  r.name = std::string(check_scalar::kScaledGradRead) + info.name;
+  r.value = scale;
+  writer_->submit(std::move(r));
 }
 
 void Observer::maybe_run_grad_hook(c10::ArrayRef<const c10::IValue> inputs, const OpInfo& info) {

@@ -20,6 +20,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -106,6 +107,11 @@ class Observer {
   bool keep_overflow(const OpRecord& r);
   uint32_t thread_index();
   void maybe_run_grad_hook(c10::ArrayRef<const c10::IValue> inputs, const OpInfo& info);
+  /// Inside GradScaler's scaled-gradient window (scaled_grads.h): records a
+  /// "check/scaled_grad_read/<op>" event when this op of user code reads a parameter's
+  /// gradient without writing it.
+  void check_scaled_grad_read(c10::ArrayRef<const c10::IValue> inputs, const OpInfo& info,
+                              float scale);
 
   DebuggerOptions options_;
   NameMatcher list_;
@@ -118,6 +124,10 @@ class Observer {
 
   // Parameters: StorageImpl* -> (name, numel). Read-only while attached.
   std::unordered_map<const void*, std::pair<std::string, int64_t>> params_;
+  std::vector<at::Tensor> param_tensors_;  // the same parameters, for their gradients
+
+  std::mutex flagged_mu_;  // scaled-gradient reads already recorded: (step, op)
+  std::set<std::pair<int64_t, std::string>> flagged_;
 
   // Under engine_->order_mutex(): per-step naming state.
   int64_t step_ = 0;

@@ -254,9 +254,15 @@ GradScaler::~GradScaler() {
 namespace detail {
 namespace {
 std::atomic<float> g_scaled_grads_window{0.0f};
+std::atomic<uint64_t> g_scaled_grads_window_id{0};
 }  // namespace
 void set_scaled_grads_window(float scale) noexcept {
-  g_scaled_grads_window.store(scale, std::memory_order_release);
+  const float before = g_scaled_grads_window.exchange(scale, std::memory_order_acq_rel);
+  if (!(before > 0.0f) && scale > 0.0f)
+    g_scaled_grads_window_id.fetch_add(1, std::memory_order_acq_rel);
+}
+uint64_t scaled_grads_window_id() noexcept {
+  return g_scaled_grads_window_id.load(std::memory_order_acquire);
 }
 float scaled_grads_window() noexcept {
   return g_scaled_grads_window.load(std::memory_order_acquire);

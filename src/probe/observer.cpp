@@ -240,7 +240,7 @@ std::unique_ptr<at::ObserverContext> Observer::on_op_start(const at::RecordFunct
     }
     if (depth == 0 && !param_tensors_.empty() && thread_state().nodes.empty()) {
       const float scale = scaled_grads_window();
-      if (scale != 0.0f) check_scaled_grad_read(fn.inputs(), info, scale);
+      if (scale > 0.0f) check_scaled_grad_read(fn.inputs(), info, scale);
     }
     if (!info.write_args.empty()) {
       auto inputs = fn.inputs();
@@ -318,6 +318,9 @@ void Observer::on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
       capture_args(c10::ArrayRef<const c10::IValue>(outs.data(), outs.size()), op.out, op,
                    c->save ? &c->name : nullptr, false);
     }
+    if (op.header.dir == Direction::kBackward && fn.scope() != at::RecordScope::BACKWARD_FUNCTION &&
+        !param_tensors_.empty() && scaled_grads_window() > 0.0f)
+      note_backward_outputs(fn.outputs());
   } catch (const std::exception& e) {
     errors_.fetch_add(1, std::memory_order_relaxed);
     report_error(std::string("precprobe: observing the outputs of ") + op.header.op +
@@ -436,27 +439,84 @@ void Observer::set_grad_hook(std::vector<at::Tensor> params, std::function<void(
   grad_hook_ = std::move(fn);
 }
 
+namespace {
+
+// Ops that measure or combine gradient values: what clipping and gradient penalties run.
+// Moving, copying or communicating scaled gradients (cat, view, copy_, all-reduce) is fine
+// and never flagged.
+bool measures(const std::string& op) {
+  static const char* const kOps[] = {"aten::norm",        "aten::linalg_vector_norm",
+                                     "aten::linalg_norm", "aten::frobenius_norm",
+                                     "aten::pow",         "aten::square",
+                                     "aten::sum",         "aten::mean",
+                                     "aten::abs",         "aten::max",
+                                     "aten::amax",        "aten::sqrt",
+                                     "aten::mul",         "aten::div",
+                                     "aten::dot",         "aten::vdot",
+                                     "aten::matmul",      "aten::add",
+                                     "aten::sub"};
+  for (const char* o : kOps)
+    if (op == o) return true;
+  return false;
+}
+
+bool is_scalar_operand(const c10::IValue& v) {
+  if (v.isScalar()) return true;
+  return v.isTensor() && v.toTensor().defined() && v.toTensor().numel() == 1;
+}
+
+}  // namespace
+
+void Observer::note_backward_outputs(const std::vector<c10::IValue>& outputs) {
+  std::lock_guard<std::mutex> lk(flagged_mu_);
+  const uint64_t id = scaled_grads_window_id();
+  if (id != window_id_) {
+    window_grads_.clear();
+    window_id_ = id;
+  }
+  for (const auto& v : outputs)
+    for_each_tensor(v, [&](const at::Tensor& t) {
+      if (storage_of(t) != nullptr)
+        window_grads_.push_back(t.unsafeGetTensorImpl()->unsafe_storage().getWeakStorageImpl());
+    });
+}
+
 void Observer::check_scaled_grad_read(c10::ArrayRef<const c10::IValue> inputs, const OpInfo& info,
                                       float scale) {
-  // Few ops run in the window (between backward() and the scaler's unscale_), so the
-  // gradients' storages are looked up per op rather than cached.
+  if (!measures(info.name)) return;
+  // Few ops of user code run in the window (between backward() and the scaler's
+  // unscale_), so the gradients' storages are looked up per op rather than cached.
   std::vector<const void*> grads;
   grads.reserve(param_tensors_.size());
   for (const at::Tensor& p : param_tensors_) {
     const at::Tensor& g = p.grad();
     if (g.defined()) grads.push_back(storage_of(g));
   }
+  {
+    std::lock_guard<std::mutex> lk(flagged_mu_);
+    if (window_id_ == scaled_grads_window_id())
+      for (const auto& w : window_grads_) grads.push_back(w._unsafe_get_target());
+  }
   if (grads.empty()) return;
-  bool read = false;
-  for (size_t i = 0; i < inputs.size() && !read; ++i) {
+  size_t reads = 0;
+  bool other_scalar = false;
+  for (size_t i = 0; i < inputs.size(); ++i) {
     if (std::find(info.write_args.begin(), info.write_args.end(), i) != info.write_args.end())
       continue;  // written, not read: zero_grad, the clip's in-place mul_
+    bool hit = false;
     for_each_tensor(inputs[i], [&](const at::Tensor& t) {
       const void* s = storage_of(t);
-      if (s != nullptr && std::find(grads.begin(), grads.end(), s) != grads.end()) read = true;
+      if (s != nullptr && std::find(grads.begin(), grads.end(), s) != grads.end()) hit = true;
     });
+    if (hit) {
+      ++reads;
+    } else if (is_scalar_operand(inputs[i])) {
+      other_scalar = true;
+    }
   }
-  if (!read) return;
+  if (reads == 0) return;
+  // g * inv_scale, g / scale: PyTorch's recipe for penalties unscales this way by hand.
+  if (reads == 1 && other_scalar && (info.name == "aten::mul" || info.name == "aten::div")) return;
   int64_t step = 0;
   {
     std::lock_guard<std::mutex> lk(engine_->order_mutex());

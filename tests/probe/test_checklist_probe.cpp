@@ -144,7 +144,25 @@ at::Tensor normalised_images() {
   return (train_raw().images.slice(0, 0, 4096) - fashion_mnist::kMean) / fashion_mnist::kStd;
 }
 
-enum class Clip { kNone, kBeforeUnscale, kAfterUnscale };
+enum class Clip {
+  kNone,
+  kBeforeUnscale,
+  kAfterUnscale,
+  kPenaltyScaled,    // PyTorch's gradient-penalty recipe without its unscaling
+  kPenaltyUnscaled,  // the recipe as written: grads * (1 / scale) before the norm
+  kPenaltyFromGrad,  // backward(create_graph) on the scaled loss, penalty from .grad
+};
+
+// The squared norm of the gradients of the scaled loss, as a penalty; `unscale`: multiply
+// them by 1/scale first, as https://pytorch.org/docs/stable/notes/amp_examples.html does.
+at::Tensor penalty(const at::Tensor& scaled_loss, Mlp& net, GradScaler& scaler, bool unscale) {
+  auto grads = torch::autograd::grad({scaled_loss}, net.parameters(), /*grad_outputs=*/{},
+                                     /*retain_graph=*/true, /*create_graph=*/true);
+  at::Tensor sum = torch::zeros({});
+  const double inv_scale = 1.0 / scaler.get_scale();
+  for (auto& g : grads) sum = sum + (unscale ? g * inv_scale : g).pow(2).sum();
+  return sum;
+}
 
 // Six steps with a GradScaler; gradient clipping where `clip` says. `with_model`: whether
 // the debugger knows the parameters.
@@ -167,7 +185,19 @@ ChecklistResult run_scaled(Clip clip, bool with_model = true) {
       const at::Tensor x = images.slice(0, b * 64, (b + 1) * 64);
       const at::Tensor y = labels.slice(0, b * 64, (b + 1) * 64);
       opt.zero_grad();
-      scaler.scale(torch::cross_entropy_loss(net->forward(x), y)).backward();
+      const at::Tensor loss = torch::cross_entropy_loss(net->forward(x), y);
+      if (clip == Clip::kPenaltyScaled || clip == Clip::kPenaltyUnscaled) {
+        const at::Tensor p =
+            penalty(scaler.scale(loss), *net, scaler, clip == Clip::kPenaltyUnscaled);
+        scaler.scale(loss + 1e-3 * p).backward();
+      } else if (clip == Clip::kPenaltyFromGrad) {
+        scaler.scale(loss).backward({}, /*retain_graph=*/true, /*create_graph=*/true);
+        at::Tensor p = torch::zeros({});
+        for (const auto& w : net->parameters()) p = p + w.grad().pow(2).sum();
+        (1e-3 * p).backward();
+      } else {
+        scaler.scale(loss).backward();
+      }
       if (clip == Clip::kBeforeUnscale) {
         torch::nn::utils::clip_grad_norm_(net->parameters(), 1.0);  // on scaled gradients
       } else if (clip == Clip::kAfterUnscale) {
@@ -203,6 +233,22 @@ TEST_CASE("checklist probe: clipping before unscale_ is found, after it is not",
   const ChecklistResult good = run_scaled(Clip::kAfterUnscale);
   CHECK(of(good, "mp.clip_before_unscale") == Verdict::kOk);
   CHECK(of(run_scaled(Clip::kNone), "mp.clip_before_unscale") == Verdict::kOk);
+  // Gradient penalties: on the scaled gradients of torch::autograd::grad, or of .grad after a
+  // create_graph backward, found (their aten::pow); unscaled first as PyTorch's recipe
+  // does (g * inv_scale), not.
+  for (const Clip planted : {Clip::kPenaltyScaled, Clip::kPenaltyFromGrad}) {
+    const ChecklistResult p = run_scaled(planted);
+    const CheckItem* pc = p.find("mp.clip_before_unscale");
+    REQUIRE(pc != nullptr);
+    INFO(pc->evidence);
+    CHECK(pc->verdict == Verdict::kProblem);
+    CHECK_THAT(pc->evidence, Catch::Contains("aten::pow"));
+  }
+  {
+    const ChecklistResult p = run_scaled(Clip::kPenaltyUnscaled);
+    INFO(p.find("mp.clip_before_unscale")->evidence);
+    CHECK(of(p, "mp.clip_before_unscale") == Verdict::kOk);
+  }
   // Without start(model) the parameters are unknown: not decidable.
   CHECK(of(run_scaled(Clip::kBeforeUnscale, /*with_model=*/false), "mp.clip_before_unscale") ==
         Verdict::kNotApplicable);

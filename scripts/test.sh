@@ -25,13 +25,11 @@ echo "== probe under ASan+UBSan (its own code; LibTorch uninstrumented)"
 BUILD_DIR=build-asan-probe scripts/build.sh -DPRECPROBE_SANITIZE=address,undefined \
   -DPRECPROBE_BUILD_BENCH=OFF -DPRECPROBE_BUILD_EXAMPLES=OFF -DPRECPROBE_BUILD_TOOLS=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo
-# Container-overflow checks need every user of a container instrumented (LibTorch is not);
-# LibTorch's process-lifetime registries are not leaks of ours (tests/sanitizers/lsan.supp).
-(cd build-asan-probe &&
-  ASAN_OPTIONS=detect_container_overflow=0:abort_on_error=0 \
-  LSAN_OPTIONS="suppressions=$PWD/../tests/sanitizers/lsan.supp:print_suppressions=0" \
-  UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --output-on-failure -j "$jobs" -R "$(cat ../tests/sanitizers/probe_tests.regex)")
+# The 10 000-step RSS test is left to the main build: ASan's quarantine holds freed memory
+# by design, so RSS grows there (LeakSanitizer checks every test for leaks instead).
+(cd build-asan-probe && UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --output-on-failure -j "$jobs" -R "$(cat ../tests/sanitizers/probe_tests.regex)" \
+  -E "10 000 steps keep memory flat")
 
 echo "== torch-free core under TSan"
 CXX=clang++ BUILD_DIR=build-tsan scripts/build.sh -DPRECPROBE_WITH_TORCH=OFF \

@@ -11,10 +11,12 @@
 #include <precprobe/precprobe.h>
 #include <torch/torch.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <limits>
 #include <string>
+#include <thread>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "fashion_mnist.h"
@@ -168,6 +170,9 @@ int main(int argc, char** argv) try {
       std::printf("rank %d step %lld: killing myself (--kill-step)\n", rank,
                   static_cast<long long>(step));
       std::fflush(stdout);
+      // A second later, as a rank that hangs and is then killed: the step's frames have
+      // had time to reach the disk (step() flushes asynchronously).
+      std::this_thread::sleep_for(std::chrono::seconds(1));
       ::raise(SIGKILL);
     }
     if (step % 20 == 0 || !stepped) {

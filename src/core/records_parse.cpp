@@ -21,7 +21,7 @@ constexpr size_t kMaxListSize = size_t{1} << 18;
 void reset(TensorStats& t) {
   t.dtype.clear();
   t.shape.clear();
-  t.device.assign("cpu");
+  if (!json::detail::equal(t.device, "cpu", 3)) t.device.assign("cpu");
   t.requires_grad = false;
   t.numel = t.nan = t.pinf = t.ninf = t.zero = t.neg = t.pos = 0;
   t.min = t.max = t.mean = t.norm = 0;
@@ -198,14 +198,30 @@ bool parse_arg(Cursor& c, Arg& a) {
   return true;
 }
 
+// Arguments a shorter record left over, kept with their strings and shape vectors for the
+// next longer one: records of different ops alternate, and without this every line would
+// free and allocate them again. Per thread; bounded so a hostile line cannot hoard memory.
+thread_local std::vector<Arg> t_spare_args;
+constexpr size_t kMaxSpareArgs = 64;
+
 bool parse_args(Cursor& c, std::vector<Arg>& args) {
   size_t n = 0;
   bool ok = c.array([&] {
     if (n >= kMaxListSize) return c.fail("too many arguments");
-    if (n == args.size()) args.emplace_back();
+    if (n == args.size()) {
+      if (t_spare_args.empty()) {
+        args.emplace_back();
+      } else {
+        args.push_back(std::move(t_spare_args.back()));
+        t_spare_args.pop_back();
+      }
+    }
     return parse_arg(c, args[n++]);
   });
-  args.resize(n);
+  while (args.size() > n) {
+    if (t_spare_args.size() < kMaxSpareArgs) t_spare_args.push_back(std::move(args.back()));
+    args.pop_back();
+  }
   return ok;
 }
 

@@ -3,7 +3,9 @@
 #include "observer.h"
 
 #include <ATen/core/grad_mode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "observer_internal.h"
@@ -18,6 +20,11 @@ std::atomic<uint64_t> g_generation{0};
 
 struct OpContext final : at::ObserverContext {
   std::shared_ptr<PendingOp> op;
+  // Slots created from this serial on (by ops nested in this one) may be stale when it
+  // ends if they were captured inside a kernel (Slot::untracked).
+  uint64_t serial_after_inputs = 0;
+  bool writes = false;          // the op writes one of its arguments
+  bool below_autograd = false;  // the op runs inside another op's kernel
   bool save = false;
   std::string name;                        // full name, when saving tensors
   const char* origin = "(autograd node)";  // process-lifetime op name, for diagnostics
@@ -48,6 +55,12 @@ void for_each_tensor(const c10::IValue& v, Fn&& fn) {
     for (const auto& e : v.toListRef())
       if (e.isTensor()) fn(e.toTensor());
   }
+}
+
+// Inside another op's kernel (VariableType's AutoDispatchBelowADInplaceOrView), ops write
+// tensors without bumping their version counters.
+bool below_ad_inplace_or_view() {
+  return c10::impl::tls_is_dispatch_key_excluded(c10::DispatchKey::ADInplaceOrView);
 }
 
 bool scope_prefix_matches(const std::string& path, const std::string& prefix) {
@@ -225,8 +238,21 @@ std::unique_ptr<at::ObserverContext> Observer::on_op_start(const at::RecordFunct
         // seqNr() is just the next free number, which a later op will take.
         if (dir == Direction::kForward && grad_on && any_requires_grad(inputs))
           h.seqnr = fn.seqNr();
-        if (options_.dump_inputs || options_.task == Task::kOverflowCheck)
-          capture_args(inputs, op->in, *op, sel.save ? &ctx->name : nullptr, true);
+        ctx->writes = !info.write_args.empty();
+        ctx->below_autograd = depth > 0 && below_ad_inplace_or_view();
+        if (options_.dump_inputs || options_.task == Task::kOverflowCheck) {
+          CaptureOptions how;
+          how.untracked = ctx->below_autograd;
+          // Outside kernels, statistics taken inside one are not trusted: it may have
+          // written the tensor after them.
+          if (!ctx->below_autograd) how.reuse_before = 0;
+          // Inside a kernel, a buffer this op overwrites or hands back unread (copy_'s
+          // destination, resolve_conj's self) may be the kernel's own output, not written
+          // yet: garbage that must not be read (it can hold NaN/Inf bit patterns).
+          capture_args(inputs, op->in, *op, sel.save ? &ctx->name : nullptr, true, how,
+                       ctx->below_autograd ? &info.alias_args : nullptr);
+        }
+        ctx->serial_after_inputs = engine_->next_serial();
       }
     }
     if (!info.write_args.empty()) {
@@ -279,7 +305,7 @@ std::unique_ptr<at::ObserverContext> Observer::on_node_start(const at::RecordFun
     ctx->save = sel.save;
     ctx->name = std::move(sel.name);
     if (options_.dump_inputs || options_.task == Task::kOverflowCheck)
-      capture_args(fn.inputs(), op->in, *op, sel.save ? &ctx->name : nullptr, true);
+      capture_args(fn.inputs(), op->in, *op, sel.save ? &ctx->name : nullptr, true, {}, nullptr);
     return ctx;
   } catch (const std::exception& e) {
     errors_.fetch_add(1, std::memory_order_relaxed);
@@ -302,8 +328,15 @@ void Observer::on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
     const bool outputs = options_.dump_outputs || options_.task == Task::kOverflowCheck;
     if (outputs && fn.scope() != at::RecordScope::BACKWARD_FUNCTION) {
       const std::vector<c10::IValue>& outs = fn.outputs();
+      // An output whose slot was captured inside a kernel while this op ran (by this op's
+      // own input capture when it writes, or by an op nested in it) is summarised again:
+      // the kernel may have written it since, without a version bump.
+      CaptureOptions how;
+      how.untracked = c->below_autograd;
+      how.fresh = c->writes;
+      how.reuse_before = c->serial_after_inputs;
       capture_args(c10::ArrayRef<const c10::IValue>(outs.data(), outs.size()), op.out, op,
-                   c->save ? &c->name : nullptr, false);
+                   c->save ? &c->name : nullptr, false, how, nullptr);
     }
   } catch (const std::exception& e) {
     errors_.fetch_add(1, std::memory_order_relaxed);
@@ -326,33 +359,40 @@ std::string Observer::tensor_path(const std::string& name, bool input, size_t in
 }
 
 void Observer::capture_args(c10::ArrayRef<const c10::IValue> values, std::vector<ArgRef>& out,
-                            const PendingOp& op, const std::string* save_name, bool inputs) {
+                            const PendingOp& op, const std::string* save_name, bool inputs,
+                            const CaptureOptions& how, const std::vector<size_t>* unread_if_new) {
   out.reserve(out.size() + values.size());
   std::string path;
+  CaptureOptions mine;
   auto tensor = [&](const at::Tensor& t, int64_t li) {
     if (!t.defined()) {
       out.emplace_back();  // value None: "null"
       return;
     }
     if (save_name) path = tensor_path(*save_name, inputs, out.size());
-    capture_tensor(t, li, out, save_name ? &path : nullptr,
-                   /*unread=*/!inputs && op.header.outputs_uninitialized());
+    capture_tensor(t, li, out, save_name ? &path : nullptr, mine);
   };
-  for (const c10::IValue& v : values) {
+  for (size_t i = 0; i < values.size(); ++i) {
+    const c10::IValue& v = values[i];
+    mine = how;
+    mine.unread = !inputs && op.header.outputs_uninitialized();
+    mine.unread_if_new =
+        unread_if_new != nullptr &&
+        std::find(unread_if_new->begin(), unread_if_new->end(), i) != unread_if_new->end();
     if (v.isTensor()) {
       tensor(v.toTensor(), -1);
     } else if (v.isTensorList()) {
       auto list = v.toTensorList();
-      for (size_t i = 0; i < list.size(); ++i) tensor(list.get(i), static_cast<int64_t>(i));
+      for (size_t k = 0; k < list.size(); ++k) tensor(list.get(k), static_cast<int64_t>(k));
     } else if (v.isList() && !v.toListRef().empty() && v.toListRef()[0].isTensor()) {
-      int64_t i = 0;
+      int64_t k = 0;
       for (const auto& e : v.toListRef()) {  // Tensor?[] (index): None stays "null"
         if (e.isTensor()) {
-          tensor(e.toTensor(), i);
+          tensor(e.toTensor(), k);
         } else {
           out.emplace_back();
         }
-        ++i;
+        ++k;
       }
     } else {
       ArgRef a;
@@ -363,13 +403,13 @@ void Observer::capture_args(c10::ArrayRef<const c10::IValue> values, std::vector
 }
 
 void Observer::capture_tensor(const at::Tensor& t, int64_t list_index, std::vector<ArgRef>& out,
-                              const std::string* save_path, bool unread) {
+                              const std::string* save_path, const CaptureOptions& how) {
   ArgRef a;
   a.is_tensor = true;
   a.list_index = list_index;
   a.requires_grad = t.requires_grad();
   a.param = parameter_name(t);
-  a.slot = engine_->capture(t, unread);
+  a.slot = engine_->capture(t, how);
   if (save_path) {
     const int64_t bytes = static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
     if (bytes > options_.max_tensor_bytes) {

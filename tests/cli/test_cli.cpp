@@ -123,6 +123,9 @@ std::vector<json> jsonl(const std::string& text) {
   return out;
 }
 
+// The tests read results through non-const json objects: a missing key then reads as null
+// and fails the check, where a const operator[] would be undefined behaviour.
+
 // The data block of a report page (docs/report.md).
 json report_data(const std::string& file) {
   std::ifstream in(file);
@@ -135,8 +138,8 @@ json report_data(const std::string& file) {
   return json::parse(html.substr(a + open.size(), b - a - open.size()));
 }
 
-const json* find_item(const json& check, const std::string& id) {
-  for (const auto& i : check["items"])
+json* find_item(json& check, const std::string& id) {
+  for (auto& i : check["items"])
     if (i["id"] == id) return &i;
   return nullptr;
 }
@@ -265,7 +268,7 @@ TEST_CASE("precprobe input errors exit 2 naming the file", "[cli]") {
 }
 
 TEST_CASE("summary of the clean run: every --json key", "[cli][summary]") {
-  const json j = summary("clean");
+  json j = summary("clean");
   // 3 steps, one frame per stream and step (the debugger flushes at every step).
   REQUIRE(j["steps"].size() == 3);
   int64_t ops = 0;
@@ -290,7 +293,7 @@ TEST_CASE("summary of the clean run: every --json key", "[cli][summary]") {
   CHECK(j["watch_hits"].empty());
   // GradScaler(init 65536, growth interval 2), all steps finite: the second finite step
   // doubles the scale.
-  const json& sc = j["scaler"];
+  json& sc = j["scaler"];
   CHECK(sc["records"] == 3);
   CHECK(sc["found_inf"] == 0);
   CHECK(sc["skipped"] == 0);
@@ -311,7 +314,7 @@ TEST_CASE("summary of the clean run: every --json key", "[cli][summary]") {
                                                   {"scaler.jsonl.zst", 3},
                                                   {"grads.jsonl.zst", 12},
                                                   {"events.jsonl.zst", 3 * 23 + 3}};
-  for (const auto& s : j["streams"]) {
+  for (auto& s : j["streams"]) {
     const std::string path = s["path"];
     INFO(path);
     const std::string file = path.substr(path.rfind('/') + 1);
@@ -326,7 +329,7 @@ TEST_CASE("summary of the clean run: every --json key", "[cli][summary]") {
   }
 
   // meta.json as the debugger wrote it at stop().
-  const json& m = j["meta"];
+  json& m = j["meta"];
   CHECK(m["format_version"] == 1);
   CHECK(m["rank"] == 0);
   CHECK(m["world_size"] == 1);
@@ -353,24 +356,24 @@ TEST_CASE("summary of the clean run: every --json key", "[cli][summary]") {
 }
 
 TEST_CASE("summary: the variants hold the ops their change implies", "[cli][summary]") {
-  const json clean = summary("clean");
+  json clean = summary("clean");
   const int64_t ops = clean["op_records"];
   // Same ops, other values.
   CHECK(summary("diverged_1pct")["op_records"] == ops);
   // One aten::mul more, at step 0.
-  const json extra = summary("extra_op");
+  json extra = summary("extra_op");
   CHECK(extra["op_records"] == ops + 1);
   CHECK(extra["steps"][0]["ops"] == clean["steps"][0]["ops"].get<int64_t>() + 1);
   CHECK(extra["steps"][1]["ops"] == clean["steps"][1]["ops"]);
   // Two ranks: rank 1 is the clean run; rank 0's skipped step 1 has no SGD update (one
   // aten::add_ per parameter: 4) but sets the scaler's found_inf flag (one aten::fill_).
-  const json ov = summary("overflow");
+  json ov = summary("overflow");
   CHECK(ov["ranks"].size() == 2);
   CHECK(ov["meta"]["world_size"] == 2);
   CHECK(ov["op_records"] == 2 * ops - 4 + 1);
   CHECK(ov["scaler_records"] == 6);
   CHECK(ov["grad_records"] == 24);
-  const json r1 = summary("overflow/rank1");
+  json r1 = summary("overflow/rank1");
   CHECK(r1["op_records"] == ops);
   CHECK(r1["nonfinite_op_records"] == 0);
   CHECK(r1["meta"]["rank"] == 1);
@@ -385,7 +388,7 @@ TEST_CASE("summary: the variants hold the ops their change implies", "[cli][summ
   CHECK(ov["watch_hits"].size() == 8);
   CHECK(ov["nonfinite_op_records"].get<int64_t>() > 1);
   std::set<std::string> names;
-  for (const auto& n : ov["nonfinite_ops"]) names.insert(n["op"].get<std::string>());
+  for (auto& n : ov["nonfinite_ops"]) names.insert(n["op"].get<std::string>());
   for (const char* op : {"aten::addmm", "aten::linear", "aten::cross_entropy_loss",
                          "aten::_log_softmax", "aten::detach_"}) {
     CAPTURE(op);
@@ -394,8 +397,8 @@ TEST_CASE("summary: the variants hold the ops their change implies", "[cli][summ
 }
 
 TEST_CASE("summary of a dump whose writer was killed mid-frame", "[cli][summary]") {
-  const json clean = summary("clean");
-  const json t = summary("truncated");
+  json clean = summary("clean");
+  json t = summary("truncated");
   CHECK(t["truncated"] == true);
   // The last frame (step 2) is lost; steps 0 and 1 are read whole.
   REQUIRE(t["steps"].size() == 2);
@@ -403,7 +406,7 @@ TEST_CASE("summary of a dump whose writer was killed mid-frame", "[cli][summary]
   CHECK(t["op_records"] ==
         clean["steps"][0]["ops"].get<int64_t>() + clean["steps"][1]["ops"].get<int64_t>());
   bool saw_ops = false;
-  for (const auto& s : t["streams"]) {
+  for (auto& s : t["streams"]) {
     const std::string path = s["path"];
     INFO(path);
     if (path.find("ops.jsonl.zst") != std::string::npos) {
@@ -425,7 +428,7 @@ TEST_CASE("summary of a dump whose writer was killed mid-frame", "[cli][summary]
 }
 
 TEST_CASE("overflow: nothing in the clean run", "[cli][overflow]") {
-  const json j = run_json("overflow " + dump("clean"), 0);
+  json j = run_json("overflow " + dump("clean"), 0);
   CHECK(j["found"] == false);
   CHECK(j["any_nonfinite"] == false);
   for (const char* k : {"step", "rank", "seq", "name", "op", "direction"}) {
@@ -433,7 +436,7 @@ TEST_CASE("overflow: nothing in the clean run", "[cli][overflow]") {
     CHECK(j[k].is_null());
   }
   REQUIRE(j["ranks"].size() == 1);
-  const json& r = j["ranks"][0];
+  json& r = j["ranks"][0];
   CHECK(r["rank"] == 0);
   CHECK(r["found"] == false);
   CHECK(r["origin"].is_null());
@@ -448,7 +451,7 @@ TEST_CASE("overflow: nothing in the clean run", "[cli][overflow]") {
 }
 
 TEST_CASE("overflow: the origin is fc2's addmm inside aten::linear at step 1", "[cli][overflow]") {
-  const json j = run_json("overflow " + dump("overflow"), 1);
+  json j = run_json("overflow " + dump("overflow"), 1);
   CHECK(j["found"] == true);
   CHECK(j["any_nonfinite"] == true);
   // Rank 0 scaled the activation by 1e38 at step 1: finite (relu <= 2.5), so aten::mul is
@@ -488,7 +491,7 @@ TEST_CASE("overflow: the origin is fc2's addmm inside aten::linear at step 1", "
   CHECK(j["steps_affected"] == 2);
   CHECK(j["first_steps_affected"] == json::array({1, 2}));
   REQUIRE(j["ranks"].size() == 2);
-  const json& r0 = j["ranks"][0];
+  json& r0 = j["ranks"][0];
   CHECK(r0["found"] == true);
   CHECK(r0["origin"]["name"] == "aten::addmm.1.forward");
   CHECK(r0["origin"]["seq"] == j["seq"]);
@@ -502,7 +505,7 @@ TEST_CASE("overflow: the origin is fc2's addmm inside aten::linear at step 1", "
   // The first op fed a non-finite value: the loss, which takes the logits.
   CHECK(r0["first_nonfinite_input"]["name"] == "aten::cross_entropy_loss.0.forward");
   CHECK(r0["first_nonfinite_input"]["step"] == 1);
-  const json& r1 = j["ranks"][1];
+  json& r1 = j["ranks"][1];
   CHECK(r1["rank"] == 1);
   CHECK(r1["found"] == false);
   CHECK(r1["nonfinite_ops"] == 0);
@@ -516,9 +519,9 @@ TEST_CASE("overflow: the origin is fc2's addmm inside aten::linear at step 1", "
 }
 
 TEST_CASE("compare, statistics mode: one extra op is aligned away", "[cli][compare]") {
-  const json clean = summary("clean");
+  json clean = summary("clean");
   const int64_t ops = clean["op_records"];
-  const json j = run_json("compare " + dump("clean") + " " + dump("extra_op"), 1);
+  json j = run_json("compare " + dump("clean") + " " + dump("extra_op"), 1);
   CHECK(j["mode"] == "statistics");
   CHECK(j["matched"] == ops);
   CHECK(j["ops"].size() == static_cast<size_t>(ops));
@@ -526,7 +529,7 @@ TEST_CASE("compare, statistics mode: one extra op is aligned away", "[cli][compa
   CHECK(j["aligned_by_lcs"] == 1);  // step 0 only
   CHECK(j["unmatched_count"] == 1);
   REQUIRE(j["unmatched"].size() == 1);
-  const json expected = {
+  json expected = {
       {"name", "aten::mul.0.forward"}, {"side", "b"}, {"step", 0}, {"rank", 0}, {"seq", 0}};
   CHECK(j["unmatched"][0] == expected);
   CHECK(j["first_unmatched"] == expected);
@@ -534,18 +537,47 @@ TEST_CASE("compare, statistics mode: one extra op is aligned away", "[cli][compa
   CHECK(j["only_b"].empty());
   CHECK(j["identical"] == false);
   CHECK(j["found"] == false);
+  // The extra op ran first in step 0 of B: every paired op of that step sits one seq later
+  // in B, with equal statistics.
+  json& op0 = j["ops"][0];
+  CHECK(op0["step"] == 0);
+  CHECK(op0["rank"] == 0);
+  CHECK(op0["name"] == "aten::t.0.forward");  // fc1's weight transposed: the first op
+  CHECK(op0["name_b"] == "aten::t.0.forward");
+  CHECK(op0["op"] == "aten::t");
+  CHECK(op0["direction"] == "forward");
+  CHECK(op0["scope"] == "mlp/fc1");
+  CHECK(op0["seq"] == 0);
+  CHECK(op0["seq_b"] == 1);
+  CHECK(op0["exact"] == true);
+  CHECK(op0["warning"] == false);
+  CHECK(op0["input_error"] == 0.0);
+  CHECK(op0["output_error"] == 0.0);
+  CHECK(op0["score"] == 0.0);
+  REQUIRE(op0["args"].size() == 2);
+  CHECK(op0["args"][0]["io"] == "input");
+  CHECK(op0["args"][0]["dtype_n"] == "Float");
+  CHECK(op0["args"][0]["shape_n"] == json::array({8, 4}));
+  CHECK(op0["args"][1]["shape_n"] == json::array({4, 8}));
+  int64_t shifted = 0;
+  for (auto& o : j["ops"]) {
+    if (o["step"] != 0) continue;
+    CHECK(o["seq_b"] == o["seq"].get<int64_t>() + 1);
+    ++shifted;
+  }
+  CHECK(shifted == clean["steps"][0]["ops"].get<int64_t>());
 
   Run human = run("compare " + dump("clean") + " " + dump("extra_op"));
   CHECK(human.status == 1);
   CHECK(human.out.find("only B     0     0    0  aten::mul.0.forward") != std::string::npos);
 
-  const json same = run_json("compare " + dump("clean") + " " + dump("clean"), 0);
+  json same = run_json("compare " + dump("clean") + " " + dump("clean"), 0);
   CHECK(same["warnings"] == 0);
   CHECK(same["unmatched_count"] == 0);
   CHECK(same["aligned_by_lcs"] == 0);
 
   // The truncated copy lacks step 2: a (step, rank) present in A only.
-  const json cut = run_json("compare " + dump("clean") + " " + dump("truncated"), 1);
+  json cut = run_json("compare " + dump("clean") + " " + dump("truncated"), 1);
   CHECK(cut["only_a"] == json::array({json::array({2, 0})}));
   CHECK(cut["only_b"].empty());
   CHECK(cut["unmatched_count"] == clean["steps"][2]["ops"]);
@@ -554,7 +586,7 @@ TEST_CASE("compare, statistics mode: one extra op is aligned away", "[cli][compa
 
 TEST_CASE("compare --first: the 1 % change is the act_scale mul at step 1", "[cli][compare]") {
   const int64_t ops = summary("clean")["op_records"];
-  const json j = run_json("compare " + dump("diverged_1pct") + " " + dump("clean") + " --first", 1);
+  json j = run_json("compare " + dump("diverged_1pct") + " " + dump("clean") + " --first", 1);
   CHECK(j["mode"] == "first");
   CHECK(j["found"] == true);
   // aten::mul.Scalar(h, 1.01) vs (h, 1.0): same tensor input, the constant differs, the
@@ -575,7 +607,7 @@ TEST_CASE("compare --first: the 1 % change is the act_scale mul at step 1", "[cl
   CHECK(j["args"][0]["error"] == 0.0);
   CHECK(j["args"][1]["tensor"] == false);
   CHECK(j["args"][1]["note"] == "value differs: 1.01 vs 1.0");
-  const json& out = j["args"][2];
+  json& out = j["args"][2];
   CHECK(out["io"] == "output");
   CHECK(out["max"]["n"].get<double>() / out["max"]["b"].get<double>() ==
         Approx(1.01).epsilon(1e-6));
@@ -592,7 +624,7 @@ TEST_CASE("compare --first: the 1 % change is the act_scale mul at step 1", "[cl
   CHECK(run_json("compare " + dump("diverged_1pct") + " " + dump("clean") + " --first --rtol 0.5",
                  1)["name"] == "aten::mul.0.forward");
   // Step 0 ran the same arithmetic in both runs.
-  const json s0 =
+  json s0 =
       run_json("compare " + dump("diverged_1pct") + " " + dump("clean") + " --first --step 0", 0);
   CHECK(s0["found"] == false);
   CHECK(s0["warnings"] == 0);
@@ -607,7 +639,7 @@ TEST_CASE("compare --first: the 1 % change is the act_scale mul at step 1", "[cl
 }
 
 TEST_CASE("compare --ranks: rank 0's overflow run against rank 1's clean run", "[cli][compare]") {
-  const json j = run_json("compare " + dump("overflow") + " --ranks 0 1 --first", 1);
+  json j = run_json("compare " + dump("overflow") + " --ranks 0 1 --first", 1);
   CHECK(j["found"] == true);
   CHECK(j["name"] == "aten::mul.0.forward");  // act_scale 1e38 vs 1
   CHECK(j["step"] == 1);
@@ -615,7 +647,7 @@ TEST_CASE("compare --ranks: rank 0's overflow run against rank 1's clean run", "
   // Rank 0 skipped step 1's optimizer step: no aten::add_ for the 4 parameters; instead the
   // scaler set its found_inf flag (aten::fill_).
   int only_b_add = 0, only_a_fill = 0;
-  for (const auto& u : j["unmatched"]) {
+  for (auto& u : j["unmatched"]) {
     CHECK(u["step"] == 1);
     const std::string name = u["name"];
     if (u["side"] == "b" && name.rfind("aten::add_.", 0) == 0) ++only_b_add;
@@ -625,19 +657,19 @@ TEST_CASE("compare --ranks: rank 0's overflow run against rank 1's clean run", "
   CHECK(only_a_fill == 1);
   CHECK(j["unmatched"].size() == 5);
   // Before step 1 the two ranks computed the same bits.
-  const json s0 = run_json("compare " + dump("overflow") + " --ranks 0 1 --exact --step 0", 0);
+  json s0 = run_json("compare " + dump("overflow") + " --ranks 0 1 --exact --step 0", 0);
   CHECK(s0["identical"] == true);
 }
 
 TEST_CASE("compare --exact: hashes name the innermost op that differs", "[cli][compare]") {
-  const json same = run_json("compare " + dump("clean") + " " + dump("clean") + " --exact", 0);
+  json same = run_json("compare " + dump("clean") + " " + dump("clean") + " --exact", 0);
   CHECK(same["mode"] == "exact");
   CHECK(same["identical"] == true);
   CHECK(same["found"] == false);
   // The first op that differs is aten::mul.Scalar at step 1; inside it, mul.Tensor takes the
   // constant as a Double tensor, aten::to converts it to float32 through _to_copy, and the
   // copy_ writing float(1.01) is the innermost op whose tensors differ.
-  const json j = run_json("compare " + dump("diverged_1pct") + " " + dump("clean") + " --exact", 1);
+  json j = run_json("compare " + dump("diverged_1pct") + " " + dump("clean") + " --exact", 1);
   CHECK(j["mode"] == "exact");
   CHECK(j["identical"] == false);
   CHECK(j["found"] == true);
@@ -648,13 +680,12 @@ TEST_CASE("compare --exact: hashes name the innermost op that differs", "[cli][c
   CHECK(j["direction"] == "forward");
   CHECK(j["scope"] == "mlp");
   // ... and comes after the outer mul (seq is taken when an op starts).
-  const json first =
-      run_json("compare " + dump("diverged_1pct") + " " + dump("clean") + " --first", 1);
+  json first = run_json("compare " + dump("diverged_1pct") + " " + dump("clean") + " --first", 1);
   CHECK(j["seq"].get<int64_t>() > first["seq"].get<int64_t>());
   CHECK(run_json("compare " + dump("diverged_1pct") + " " + dump("clean") + " --exact --step 0",
                  0)["identical"] == true);
   // Different ops: not identical, though every paired op is equal.
-  const json extra = run_json("compare " + dump("clean") + " " + dump("extra_op") + " --exact", 1);
+  json extra = run_json("compare " + dump("clean") + " " + dump("extra_op") + " --exact", 1);
   CHECK(extra["identical"] == false);
   CHECK(extra["found"] == false);
   CHECK(extra["unmatched_count"] == 1);
@@ -666,7 +697,7 @@ TEST_CASE("compare --exact: hashes name the innermost op that differs", "[cli][c
 }
 
 TEST_CASE("scale: GradScaler's history", "[cli][scale]") {
-  const json j = run_json("scale " + dump("clean"), 0);
+  json j = run_json("scale " + dump("clean"), 0);
   REQUIRE(j.is_array());
   REQUIRE(j.size() == 3);
   // init 65536, growth interval 2: finite, finite (grow to 131072), finite.
@@ -684,11 +715,11 @@ TEST_CASE("scale: GradScaler's history", "[cli][scale]") {
     CHECK(j[s]["event"] == (s == 1 ? "growth" : ""));
   }
   // Rank 0 of the overflow dump: NaN gradients at step 1 -> skipped, backoff to 32768.
-  const json o = run_json("scale " + dump("overflow"), 0);
+  json o = run_json("scale " + dump("overflow"), 0);
   REQUIRE(o.size() == 6);
   std::map<std::pair<int, int>, json> by;
-  for (const auto& r : o) by[{r["step"].get<int>(), r["rank"].get<int>()}] = r;
-  const json& bad = by[{1, 0}];
+  for (auto& r : o) by[{r["step"].get<int>(), r["rank"].get<int>()}] = r;
+  json& bad = by[{1, 0}];
   CHECK(bad["found_inf"] == true);
   CHECK(bad["skipped"] == true);
   CHECK(bad["event"] == "backoff");
@@ -705,11 +736,11 @@ TEST_CASE("scale: GradScaler's history", "[cli][scale]") {
 }
 
 TEST_CASE("grads: the monitor's history and watchpoints", "[cli][grads]") {
-  const json c = run_json("grads " + dump("clean"), 0);
+  json c = run_json("grads " + dump("clean"), 0);
   REQUIRE(c["params"].size() == 4);
   CHECK(c["hits"].empty());
   std::map<std::string, std::vector<double>> norms;  // per step
-  for (const auto& p : c["params"]) {
+  for (auto& p : c["params"]) {
     const std::string name = p["param"];
     INFO(name);
     CHECK(p["nonfinite_steps"] == 0);
@@ -717,7 +748,7 @@ TEST_CASE("grads: the monitor's history and watchpoints", "[cli][grads]") {
     REQUIRE(p["steps"].size() == 3);
     double max_norm = 0;
     for (int s = 0; s < 3; ++s) {
-      const json& e = p["steps"][s];
+      json& e = p["steps"][s];
       CHECK(e["step"] == s);
       CHECK(e["rank"] == 0);
       CHECK(e["has_grad"] == true);
@@ -743,29 +774,36 @@ TEST_CASE("grads: the monitor's history and watchpoints", "[cli][grads]") {
   }
   // The scaler's group norm after unscale is the norm of the four parameter norms, and
   // before unscale that times the scale.
-  const json sc = jsonl(run("export " + dump("clean") + " --format jsonl --stream scaler").out);
+  json sc = jsonl(run("export " + dump("clean") + " --format jsonl --stream scaler").out);
   REQUIRE(sc.size() == 3);
   for (int s = 0; s < 3; ++s) {
     double sq = 0;
-    for (const auto& [name, v] : norms) sq += v[s] * v[s];
+    for (auto& [name, v] : norms) sq += v[s] * v[s];
     CHECK(sc[s]["grad_norm"].get<double>() == Approx(std::sqrt(sq)).epsilon(1e-9));
     CHECK(sc[s]["grad_norm_scaled"].get<double>() ==
           Approx(sc[s]["grad_norm"].get<double>() * sc[s]["scale"].get<double>()).epsilon(1e-6));
   }
 
   // The overflow dump: rank 0's step 1 has NaN gradients everywhere and no update.
-  const json o = run_json("grads " + dump("overflow"), 0);
+  json o = run_json("grads " + dump("overflow"), 0);
   REQUIRE(o["params"].size() == 4);
   CHECK(o["hits"].size() == 8);
-  for (const auto& h : o["hits"]) CHECK(h["step"] == 1);
-  for (const auto& p : o["params"]) {
+  std::set<std::string> hits;
+  for (auto& h : o["hits"]) {
+    CHECK(h["step"] == 1);
+    hits.insert(h["hit"].get<std::string>());
+  }
+  for (const char* p : {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"})
+    for (const char* w : {"grad_exploding", "weight_not_changed"})
+      CHECK(hits.count(std::string(p) + ": " + w) == 1);
+  for (auto& p : o["params"]) {
     const std::string name = p["param"];
     INFO(name);
     CHECK(p["nonfinite_steps"] == 1);
     CHECK(p["watch_hits"] == 2);
     REQUIRE(p["steps"].size() == 6);  // 3 steps x 2 ranks
     json s0, s1;
-    for (const auto& e : p["steps"]) {
+    for (auto& e : p["steps"]) {
       if (e["rank"] != 0) continue;
       if (e["step"] == 0) s0 = e;
       if (e["step"] == 1) s1 = e;
@@ -776,10 +814,10 @@ TEST_CASE("grads: the monitor's history and watchpoints", "[cli][grads]") {
     CHECK(s1["weight_norm"] == s0["weight_norm"]);  // the skipped step left it
   }
   // fc2's gradients sum over every batch row, and row s0's is NaN: all of them are NaN.
-  const json w = run_json("grads " + dump("overflow") + " --param fc2.weight", 0);
+  json w = run_json("grads " + dump("overflow") + " --param fc2.weight", 0);
   REQUIRE(w["params"].size() == 1);
   int seen = 0;
-  for (const auto& e : w["params"][0]["steps"]) {
+  for (auto& e : w["params"][0]["steps"]) {
     if (e["rank"] != 0 || e["step"] != 1) continue;
     ++seen;
     CHECK(e["grad_nan"] == 3 * 8);
@@ -792,7 +830,7 @@ TEST_CASE("grads: the monitor's history and watchpoints", "[cli][grads]") {
 }
 
 TEST_CASE("export: the four streams as CSV and JSON Lines", "[cli][export]") {
-  const json sum = summary("clean");
+  json sum = summary("clean");
   Run csv = run("export " + dump("clean") + " --format csv");
   REQUIRE(csv.status == 0);
   std::vector<std::string> header;
@@ -800,7 +838,7 @@ TEST_CASE("export: the four streams as CSV and JSON Lines", "[cli][export]") {
   CHECK(header == kOpsColumns);
   // One row per argument: every op record appears, in (step, seq) order.
   std::set<std::pair<int, int>> records;
-  for (const auto& r : rows) records.insert({std::stoi(r.at("step")), std::stoi(r.at("seq"))});
+  for (auto& r : rows) records.insert({std::stoi(r.at("step")), std::stoi(r.at("seq"))});
   CHECK(records.size() == sum["op_records"].get<size_t>());
   Run jl = run("export " + dump("clean") + " --format jsonl");
   REQUIRE(jl.status == 0);
@@ -870,7 +908,7 @@ TEST_CASE("export: the four streams as CSV and JSON Lines", "[cli][export]") {
                                            "grad_norm"});
   REQUIRE(srows.size() == 6);
   int backoffs = 0;
-  for (const auto& r : srows) {
+  for (auto& r : srows) {
     if (r.at("rank") != "0" || r.at("step") != "1") continue;
     ++backoffs;
     CHECK(r.at("event") == "backoff");
@@ -894,7 +932,7 @@ TEST_CASE("export: the four streams as CSV and JSON Lines", "[cli][export]") {
                                            "grad_abs_max", "grad_abs_mean", "grad_nan", "grad_inf",
                                            "weight_norm", "update_ratio", "watch"});
   CHECK(grows.size() == 24);
-  for (const auto& r : grows)
+  for (auto& r : grows)
     CHECK(r.at("watch") ==
           (r.at("rank") == "0" && r.at("step") == "1" ? "grad_exploding;weight_not_changed" : ""));
 
@@ -903,7 +941,7 @@ TEST_CASE("export: the four streams as CSV and JSON Lines", "[cli][export]") {
   CHECK(header == std::vector<std::string>{"step", "rank", "name", "value"});
   CHECK(erows.size() == 72);
   std::vector<double> loss;
-  for (const auto& r : erows)
+  for (auto& r : erows)
     if (r.at("name") == "loss") loss.push_back(std::stod(r.at("value")));
   REQUIRE(loss.size() == 3);
   CHECK(loss[0] == Approx(f.loss).epsilon(1e-6));  // float32 cross-entropy of step 0
@@ -915,7 +953,7 @@ TEST_CASE("report: one HTML page carrying the analyses", "[cli][report]") {
   const std::string dir = std::string(PRECPROBE_BINARY_DIR) + "/";
   Run r = run("report " + dump("overflow") + " -o '" + dir + "test_cli_overflow.html'");
   REQUIRE(r.status == 0);
-  const json d = report_data(dir + "test_cli_overflow.html");
+  json d = report_data(dir + "test_cli_overflow.html");
   CHECK(d["format"] == "precprobe-report");
   CHECK(d["overflow"]["name"] == "aten::addmm.1.forward");
   CHECK(d["overflow"]["step"] == 1);
@@ -932,28 +970,40 @@ TEST_CASE("report: one HTML page carrying the analyses", "[cli][report]") {
   // the NaN gradients at step 2, the rest at step 1.
   CHECK(d["nonfinite"]["ops"][0] == 0.0);
   CHECK(d["nonfinite"]["ops"][2] == 4.0);
-  CHECK(d["nonfinite"]["ops"][1].get<double>() + 4 ==
-        summary("overflow")["nonfinite_op_records"].get<double>());
+  CHECK(d["nonfinite"]["ops"][1].get<int64_t>() + 4 ==
+        summary("overflow")["nonfinite_op_records"].get<int64_t>());
 
   Run c = run("report " + dump("diverged_1pct") + " --compare " + dump("clean") + " -o '" + dir +
               "test_cli_compare.html'");
   REQUIRE(c.status == 0);
-  const json dc = report_data(dir + "test_cli_compare.html");
+  json dc = report_data(dir + "test_cli_compare.html");
   CHECK(dc["runs"].size() == 2);
   CHECK(dc["compare"]["first"]["name"] == "aten::mul.0.forward");
   CHECK(dc["compare"]["first"]["step"] == 1);
 
   Run t = run("report " + dump("truncated") + " -o '" + dir + "test_cli_truncated.html'");
   REQUIRE(t.status == 0);
-  const json dt = report_data(dir + "test_cli_truncated.html");
+  json dt = report_data(dir + "test_cli_truncated.html");
   bool truncated = false;
-  for (const auto& s : dt["runs"][0]["streams"]) truncated |= s["truncated"].get<bool>();
+  for (auto& s : dt["runs"][0]["streams"]) truncated |= s["truncated"].get<bool>();
   CHECK(truncated);
 }
 
 TEST_CASE("check: the checklist on the probe's own records", "[cli][check]") {
-  const json c = run_json("check " + dump("clean"), 0);
+  json c = run_json("check " + dump("clean"), 0);
   CHECK(c["problem"] == false);
+  CHECK(c["path"].get<std::string>().find("clean") != std::string::npos);
+  REQUIRE(c["items"].size() == 14);
+  const std::map<std::string, std::string> prefix = {
+      {"data", "data."}, {"hyper-parameters", "hp."}, {"api", "api."}, {"mixed precision", "mp."}};
+  for (auto& item : c["items"]) {
+    const std::string id = item["id"];
+    INFO(id);
+    REQUIRE(prefix.count(item["group"]) == 1);
+    CHECK(id.rfind(prefix.at(item["group"]), 0) == 0);
+    CHECK_FALSE(item["title"].get<std::string>().empty());
+    CHECK(item["figures"].is_object());
+  }
   const std::map<std::string, std::string> verdicts = {{"data.missing_values", "ok"},
                                                        {"data.class_imbalance", "ok"},
                                                        {"data.inputs_not_normalised", "ok"},
@@ -968,23 +1018,23 @@ TEST_CASE("check: the checklist on the probe's own records", "[cli][check]") {
                                                        {"mp.overflow", "ok"},
                                                        {"mp.grad_scaler", "ok"},
                                                        {"mp.clip_before_unscale", "n/a"}};
-  for (const auto& [id, verdict] : verdicts) {
+  for (auto& [id, verdict] : verdicts) {
     INFO(id);
-    const json* item = find_item(c, id);
+    json* item = find_item(c, id);
     REQUIRE(item != nullptr);
     CHECK((*item)["verdict"] == verdict);
   }
   // 3 batches of 4 x 4 inputs; labels 0, 1, 2, 0 each step: 6, 3, 3.
-  const json& missing = *find_item(c, "data.missing_values");
+  json& missing = *find_item(c, "data.missing_values");
   CHECK(missing["figures"]["batches"] == 3.0);
   CHECK(missing["figures"]["elements"] == 48.0);
-  const json& imbalance = *find_item(c, "data.class_imbalance");
+  json& imbalance = *find_item(c, "data.class_imbalance");
   CHECK(imbalance["figures"]["classes"] == 3.0);
   CHECK(imbalance["figures"]["max"] == 6.0);
   CHECK(imbalance["figures"]["min"] == 3.0);
   CHECK(imbalance["figures"]["ratio"] == 2.0);
   // Every feature column holds -1.5, -0.5, 0.5, 1.5: mean 0, std sqrt(1.25).
-  const json& norm = *find_item(c, "data.inputs_not_normalised");
+  json& norm = *find_item(c, "data.inputs_not_normalised");
   CHECK(norm["figures"]["mean_ch0"] == 0.0);
   CHECK(norm["figures"]["std_ch0"].get<double>() == Approx(std::sqrt(1.25)));
   // Batches of 4 are too small to judge label mixing; the label order never repeats.
@@ -993,28 +1043,27 @@ TEST_CASE("check: the checklist on the probe's own records", "[cli][check]") {
   CHECK((*find_item(c, "hp.loss_trend"))["evidence"].get<std::string>().find("3 loss values") !=
         std::string::npos);
 
-  const json o = run_json("check " + dump("overflow"), 1);
+  json o = run_json("check " + dump("overflow"), 1);
   CHECK(o["problem"] == true);
-  const json& ov = *find_item(o, "mp.overflow");
+  json& ov = *find_item(o, "mp.overflow");
   CHECK(ov["verdict"] == "problem");
   CHECK(ov["evidence"].get<std::string>().find("aten::addmm.1.forward") != std::string::npos);
-  for (const auto& item : o["items"])
+  for (auto& item : o["items"])
     if (item["id"] != "mp.overflow") CHECK(item["verdict"] != "problem");
 
   // The module hash recorded at start, from its two 32-bit halves in the events stream.
   uint64_t hi = 0, lo = 0;
-  for (const auto& e :
-       jsonl(run("export " + dump("clean") + " --format jsonl --stream events").out)) {
+  for (auto& e : jsonl(run("export " + dump("clean") + " --format jsonl --stream events").out)) {
     if (e["name"] == "check/model/hash_hi") hi = static_cast<uint64_t>(e["value"].get<double>());
     if (e["name"] == "check/model/hash_lo") lo = static_cast<uint64_t>(e["value"].get<double>());
   }
   REQUIRE(hi != 0);
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>((hi << 32) | lo));
-  const json match = run_json("check " + dump("clean") + " --module-hash " + hex, 0);
+  json match = run_json("check " + dump("clean") + " --module-hash " + hex, 0);
   CHECK((*find_item(match, "api.module_hash"))["verdict"] == "ok");
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(((hi << 32) | lo) ^ 1));
-  const json other = run_json("check " + dump("clean") + " --module-hash " + hex, 1);
+  json other = run_json("check " + dump("clean") + " --module-hash " + hex, 1);
   CHECK((*find_item(other, "api.module_hash"))["verdict"] == "problem");
 
   Run human = run("check " + dump("overflow"));

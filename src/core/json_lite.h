@@ -138,6 +138,37 @@ class Cursor {
     return p_ < end_ ? *p_ : '\0';
   }
 
+  /// Where the cursor is, for rewind().
+  const char* position() const noexcept { return p_; }
+  /// Goes back to `pos` (from position()) and forgets any failure since: a fast path that
+  /// gave up hands the same text to a general one.
+  void rewind(const char* pos) noexcept {
+    p_ = pos;
+    error_ = nullptr;
+  }
+
+  /// literal() for a string literal: the length is a constant, so the comparison is a few
+  /// inline word compares instead of a call.
+  template <size_t N>
+  __attribute__((always_inline)) bool token(const char (&text)[N]) noexcept {
+    constexpr size_t n = N - 1;
+    if (static_cast<size_t>(end_ - p_) < n) return false;
+    if constexpr (n >= 8) {  // 8-byte words, the last one overlapping
+      uint64_t diff = 0;
+      for (size_t i = 0; i + 8 <= n; i += 8) diff |= load(p_ + i) ^ load(text + i);
+      if constexpr (n % 8 != 0) diff |= load(p_ + n - 8) ^ load(text + n - 8);
+      if (diff != 0) return false;
+    } else if constexpr (n >= 4) {  // two 4-byte words, overlapping
+      if (((load4(p_) ^ load4(text)) | (load4(p_ + n - 4) ^ load4(text + n - 4))) != 0)
+        return false;
+    } else {
+      for (size_t i = 0; i < n; ++i)
+        if (p_[i] != text[i]) return false;
+    }
+    p_ += n;
+    return true;
+  }
+
   /// Consumes `text` when it comes next, byte for byte; nothing otherwise.
   bool literal(std::string_view text) noexcept {
     if (static_cast<size_t>(end_ - p_) < text.size() ||
@@ -219,6 +250,17 @@ class Cursor {
   }
 
  private:
+  static uint64_t load(const char* p) noexcept {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    return v;
+  }
+  static uint32_t load4(const char* p) noexcept {
+    uint32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+  }
+
   // The inline functions below handle the common case (what our writer produces) and
   // leave everything else, errors included, to these.
   bool expect_failed(char c) noexcept;
@@ -347,12 +389,29 @@ inline const char* scan_digits(const char* q, const char* end, uint64_t& m, int&
   }
   return q;
 }
+/// The first byte at or after q that is '"', '\\' or a control character (end if none).
+inline const char* scan_plain(const char* q, const char* end) noexcept {
+  if constexpr (kSwarDigits) {
+    constexpr uint64_t kOnes = 0x0101010101010101, kHigh = 0x8080808080808080;
+    for (; end - q >= 8; q += 8) {
+      const uint64_t w = load8(q);
+      const uint64_t quote = w ^ (kOnes * '"'), slash = w ^ (kOnes * '\\');
+      // Bytes that are zero (a match) or below 0x20; borrows only run above the lowest hit.
+      const uint64_t hit =
+          (((quote - kOnes) & ~quote) | ((slash - kOnes) & ~slash) | ((w - kOnes * 0x20) & ~w)) &
+          kHigh;
+      if (hit != 0) return q + (__builtin_ctzll(hit) >> 3);
+    }
+  }
+  while (q < end && is_plain(*q)) ++q;
+  return q;
+}
 }  // namespace detail
 
 inline bool Cursor::key(std::string_view& k) {
   if (p_ < end_ && *p_ == '"') {
     const char* q = p_ + 1;
-    while (q < end_ && detail::is_plain(*q)) ++q;
+    q = detail::scan_plain(q, end_);
     if (end_ - q >= 2 && q[0] == '"' && q[1] == ':') {
       k = std::string_view(p_ + 1, static_cast<size_t>(q - p_ - 1));
       p_ = q + 2;
@@ -365,7 +424,7 @@ inline bool Cursor::key(std::string_view& k) {
 inline bool Cursor::string(std::string& out) {
   if (p_ < end_ && *p_ == '"') {
     const char* q = p_ + 1;
-    while (q < end_ && detail::is_plain(*q)) ++q;
+    q = detail::scan_plain(q, end_);
     if (q < end_ && *q == '"') {
       // Records repeat their strings (dtype, device, op and parameter names): comparing
       // is cheaper than std::string's out-of-line assign.

@@ -318,6 +318,33 @@ TEST_CASE("decimal text of up to 19 digits parses to the correctly rounded doubl
   }
 }
 
+TEST_CASE("strings with an escape at every position round-trip", "[records]") {
+  // The reader scans strings 8 bytes at a time for '"', '\\' and control bytes: put each of
+  // them (and a UTF-8 byte, which is plain) at every offset of strings of every length.
+  OpRecord r;
+  r.op = "x";
+  r.outputs.push_back(Arg{tensor("Float", {1}), {}});
+  OpRecord back;
+  std::string line;
+  for (const char special : {'"', '\\', '\n', '\x01', '\x1f', '\xc3'}) {
+    for (size_t len = 1; len <= 40; ++len) {
+      for (size_t at = 0; at < len; ++at) {
+        std::string text(len, 'a');
+        text[at] = special;
+        r.op = text;
+        r.scope = text + "/s";
+        r.outputs[0].tensor->param = text;
+        line.clear();
+        append_json(r, line);
+        REQUIRE(parse_record(line, back));
+        if (back.op != text || back.scope != r.scope || back.outputs[0].tensor->param != text) {
+          FAIL(line);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("op record: values that are not JSON or empty are still written readably", "[records]") {
   OpRecord r;
   r.op = "aten::x";

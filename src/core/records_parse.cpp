@@ -275,6 +275,7 @@ bool parse_args(Cursor& c, std::vector<Arg>& args) {
 }
 
 bool parse_direction(Cursor& c, Direction& d) {
+  c.skip_ws();
   if (c.literal("\"forward\"")) {
     d = Direction::kForward;
   } else if (c.literal("\"backward\"")) {

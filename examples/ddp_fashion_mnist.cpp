@@ -6,11 +6,12 @@
 //   env: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
 //   ddp_fashion_mnist [--steps 100] [--batch-size 64] [--lr 1e-3] [--dump DIR]
 //                     [--check-every 50] [--plant-inf-step S] [--plant-inf-rank R]
-//                     [--perturb-rank R] [--no-debugger]
+//                     [--perturb-rank R] [--kill-step S] [--kill-rank R] [--no-debugger]
 #include <precprobe/distributed.h>
 #include <precprobe/precprobe.h>
 #include <torch/torch.h>
 
+#include <csignal>
 #include <cstdio>
 #include <limits>
 #include <string>
@@ -29,6 +30,8 @@ struct Flags {
   int64_t plant_inf_step = -1;  // plant an inf in one gradient at this step...
   int plant_inf_rank = 1;       // ...on this rank
   int perturb_rank = -1;        // perturb one parameter on this rank before training
+  int64_t kill_step = -1;       // SIGKILL this process after this step...
+  int kill_rank = 1;            // ...on this rank (a rank that dies)
   bool debugger = true;
 };
 
@@ -56,6 +59,10 @@ Flags parse_flags(int argc, char** argv) {
       f.plant_inf_rank = std::stoi(next());
     else if (a == "--perturb-rank")
       f.perturb_rank = std::stoi(next());
+    else if (a == "--kill-step")
+      f.kill_step = std::stoll(next());
+    else if (a == "--kill-rank")
+      f.kill_rank = std::stoi(next());
     else if (a == "--no-debugger")
       f.debugger = false;
     else
@@ -123,7 +130,10 @@ int main(int argc, char** argv) try {
   dopts.overwrite = true;
   std::unique_ptr<precprobe::PrecisionDebugger> dbg;
   if (flags.debugger) {
-    dbg = std::make_unique<precprobe::PrecisionDebugger>(dopts);
+    // Rank and world size from the process group; the debugger runs check_replicas()
+    // every --check-every steps and records the result in each rank's dump.
+    dopts.replica_check_every = flags.check_every;
+    dbg = std::make_unique<precprobe::PrecisionDebugger>(dopts, pg);
     dbg->start(net);
   }
 
@@ -154,12 +164,18 @@ int main(int argc, char** argv) try {
       dbg->log_scalar("loss", mean_loss);
       dbg->step();
     }
+    if (step == flags.kill_step && rank == flags.kill_rank) {
+      std::printf("rank %d step %lld: killing myself (--kill-step)\n", rank,
+                  static_cast<long long>(step));
+      std::fflush(stdout);
+      ::raise(SIGKILL);
+    }
     if (step % 20 == 0 || !stepped) {
       std::printf("rank %d step %3lld loss %.6f scale %.0f%s\n", rank, static_cast<long long>(step),
                   mean_loss, scaler.get_scale(), stepped ? "" : " (skipped)");
       std::fflush(stdout);
     }
-    if (flags.check_every > 0 && (step + 1) % flags.check_every == 0) {
+    if (!dbg && flags.check_every > 0 && (step + 1) % flags.check_every == 0) {
       auto r = precprobe::check_replicas(*net, pg);
       if (rank == 0)
         std::printf("step %lld: %s\n", static_cast<long long>(step), r.summary().c_str());

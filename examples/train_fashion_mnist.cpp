@@ -10,7 +10,6 @@
 // The last three plant the bugs `precprobe check` finds (docs/checklist.md): pixels left in
 // [0, 1], batches in label order instead of shuffled, evaluation without model->eval().
 #include <ATen/autocast_mode.h>
-#include <precprobe/checklist_probe.h>
 #include <precprobe/precprobe.h>
 #include <torch/torch.h>
 
@@ -164,7 +163,7 @@ void checked_evaluation(Net& net, const fashion_mnist::Split& test,
   for (int64_t i = 0; i < 1000; i += 500) {
     auto x = test.images.slice(0, i, i + 500);
     auto y = test.labels.slice(0, i, i + 500);
-    precprobe::observe_batch(dbg, *net, x, y);
+    dbg.observe_batch(x, y);
     net->forward(x);
   }
   net->train();
@@ -214,7 +213,7 @@ int main(int argc, char** argv) try {
       auto idx = order.slice(0, i, i + flags.batch_size);
       auto x = train.images.index_select(0, idx);
       auto y = train.labels.index_select(0, idx);
-      if (dbg) precprobe::observe_batch(*dbg, *net, x, y, epoch);
+      if (dbg) dbg->observe_batch(x, y, epoch);
 
       auto logits = net->forward(x);
       auto loss = torch::cross_entropy_loss(logits.to(torch::kFloat32), y);

@@ -2,6 +2,7 @@
 # Configures and builds precprobe into ./build (Release, Ninja when present, ccache when
 # present). Extra arguments go to cmake's configure step, e.g. -DPRECPROBE_WITH_TORCH=OFF.
 #   BUILD_DIR=dir   another build directory
+#   TARGETS="a b"   build only these targets (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir="${BUILD_DIR:-build}"
@@ -13,4 +14,6 @@ if [[ ! -f "$build_dir/CMakeCache.txt" ]]; then
 else
   cmake -S . -B "$build_dir" "$@"
 fi
-cmake --build "$build_dir" -j "$(nproc)"
+targets=()
+[[ -n "${TARGETS:-}" ]] && targets=(--target ${TARGETS})
+cmake --build "$build_dir" -j "$(nproc)" "${targets[@]}"

@@ -80,6 +80,16 @@ struct ScalerSummary {
   std::optional<int64_t> first_skip_step;
 };
 
+/// The debugger's periodic replica checks ("replica_check_every"), from the first rank's
+/// events (every rank records the same gathered result).
+struct ReplicaSummary {
+  int64_t checks = 0;         ///< replica checks recorded
+  int64_t failed_checks = 0;  ///< checks that found a difference across ranks
+  std::optional<int64_t> first_failed_step;
+  bool structure_differs = false;       ///< some check found different name lists
+  std::vector<std::string> mismatched;  ///< tensors that differed in some check (first seen first)
+};
+
 /// A gradient watchpoint of one parameter, with how often it fired.
 struct WatchHitCount {
   std::string param;
@@ -99,6 +109,7 @@ struct SummaryResult {
   std::vector<NameCount> nonfinite_ops;  ///< per op name ("aten::exp"), most first
   ScalerSummary scaler;
   std::vector<WatchHitCount> watch_hits;
+  ReplicaSummary replicas;
   int64_t nonfinite_grad_records = 0;
   std::vector<StreamStatus> streams;
   uint64_t dropped = 0;    ///< records the writers dropped (meta.json "writer" counters)

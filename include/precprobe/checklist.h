@@ -50,6 +50,17 @@ inline constexpr std::string_view kExpectedHashLo = "check/model/expected_hash_l
 // lr_range_test and the training learning rate.
 inline constexpr std::string_view kLrRangeLo = "check/lr_range/lo";
 inline constexpr std::string_view kLrRangeHi = "check/lr_range/hi";
+// Written by the debugger: parameters named at start(model), and, per step, each op of user
+// code that read a parameter gradient between GradScaler::scale() and unscale_() (value: the
+// scale).
+inline constexpr std::string_view kParamsNamed = "check/params_named";
+inline constexpr std::string_view kScaledGradRead = "check/scaled_grad_read/";  ///< + op
+
+// Written by the debugger's periodic replica check ("replica_check_every").
+inline constexpr std::string_view kReplicaTensors = "replicas/tensors";
+inline constexpr std::string_view kReplicaMismatched = "replicas/mismatched";  ///< count
+inline constexpr std::string_view kReplicaStructureDiffers = "replicas/structure_differs";
+inline constexpr std::string_view kReplicaDiffersPrefix = "replicas/differs/";  ///< + name
 inline constexpr std::string_view kLr = "lr";      ///< logged by the user
 inline constexpr std::string_view kLoss = "loss";  ///< logged by the user
 }  // namespace check_scalar

@@ -1,13 +1,15 @@
 // What `precprobe check` needs from a training program beyond the debugger's own streams:
 // the batches (observe_batch), the model at start (check_initial_model) and an expected
 // module hash. Each writes "check/..." scalars (precprobe/checklist.h) through the started
-// debugger; rules in docs/checklist.md.
+// debugger; rules in docs/checklist.md. Usually called as members of the debugger
+// (PrecisionDebugger::observe_batch, ::expect_module_hash), which use the model given to
+// start(model); the free functions here take the model explicitly.
 //
 // **Example**:
 //
 //     dbg.start(net);
 //     for (auto& [x, y] : batches) {
-//       precprobe::observe_batch(dbg, *net, x, y, epoch);  // before the forward pass
+//       dbg.observe_batch(x, y, epoch);  // before the forward pass
 //       ...
 //     }
 //

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/intrusive_ptr.h>
 
 #include <cstdint>
 #include <memory>
@@ -29,6 +30,9 @@
 #include "precprobe/options.h"
 #include "precprobe/writer.h"
 
+namespace c10d {
+class ProcessGroup;
+}  // namespace c10d
 namespace torch {
 namespace nn {
 class Module;
@@ -55,6 +59,11 @@ class PrecisionDebugger {
   explicit PrecisionDebugger(DebuggerOptions options = {});
   /// Reads a config.json ($PRECPROBE_CONFIG overrides). Throws precprobe::Error.
   explicit PrecisionDebugger(const std::string& config_path);
+  /// As PrecisionDebugger(options), with rank and world size from `process_group` instead of
+  /// RANK/WORLD_SIZE; "replica_check_every" runs its replica checks over this group. Throws
+  /// precprobe::Error when the group is null. The group must outlive the debugger.
+  PrecisionDebugger(DebuggerOptions options,
+                    const c10::intrusive_ptr<c10d::ProcessGroup>& process_group);
   /// Stops (flushes, closes the dump); never throws.
   ~PrecisionDebugger();
   PrecisionDebugger(const PrecisionDebugger&) = delete;
@@ -80,16 +89,36 @@ class PrecisionDebugger {
   /// Stops observing; flushes. Idempotent.
   void stop() noexcept;
 
-  /// Ends the current step: gradient monitor, frame flush, step counter + 1.
+  /// Ends the current step: gradient monitor, frame flush, replica check when one is due
+  /// ("replica_check_every": a collective over the debugger's process group), step
+  /// counter + 1.
   void step();
 
   /// The step being recorded (0 before the first step()).
   int64_t current_step() const noexcept;
   bool started() const noexcept;
   int rank() const noexcept;
+  int world_size() const noexcept;
 
   /// Logs a scalar (e.g. the loss) for this step to events.jsonl.zst.
   void log_scalar(const std::string& name, double value) noexcept;
+
+  /// Registers a training or evaluation batch for `precprobe check` (before its forward
+  /// pass): NaN/Inf counts and per-channel mean/std of `inputs` (dim 1 is the channel),
+  /// for integer `targets` the label histogram, label-order hash and share of
+  /// `ignore_index`; the mode of the model given to start(model) (train/eval, its
+  /// BatchNorm/Dropout modules) and the grad mode. `epoch` (-1: unknown) lets the check
+  /// compare label orders across epochs. The first call also checks the initial weights.
+  /// One pass over the batch, not observed as ops; does nothing while not started; never
+  /// throws. Rules: docs/checklist.md.
+  void observe_batch(const at::Tensor& inputs, const at::Tensor& targets, int64_t epoch = -1,
+                     int64_t ignore_index = -100) noexcept;
+  /// The module_hash the model is expected to have at start (e.g. of a checkpoint);
+  /// `precprobe check` reports a mismatch.
+  void expect_module_hash(uint64_t hash) noexcept;
+
+  /// The model given to the current start(model), or nullptr.
+  const torch::nn::Module* model() const noexcept;
 
   /// The parameter name of `t` when it is a parameter of the started model, else "".
   std::string parameter_name(const at::Tensor& t) const;

@@ -108,6 +108,13 @@ struct DebuggerOptions {
   bool fsync = false;
   /// "max_tensor_bytes": the tensor task saves no tensor larger than this.
   int64_t max_tensor_bytes = int64_t{256} << 20;
+  /// "signal_flush": on the first start(), install SIGTERM/SIGINT handlers that flush the
+  /// dump and then chain to the program's own handlers (precprobe/signal_flush.h).
+  bool signal_flush = true;
+  /// "replica_check_every": every N steps, step() runs check_replicas() over the process
+  /// group given to the debugger and records the result (events stream); 0 = never. A
+  /// collective: every rank must call step() equally often. Needs start(model).
+  int64_t replica_check_every = 0;
 
   /// Parses config.json text. Throws precprobe::Error (key, value, what is allowed).
   static DebuggerOptions from_json(const std::string& json_text);

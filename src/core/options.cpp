@@ -235,6 +235,7 @@ void DebuggerOptions::validate() const {
   check_int("flush_interval_ms", flush_interval_ms, detail::kFlushIntervalLimits);
   check_int("zstd_level", zstd_level, detail::kZstdLevelLimits);
   check_int("max_tensor_bytes", max_tensor_bytes, detail::kMaxTensorBytesLimits);
+  check_int("replica_check_every", replica_check_every, detail::kReplicaCheckLimits);
   if (task == Task::kTensor && list.empty() && scope.empty()) {
     throw Error(
         "task 'tensor' saves full tensors only for ops named in 'list' or 'scope'; add one "
@@ -287,6 +288,8 @@ std::string DebuggerOptions::to_json() const {
   j["zstd_level"] = zstd_level;
   j["fsync"] = fsync;
   j["max_tensor_bytes"] = max_tensor_bytes;
+  j["signal_flush"] = signal_flush;
+  j["replica_check_every"] = replica_check_every;
   // Strings set from C++ may hold invalid UTF-8; replace rather than throw.
   return j.dump(2, ' ', false, json::error_handler_t::replace);
 }

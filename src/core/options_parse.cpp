@@ -305,6 +305,12 @@ const KeySpec kTopKeys[] = {
      [](const json& v, const std::string& k, DebuggerOptions& o) {
        o.max_tensor_bytes = get_int(v, k, kMaxTensorBytesLimits);
      }},
+    {"signal_flush", [](const json& v, const std::string& k,
+                        DebuggerOptions& o) { o.signal_flush = get_bool(v, k); }},
+    {"replica_check_every",
+     [](const json& v, const std::string& k, DebuggerOptions& o) {
+       o.replica_check_every = get_int(v, k, kReplicaCheckLimits);
+     }},
 };
 
 // Keys of every task section; the section-specific ones follow.

@@ -1,4 +1,5 @@
-// PrecisionDebugger::observe_batch and the checks made at start(model), written as
+// PrecisionDebugger::observe_batch (and its free-function form) and the checks made at the
+// first batch, written as
 // "check/..." scalars for `precprobe check` (precprobe/checklist.h, docs/checklist.md).
 #include "precprobe/checklist_probe.h"
 
@@ -137,21 +138,27 @@ void check_initial_model(PrecisionDebugger& dbg, const torch::nn::Module& model)
   }
 }
 
-void observe_batch(PrecisionDebugger& dbg, const torch::nn::Module& model, const at::Tensor& inputs,
-                   const at::Tensor& targets, int64_t epoch, int64_t ignore_index) noexcept {
+namespace {
+
+// `model` may be null (start() without one): the batch is observed without the model's modes.
+void observe_batch_of(PrecisionDebugger& dbg, const torch::nn::Module* model,
+                      const at::Tensor& inputs, const at::Tensor& targets, int64_t epoch,
+                      int64_t ignore_index) noexcept {
   try {
     if (!dbg.started() || dbg.writer() == nullptr) return;
-    check_initial_model(dbg, model);
+    if (model != nullptr) check_initial_model(dbg, *model);
     const bool grad = at::GradMode::is_enabled();
     at::RecordFunctionGuard no_callbacks(false);
     at::NoGradGuard no_grad;
-    int64_t stat_training = 0;
-    for (const auto& m : model.modules(/*include_self=*/true))
-      stat_training += is_stat_module(*m) && m->is_training();
     dbg.log_scalar(std::string(cs::kBatchBegin), static_cast<double>(epoch));
     dbg.log_scalar(std::string(cs::kGradEnabled), grad ? 1 : 0);
-    dbg.log_scalar(std::string(cs::kTraining), model.is_training() ? 1 : 0);
-    dbg.log_scalar(std::string(cs::kStatModulesTraining), static_cast<double>(stat_training));
+    if (model != nullptr) {
+      int64_t stat_training = 0;
+      for (const auto& m : model->modules(/*include_self=*/true))
+        stat_training += is_stat_module(*m) && m->is_training();
+      dbg.log_scalar(std::string(cs::kTraining), model->is_training() ? 1 : 0);
+      dbg.log_scalar(std::string(cs::kStatModulesTraining), static_cast<double>(stat_training));
+    }
     if (inputs.defined()) observe_inputs(dbg, inputs);
     observe_targets(dbg, targets, ignore_index);
   } catch (const std::exception& e) {
@@ -161,9 +168,25 @@ void observe_batch(PrecisionDebugger& dbg, const torch::nn::Module& model, const
   }
 }
 
+}  // namespace
+
+void observe_batch(PrecisionDebugger& dbg, const torch::nn::Module& model, const at::Tensor& inputs,
+                   const at::Tensor& targets, int64_t epoch, int64_t ignore_index) noexcept {
+  observe_batch_of(dbg, &model, inputs, targets, epoch, ignore_index);
+}
+
 void expect_module_hash(PrecisionDebugger& dbg, uint64_t hash) noexcept {
   dbg.log_scalar(std::string(cs::kExpectedHashHi), static_cast<double>(hash >> 32));
   dbg.log_scalar(std::string(cs::kExpectedHashLo), static_cast<double>(hash & 0xffffffffull));
+}
+
+void PrecisionDebugger::observe_batch(const at::Tensor& inputs, const at::Tensor& targets,
+                                      int64_t epoch, int64_t ignore_index) noexcept {
+  observe_batch_of(*this, model(), inputs, targets, epoch, ignore_index);
+}
+
+void PrecisionDebugger::expect_module_hash(uint64_t hash) noexcept {
+  precprobe::expect_module_hash(*this, hash);
 }
 
 }  // namespace precprobe

@@ -9,13 +9,18 @@
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
+#include "debugger_internal.h"
 #include "observer.h"
 #include "options_detail.h"
+#include "precprobe/checklist.h"
 #include "precprobe/distributed.h"
 #include "precprobe/error.h"
 #include "precprobe/grad_monitor.h"
+#include "precprobe/signal_flush.h"
 #include "precprobe/version.h"
 #include "torch_compat.h"
 #if __has_include("precprobe/dropout.h")
@@ -31,6 +36,16 @@ namespace precprobe {
 namespace {
 
 std::atomic<PrecisionDebugger*> g_current{nullptr};
+
+// The started debugger's writer, for the signal flusher: shared so that a debugger being
+// stopped or destroyed on the training thread never frees a writer the flusher is using.
+std::mutex g_signal_mu;
+std::shared_ptr<DumpWriter> g_signal_writer;
+
+void set_signal_writer(std::shared_ptr<DumpWriter> w) {
+  std::lock_guard<std::mutex> lock(g_signal_mu);
+  g_signal_writer = std::move(w);
+}
 
 std::string utc_now() {
   std::time_t t = std::time(nullptr);
@@ -54,6 +69,13 @@ nlohmann::json parse_or_string(const std::string& text) {
 
 }  // namespace
 
+namespace detail {
+std::shared_ptr<DumpWriter> started_debugger_writer() {
+  std::lock_guard<std::mutex> lock(g_signal_mu);
+  return g_signal_writer;
+}
+}  // namespace detail
+
 struct PrecisionDebugger::Impl {
   DebuggerOptions options;
   int rank = 0;
@@ -61,7 +83,7 @@ struct PrecisionDebugger::Impl {
   bool rank_selected = true;
   std::string rank_dir;
 
-  std::unique_ptr<DumpWriter> writer;
+  std::shared_ptr<DumpWriter> writer;
   std::unique_ptr<detail::Observer> observer;
   std::shared_ptr<torch::nn::Module> model;
   std::unique_ptr<GradMonitor> monitor;
@@ -75,7 +97,11 @@ struct PrecisionDebugger::Impl {
   int64_t step = 0;
   int64_t observer_step = -1;  // the step the observer's naming state belongs to
   std::string start_time;
-  std::string seed_report;  // JSON, when seeded
+  std::string seed_report;                               // JSON, when seeded
+  c10::intrusive_ptr<c10d::ProcessGroup> process_group;  // null: rank from the environment
+  bool installed_signal_flush = false;
+  int64_t replica_checks = 0;
+  int64_t replica_mismatches = 0;  // checks that found a difference
 
   bool step_selected() const {
     return options.step.contains(step) && !(observer && observer->overflow_done());
@@ -83,6 +109,7 @@ struct PrecisionDebugger::Impl {
   void sync_attachment();
   void setup_monitor(const std::shared_ptr<torch::nn::Module>& m);
   void observe_grads() noexcept;
+  void check_replicas_if_due() noexcept;
   std::string meta_json(bool final_meta) const;
   DebuggerCounters counters() const;
 };
@@ -118,6 +145,46 @@ void PrecisionDebugger::Impl::observe_grads() noexcept {
   monitor->observe(step, writer.get());
 }
 
+// Every replica_check_every steps, at the end of the step (a collective on every rank, even
+// on ranks the "rank" filter does not dump). Records, in the events stream of dumped ranks:
+// replicas/tensors, replicas/mismatched (count), replicas/structure_differs and one
+// replicas/differs/<name> = 1 per differing tensor (the first kMaxNames).
+void PrecisionDebugger::Impl::check_replicas_if_due() noexcept {
+  const int64_t every = options.replica_check_every;
+  if (every <= 0 || !process_group || !model || (step + 1) % every != 0) return;
+  constexpr size_t kMaxNames = 32;
+  try {
+    ReplicaReport r;
+    {
+      at::RecordFunctionGuard no_callbacks(false);  // its ATen calls are not observed
+      r = check_replicas(*model, process_group);
+    }
+    ++replica_checks;
+    if (!r.consistent()) {
+      ++replica_mismatches;
+      report_error("precprobe: step " + std::to_string(step) + ": " + r.summary());
+    }
+    if (!writer) return;
+    auto scalar = [&](std::string name, double value) {
+      ScalarRecord s;
+      s.step = step;
+      s.name = std::move(name);
+      s.value = value;
+      writer->submit(std::move(s));
+    };
+    namespace cs = check_scalar;
+    scalar(std::string(cs::kReplicaTensors), static_cast<double>(r.tensors));
+    scalar(std::string(cs::kReplicaMismatched), static_cast<double>(r.mismatched.size()));
+    scalar(std::string(cs::kReplicaStructureDiffers), r.structure_differs ? 1.0 : 0.0);
+    for (size_t i = 0; i < r.mismatched.size() && i < kMaxNames; ++i)
+      scalar(std::string(cs::kReplicaDiffersPrefix) + r.mismatched[i], 1.0);
+  } catch (const std::exception& e) {
+    report_error(std::string("precprobe: replica check failed: ") + e.what());
+  } catch (...) {
+    report_error("precprobe: replica check failed");
+  }
+}
+
 DebuggerCounters PrecisionDebugger::Impl::counters() const {
   DebuggerCounters c;
   if (observer) {
@@ -140,6 +207,7 @@ std::string PrecisionDebugger::Impl::meta_json(bool final_meta) const {
   m["torch_version"] = TORCH_VERSION;
   m["rank"] = rank;
   m["world_size"] = world_size;
+  m["rank_source"] = process_group ? "process_group" : "environment";
   m["task"] = detail::task_name(options.task);
   m["level"] = detail::level_name(options.level);
   m["config"] = parse_or_string(options.to_json());
@@ -172,6 +240,10 @@ std::string PrecisionDebugger::Impl::meta_json(bool final_meta) const {
       k["backpressure"] = o.engine.backpressure;
       k["stale"] = o.engine.stale;
     }
+    if (options.replica_check_every > 0) {
+      k["replica_checks"] = replica_checks;
+      k["replica_mismatches"] = replica_mismatches;
+    }
     m["counters"] = k;
     nlohmann::json w;
     w["records_written"] = c.writer.records_written;
@@ -196,6 +268,22 @@ PrecisionDebugger::PrecisionDebugger(DebuggerOptions options) : impl_(std::make_
   impl_->rank_dir = impl_->options.dump_path + "/rank" + std::to_string(impl_->rank);
 }
 
+PrecisionDebugger::PrecisionDebugger(DebuggerOptions options,
+                                     const c10::intrusive_ptr<c10d::ProcessGroup>& process_group)
+    : PrecisionDebugger(std::move(options)) {
+  if (!process_group) {
+    throw Error(
+        "PrecisionDebugger(options, process_group): the process group is null; pass the "
+        "group the training uses, or use PrecisionDebugger(options) to take the rank from "
+        "RANK/WORLD_SIZE");
+  }
+  impl_->process_group = process_group;
+  impl_->rank = process_group->getRank();
+  impl_->world_size = process_group->getSize();
+  impl_->rank_selected = impl_->options.rank.contains(impl_->rank);
+  impl_->rank_dir = impl_->options.dump_path + "/rank" + std::to_string(impl_->rank);
+}
+
 PrecisionDebugger::PrecisionDebugger(const std::string& config_path)
     : PrecisionDebugger([&config_path] {
         const char* env = std::getenv("PRECPROBE_CONFIG");
@@ -204,6 +292,7 @@ PrecisionDebugger::PrecisionDebugger(const std::string& config_path)
 
 PrecisionDebugger::~PrecisionDebugger() {
   stop();
+  if (impl_->installed_signal_flush) uninstall_signal_flush();
   impl_->observer.reset();  // joins the statistics worker
   if (impl_->writer) impl_->writer->close();
 }
@@ -217,6 +306,14 @@ void PrecisionDebugger::start(const std::shared_ptr<torch::nn::Module>& model) {
   if (!g_current.compare_exchange_strong(expected, this))
     throw Error("precprobe: another PrecisionDebugger is already started in this process");
   try {
+    if (d.options.replica_check_every > 0 && (!d.process_group || !model)) {
+      throw Error("precprobe: 'replica_check_every' is " +
+                  std::to_string(d.options.replica_check_every) + " but the debugger has no " +
+                  (d.process_group ? std::string("model: call start(model)")
+                                   : std::string("process group: construct it with "
+                                                 "PrecisionDebugger(options, process_group)")) +
+                  ", or set 'replica_check_every' to 0");
+    }
     if (!d.ever_started) {
       d.start_time = utc_now();
 #ifdef PRECPROBE_HAVE_SEED
@@ -233,10 +330,14 @@ void PrecisionDebugger::start(const std::shared_ptr<torch::nn::Module>& model) {
         w.flush_interval_ms = d.options.flush_interval_ms;
         w.zstd_level = d.options.zstd_level;
         w.fsync = d.options.fsync;
-        d.writer = std::make_unique<DumpWriter>(std::move(w));
+        d.writer = std::make_shared<DumpWriter>(std::move(w));
         d.observer = std::make_unique<detail::Observer>(d.options, d.writer.get(), d.rank_dir);
       }
       d.ever_started = true;
+      if (d.options.signal_flush && !signal_flush_installed()) {
+        install_signal_flush();
+        d.installed_signal_flush = true;
+      }
     }
     d.model = model;
     if (d.observer) {
@@ -245,6 +346,13 @@ void PrecisionDebugger::start(const std::shared_ptr<torch::nn::Module>& model) {
         for (const auto& p : model->named_parameters(/*recurse=*/true))
           named.emplace_back(p.key(), p.value());
       d.observer->set_parameters(named);
+      if (model && d.writer) {
+        ScalarRecord r;
+        r.step = d.step;
+        r.name = std::string(check_scalar::kParamsNamed);
+        r.value = static_cast<double>(named.size());
+        d.writer->submit(std::move(r));
+      }
       d.setup_monitor(model);
       if (d.observer_step != d.step) {
         d.observer->begin_step(d.step);
@@ -257,6 +365,7 @@ void PrecisionDebugger::start(const std::shared_ptr<torch::nn::Module>& model) {
     d.started = true;
     d.sync_attachment();
     if (d.writer) d.writer->write_meta(d.meta_json(false));
+    set_signal_writer(d.writer);
   } catch (...) {
     d.started = false;
     if (d.observer) d.observer->detach();
@@ -271,6 +380,7 @@ void PrecisionDebugger::start(const std::shared_ptr<torch::nn::Module>& model) {
 void PrecisionDebugger::stop() noexcept {
   Impl& d = *impl_;
   if (!d.started) return;
+  set_signal_writer(nullptr);
   try {
     d.started = false;
     d.sync_attachment();
@@ -299,6 +409,7 @@ void PrecisionDebugger::step() {
     d.observe_grads();
     d.observer->end_step();
   }
+  if (d.started) d.check_replicas_if_due();
   ++d.step;
   d.monitor_done = false;
   if (d.started && d.observer) {
@@ -312,6 +423,7 @@ void PrecisionDebugger::step() {
 int64_t PrecisionDebugger::current_step() const noexcept { return impl_->step; }
 bool PrecisionDebugger::started() const noexcept { return impl_->started; }
 int PrecisionDebugger::rank() const noexcept { return impl_->rank; }
+int PrecisionDebugger::world_size() const noexcept { return impl_->world_size; }
 
 void PrecisionDebugger::log_scalar(const std::string& name, double value) noexcept {
   try {
@@ -333,6 +445,8 @@ std::string PrecisionDebugger::parameter_name(const at::Tensor& t) const {
   }
   return std::string();
 }
+
+const torch::nn::Module* PrecisionDebugger::model() const noexcept { return impl_->model.get(); }
 
 DumpWriter* PrecisionDebugger::writer() noexcept { return impl_->writer.get(); }
 DebuggerCounters PrecisionDebugger::counters() const noexcept {

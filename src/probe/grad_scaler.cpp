@@ -12,6 +12,7 @@
 #include <torch/optim/optimizer.h>
 #include <torch/serialize/archive.h>
 
+#include <atomic>
 #include <cmath>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <unordered_map>
@@ -19,6 +20,7 @@
 #include "precprobe/debugger.h"
 #include "precprobe/error.h"
 #include "precprobe/writer.h"
+#include "scaled_grads.h"
 #include "scaler_internal.h"
 
 namespace precprobe {
@@ -249,6 +251,24 @@ GradScaler::~GradScaler() {
   if (impl_->own_writer) impl_->own_writer->close();
 }
 
+namespace detail {
+namespace {
+std::atomic<float> g_scaled_grads_window{0.0f};
+std::atomic<uint64_t> g_scaled_grads_window_id{0};
+}  // namespace
+void set_scaled_grads_window(float scale) noexcept {
+  const float before = g_scaled_grads_window.exchange(scale, std::memory_order_acq_rel);
+  if (!(before > 0.0f) && scale > 0.0f)
+    g_scaled_grads_window_id.fetch_add(1, std::memory_order_acq_rel);
+}
+uint64_t scaled_grads_window_id() noexcept {
+  return g_scaled_grads_window_id.load(std::memory_order_acquire);
+}
+float scaled_grads_window() noexcept {
+  return g_scaled_grads_window.load(std::memory_order_acquire);
+}
+}  // namespace detail
+
 at::Tensor GradScaler::scale(const at::Tensor& loss) {
   if (!impl_->o.enabled) return loss;
   if (!impl_->scale.defined()) {
@@ -256,6 +276,9 @@ at::Tensor GradScaler::scale(const at::Tensor& loss) {
     impl_->scale = at::full({}, impl_->init_scale, f.dtype(at::kFloat));
     impl_->tracker = at::full({}, impl_->init_tracker, f.dtype(at::kInt));
   }
+  // The host value without an op or a device sync (CUDA: a placeholder; only "non-zero"
+  // matters to the observer).
+  detail::set_scaled_grads_window(impl_->scale.is_cpu() ? *impl_->scale.data_ptr<float>() : 1.0f);
   return loss * impl_->scale.to(loss.device(), /*non_blocking=*/true);
 }
 
@@ -267,6 +290,7 @@ void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
     throw Error("unscale_() has already been called on this optimizer since the last update().");
   }
   if (s.stage == Stage::kStepped) throw Error("unscale_() is being called after step().");
+  detail::set_scaled_grads_window(0.0f);
   // PyTorch: inv_scale = scale.double().reciprocal().float()
   const at::Tensor inv = impl_->scale.to(at::kDouble).reciprocal().to(at::kFloat);
   float inv_host = 0;
@@ -310,6 +334,7 @@ bool GradScaler::step(torch::optim::Optimizer& optimizer) {
 
 void GradScaler::update(std::optional<float> new_scale) {
   if (!impl_->o.enabled) return;
+  detail::set_scaled_grads_window(0.0f);
   Impl& m = *impl_;
   m.check_scale("update");
   StepInfo info;

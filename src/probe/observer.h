@@ -20,6 +20,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -108,6 +109,12 @@ class Observer {
   bool keep_overflow(const OpRecord& r);
   uint32_t thread_index();
   void maybe_run_grad_hook(c10::ArrayRef<const c10::IValue> inputs, const OpInfo& info);
+  /// Inside GradScaler's scaled-gradient window (scaled_grads.h): records a
+  /// "check/scaled_grad_read/<op>" event when this op of user code reads, without writing
+  /// it, a parameter's gradient or a tensor a recorded backward op produced in the window
+  /// (torch::autograd::grad results), unless it is an unscaling mul/div by a scalar.
+  void check_scaled_grad_read(c10::ArrayRef<const c10::IValue> inputs, const OpInfo& info,
+                              float scale);
 
   DebuggerOptions options_;
   NameMatcher list_;
@@ -120,6 +127,16 @@ class Observer {
 
   // Parameters: StorageImpl* -> (name, numel). Read-only while attached.
   std::unordered_map<const void*, std::pair<std::string, int64_t>> params_;
+  std::vector<at::Tensor> param_tensors_;  // the same parameters, for their gradients
+
+  std::mutex flagged_mu_;  // scaled-gradient reads already recorded: (step, op)
+  std::set<std::pair<int64_t, std::string>> flagged_;
+  // Storages of the outputs of backward ops recorded in scaled-gradient window
+  // `window_id_` (under flagged_mu_); forgotten when another window opens.
+  // Weak references keep the StorageImpl addresses from being reused for new tensors.
+  std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> window_grads_;
+  uint64_t window_id_ = 0;
+  void note_backward_outputs(const std::vector<c10::IValue>& outputs);
 
   // Under engine_->order_mutex(): per-step naming state.
   int64_t step_ = 0;

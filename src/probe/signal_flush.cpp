@@ -20,7 +20,7 @@
 #include <string>
 #include <thread>
 
-#include "precprobe/debugger.h"
+#include "debugger_internal.h"
 #include "precprobe/error.h"
 #include "precprobe/writer.h"
 
@@ -52,8 +52,7 @@ void mark_signalled(DumpWriter& writer, int sig) {
 
 void flush_for(int sig) {
   try {
-    PrecisionDebugger* dbg = PrecisionDebugger::current();
-    DumpWriter* writer = dbg != nullptr ? dbg->writer() : nullptr;
+    std::shared_ptr<DumpWriter> writer = detail::started_debugger_writer();
     if (writer == nullptr) return;
     writer->flush(true);
     mark_signalled(*writer, sig);
@@ -151,5 +150,7 @@ void uninstall_signal_flush() noexcept {
 }
 
 unsigned signal_flushes_completed() noexcept { return g_completed.load(); }
+
+bool signal_flush_installed() noexcept { return g_installed.load(); }
 
 }  // namespace precprobe

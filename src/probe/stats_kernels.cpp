@@ -11,8 +11,10 @@
 
 #pragma GCC diagnostic ignored "-Wfloat-equal"
 
+// ThreadSanitizer instruments the clones' ifunc resolver, which the dynamic loader runs
+// before the TSan runtime exists (a segfault at load): no clones under TSan.
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__) && \
-    !defined(PRECPROBE_NO_TARGET_CLONES)
+    !defined(PRECPROBE_NO_TARGET_CLONES) && !defined(__SANITIZE_THREAD__)
 // One AVX2 clone and a baseline one, picked at load time.
 #define PRECPROBE_CLONES __attribute__((target_clones("avx2", "default")))
 #else

@@ -171,6 +171,11 @@ TEST_CASE("every key rejects wrong types and values, naming the key and what is 
       {R"({"zstd_level": "3"})", {"'zstd_level'", "1..19", "found string"}},
       {R"({"max_tensor_bytes": -1})", {"'max_tensor_bytes'", "an integer >= 0"}},
       {R"({"max_tensor_bytes": 1e3})", {"'max_tensor_bytes'", "found number"}},
+      {R"({"signal_flush": "yes"})", {"'signal_flush'", "boolean", "found string"}},
+      {R"({"replica_check_every": -1})",
+       {"'replica_check_every'", "an integer in 0..2147483647", "found integer -1"}},
+      {R"({"replica_check_every": 2.5})", {"'replica_check_every'", "0..", "found number"}},
+      {R"({"replica_check_every": 2147483648})", {"'replica_check_every'", "0..2147483647"}},
       {R"({"free_benchmark": 3})", {"'free_benchmark'", "an object"}},
       // the active task section
       {R"({"statistics": []})", {"'statistics'", "an object", "found array"}},
@@ -304,6 +309,8 @@ TEST_CASE("an empty config gives the documented defaults", "[options]") {
   CHECK(o.zstd_level == 3);
   CHECK_FALSE(o.fsync);
   CHECK(o.max_tensor_bytes == 256 * 1024 * 1024);
+  CHECK(o.signal_flush);
+  CHECK(o.replica_check_every == 0);
   CHECK_NOTHROW(DebuggerOptions{}.validate());
 }
 
@@ -317,7 +324,8 @@ TEST_CASE("every key is applied", "[options]") {
                        "summary_mode": "md5", "overflow_nums": -1},
     "keep_dropout": true, "overwrite": true, "async_stats": false, "grad_monitor": false,
     "queue_capacity": 16, "overflow_policy": "drop", "flush_every_records": 1,
-    "flush_interval_ms": 5, "zstd_level": 19, "fsync": true, "max_tensor_bytes": 0})json");
+    "flush_interval_ms": 5, "zstd_level": 19, "fsync": true, "max_tensor_bytes": 0,
+    "signal_flush": false, "replica_check_every": 25})json");
   CHECK(o.task == Task::kOverflowCheck);
   CHECK(o.dump_path == "/tmp/d");
   CHECK(o.rank.contains(2));
@@ -345,6 +353,8 @@ TEST_CASE("every key is applied", "[options]") {
   CHECK(o.zstd_level == 19);
   CHECK(o.fsync);
   CHECK(o.max_tensor_bytes == 0);
+  CHECK_FALSE(o.signal_flush);
+  CHECK(o.replica_check_every == 25);
 }
 
 TEST_CASE("data_mode entries filter direction and side independently", "[options]") {
@@ -482,6 +492,8 @@ TEST_CASE("to_json round-trips through from_json", "[options]") {
   o.zstd_level = 7;
   o.fsync = true;
   o.max_tensor_bytes = 12345;
+  o.signal_flush = false;
+  o.replica_check_every = 3;
 
   const std::string text = o.to_json();
   const auto j = nlohmann::json::parse(text);
@@ -518,6 +530,8 @@ TEST_CASE("to_json round-trips through from_json", "[options]") {
   CHECK(b.zstd_level == o.zstd_level);
   CHECK(b.fsync == o.fsync);
   CHECK(b.max_tensor_bytes == o.max_tensor_bytes);
+  CHECK(b.signal_flush == o.signal_flush);
+  CHECK(b.replica_check_every == o.replica_check_every);
   CHECK(b.to_json() == text);
 
   // Defaults round-trip too, and an unset seed is left out rather than written as null.
@@ -549,6 +563,9 @@ TEST_CASE("validate() checks options built in C++", "[options]") {
   o = DebuggerOptions{};
   o.overflow_nums = 0;
   CHECK_THAT(error_of([&] { o.validate(); }), Catch::Contains("'overflow_check.overflow_nums'"));
+  o = DebuggerOptions{};
+  o.replica_check_every = -2;
+  CHECK_THAT(error_of([&] { o.validate(); }), Catch::Contains("'replica_check_every': -2"));
   o = DebuggerOptions{};
   o.task = Task::kTensor;
   CHECK_THAT(error_of([&] { o.validate(); }), Catch::Contains("'list' or 'scope'; add one"));

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "precprobe/reader.h"
@@ -85,6 +86,20 @@ void check_run_with_planted_inf(int ranks) {
   CHECK(named_on_rank1);
   CHECK(run.output.find("replicas consistent") != std::string::npos);
 
+  // The debugger took rank and world size from the process group, and ran its replica
+  // check at steps 5 and 11 (--check-every 6) on every rank: consistent each time.
+  for (const auto& info : reader.ranks()) {
+    CHECK(info.world_size == ranks);
+    CHECK(info.meta_json.find("\"rank_source\": \"process_group\"") != std::string::npos);
+  }
+  std::map<int, std::vector<int64_t>> checks;
+  reader.for_each_scalar({}, [&](const precprobe::ScalarRecord& s) {
+    if (s.name == "replicas/tensors") checks[s.rank].push_back(s.step);
+    if (s.name == "replicas/mismatched") CHECK(s.value == 0);
+    return true;
+  });
+  for (int r = 0; r < ranks; ++r) CHECK(checks[r] == std::vector<int64_t>{5, 11});
+
   // Two ranks of one run, op by op: a rank equals itself bitwise; ranks 0 and 1 see
   // different shards, so the first difference is the op that slices the batch.
   const std::string cli = std::string(PRECPROBE_CLI) + " compare " + dump + " --exact --json";
@@ -118,4 +133,85 @@ TEST_CASE("check_replicas names a parameter perturbed on one rank", "[distribute
   CHECK(run.status == 3);
   CHECK(run.output.find("replicas DIFFER in 1 of") != std::string::npos);
   CHECK(run.output.find("fc2.bias") != std::string::npos);
+}
+
+TEST_CASE("the debugger's periodic replica check records a perturbed parameter in the dump",
+          "[distributed]") {
+  const std::string dump = fresh_dir("perturb_dbg");
+  auto run = launch(2, "--steps 4 --check-every 2 --perturb-rank 1 --dump " + dump);
+  INFO(run.output);
+  CHECK(run.status == 3);  // the example's own final check fails too
+  // Every rank recorded both checks (steps 1 and 3), each naming fc2.bias.
+  precprobe::DumpReader reader(dump);
+  std::map<int, std::vector<int64_t>> named;
+  reader.for_each_scalar({}, [&](const precprobe::ScalarRecord& s) {
+    if (s.name == "replicas/differs/fc2.bias") named[s.rank].push_back(s.step);
+    if (s.name == "replicas/mismatched") CHECK(s.value == 1);
+    return true;
+  });
+  CHECK(named[0] == std::vector<int64_t>{1, 3});
+  CHECK(named[1] == std::vector<int64_t>{1, 3});
+
+  auto summary = run_command(std::string(PRECPROBE_CLI) + " summary " + dump + " --json");
+  INFO(summary.output);
+  auto j = nlohmann::json::parse(summary.output);
+  CHECK(j["replicas"]["checks"] == 2);
+  CHECK(j["replicas"]["failed_checks"] == 2);
+  CHECK(j["replicas"]["first_failed_step"] == 1);
+  CHECK(j["replicas"]["mismatched"] == nlohmann::json::array({"fc2.bias"}));
+  auto human = run_command(std::string(PRECPROBE_CLI) + " summary " + dump);
+  CHECK(human.output.find("2 of 2 checks found ranks out of sync (first at step 1): fc2.bias") !=
+        std::string::npos);
+
+  auto check = run_command(std::string(PRECPROBE_CLI) + " check " + dump + " --json");
+  INFO(check.output);
+  CHECK(check.status == 1);
+  auto items = nlohmann::json::parse(check.output)["items"];
+  bool found = false;
+  for (const auto& it : items) {
+    if (it["id"] != "api.replicas") continue;
+    found = true;
+    CHECK(it["verdict"] == "problem");
+    CHECK(it["evidence"].get<std::string>().find("fc2.bias") != std::string::npos);
+  }
+  CHECK(found);
+}
+
+TEST_CASE("a rank that dies leaves every rank's dump readable", "[distributed]") {
+  const std::string dump = fresh_dir("kill");
+  // Rank 1 SIGKILLs itself right after step 3's dbg.step(); rank 0 then fails
+  // in its next all-reduce (peer gone) and leaves through the exception.
+  auto run = launch(2, "--steps 10 --check-every 0 --kill-step 3 --kill-rank 1 --dump " + dump);
+  INFO(run.output);
+  CHECK(run.status != 0);
+  precprobe::DumpReader reader(dump);
+  REQUIRE(reader.ranks().size() == 2);
+  std::map<int, std::vector<int64_t>> loss_steps;
+  reader.for_each_scalar({}, [&](const precprobe::ScalarRecord& s) {
+    if (s.name == "loss") loss_steps[s.rank].push_back(s.step);
+    return true;
+  });
+  // Rank 1: steps 0..2 are on disk (step()'s frame flush is asynchronous, so step 3, the
+  // step it was killed right after, may or may not be); never anything later. Rank 0 left
+  // through its destructor, which drains: steps 0..3 at least.
+  const std::vector<int64_t> upto2{0, 1, 2}, upto3{0, 1, 2, 3};
+  CHECK((loss_steps[1] == upto2 || loss_steps[1] == upto3));
+  REQUIRE(loss_steps[0].size() >= 4);
+  CHECK(std::vector<int64_t>(loss_steps[0].begin(), loss_steps[0].begin() + 4) == upto3);
+  // Every op record of both ranks parses; rank 1's meta still says "running" (killed), rank
+  // 0's says its debugger was stopped by the destructor during unwinding.
+  for (const auto& info : reader.ranks()) {
+    const auto meta = nlohmann::json::parse(info.meta_json);
+    CHECK(meta["state"] == (info.rank == 1 ? "running" : "stopped"));
+  }
+  size_t ops = 0;
+  reader.for_each_op({}, [&](const precprobe::OpRecord&) {
+    ++ops;
+    return true;
+  });
+  CHECK(ops > 0);
+  for (const auto& st : reader.statuses()) {
+    INFO(st.path);
+    CHECK(st.bad_lines == 0);
+  }
 }

@@ -3,7 +3,8 @@
 if(PRECPROBE_WITH_TORCH AND PRECPROBE_BUILD_EXAMPLES AND PRECPROBE_BUILD_TOOLS)
   add_executable(test_distributed ${CMAKE_CURRENT_LIST_DIR}/test_distributed.cpp
                                   $<TARGET_OBJECTS:precprobe_catch_main>)
-  target_link_libraries(test_distributed PRIVATE Catch2::Catch2 precprobe::core)
+  target_link_libraries(test_distributed PRIVATE Catch2::Catch2 precprobe::core
+                                         nlohmann_json::nlohmann_json)
   target_compile_definitions(test_distributed PRIVATE
     PRECPROBE_DDP_BIN="$<TARGET_FILE:ddp_fashion_mnist>"
     PRECPROBE_LAUNCH="${PROJECT_SOURCE_DIR}/scripts/launch_ddp.sh"

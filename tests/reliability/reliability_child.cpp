@@ -2,8 +2,11 @@
 // on, in its own process, so the test can kill it, signal it, fill its disk and watch it.
 //
 //   precprobe_reliability_child train   DIR STEPS          Fashion-MNIST MLP; "step K" per step
-//   precprobe_reliability_child sigterm DIR MARKER|-      install_signal_flush(); trains until
-//                                                          signalled (MARKER: a user handler)
+//   precprobe_reliability_child sigterm DIR MARKER|- [HOW]  trains until signalled (MARKER: a
+//                                                          user handler). HOW: auto (default:
+//                                                          the "signal_flush" key), explicit
+//                                                          (key off, install_signal_flush()
+//                                                          after start()), off (key off)
 //   precprobe_reliability_child throw   DIR N              throws after N steps, caught in main
 //   precprobe_reliability_child fsize   DIR BYTES STEPS    RLIMIT_FSIZE=BYTES, SIGXFSZ ignored
 //   precprobe_reliability_child threads DIR T K            T threads x K iterations of 2 ops
@@ -103,15 +106,17 @@ void user_handler(int) {
   ::_exit(7);
 }
 
-int sigterm(const std::string& dir, const std::string& marker) {
+int sigterm(const std::string& dir, const std::string& marker, const std::string& how) {
   if (marker != "-") {
     g_marker = marker;
     ::signal(SIGTERM, user_handler);
   }
-  precprobe::PrecisionDebugger dbg(options(dir));
+  precprobe::DebuggerOptions o = options(dir);
+  o.signal_flush = how == "auto";
+  precprobe::PrecisionDebugger dbg(o);
   bool installed = false;
   train_fashion(dbg, 1000000, [&](int64_t) {
-    if (!installed) precprobe::install_signal_flush(5000);  // after start()
+    if (how == "explicit" && !installed) precprobe::install_signal_flush(5000);  // after start()
     installed = true;
   });
   return 3;  // never reached: the test signals long before
@@ -222,7 +227,7 @@ int main(int argc, char** argv) {
   auto arg = [&](int i) { return i < argc ? std::atoll(argv[i]) : 0LL; };
   at::set_num_threads(1);
   if (mode == "train") return train(dir, arg(3));
-  if (mode == "sigterm") return sigterm(dir, argc > 3 ? argv[3] : "-");
+  if (mode == "sigterm") return sigterm(dir, argc > 3 ? argv[3] : "-", argc > 4 ? argv[4] : "auto");
   if (mode == "throw") return throw_after(dir, arg(3));
   if (mode == "fsize") return fsize(dir, arg(3), arg(4));
   if (mode == "threads") return threads(dir, static_cast<int>(arg(3)), static_cast<int>(arg(4)));

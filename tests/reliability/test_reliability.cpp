@@ -183,18 +183,37 @@ TEST_CASE("SIGKILL at random points: flushed steps complete, tail reported", "[r
 }
 
 TEST_CASE("SIGTERM flushes the dump and keeps the exit status", "[reliability][signal]") {
-  TempDir dir("rel_term");
-  Child c({"sigterm", dir / "dump"});
-  REQUIRE(c.wait_for_step(3));
+  // By default (the "signal_flush" key) and with the key off and install_signal_flush().
+  for (const char* how : {"auto", "explicit"}) {
+    INFO(how);
+    TempDir dir(std::string("rel_term_") + how);
+    Child c({"sigterm", dir / "dump", "-", how});
+    REQUIRE(c.wait_for_step(3));
+    c.signal(SIGTERM);
+    const int st = c.wait();
+    REQUIRE(WIFSIGNALED(st));
+    CHECK(WTERMSIG(st) == SIGTERM);  // re-raised with the default disposition
+    Dump d = read_dump(dir / "dump");
+    CHECK_FALSE(any_truncated(d));
+    CHECK(d.meta.value("state", "") == "signalled");
+    CHECK(d.meta.value("signal", 0) == SIGTERM);
+    check_steps_complete(d, 3);
+  }
+}
+
+TEST_CASE("with \"signal_flush\": false no handler is installed", "[reliability][signal]") {
+  TempDir dir("rel_term_off");
+  Child c({"sigterm", dir / "dump", "-", "off"});
+  REQUIRE(c.wait_for_step(2));
   c.signal(SIGTERM);
   const int st = c.wait();
   REQUIRE(WIFSIGNALED(st));
-  CHECK(WTERMSIG(st) == SIGTERM);  // re-raised with the default disposition
+  CHECK(WTERMSIG(st) == SIGTERM);
+  // Killed by the default action at once: meta.json still says "running" (the frames
+  // flushed at each step still read back, as after SIGKILL).
   Dump d = read_dump(dir / "dump");
-  CHECK_FALSE(any_truncated(d));
-  CHECK(d.meta.value("state", "") == "signalled");
-  CHECK(d.meta.value("signal", 0) == SIGTERM);
-  check_steps_complete(d, 3);
+  CHECK(d.meta.value("state", "") == "running");
+  check_steps_complete(d, 2);
 }
 
 TEST_CASE("SIGTERM flushes, then calls the program's own handler", "[reliability][signal]") {

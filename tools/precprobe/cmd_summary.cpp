@@ -107,6 +107,24 @@ void print_summary(const SummaryResult& s, const Terminal& term) {
       t.add({h.param, h.watch, num(h.count), num(h.first_step)}, Tone::kYellow);
     t.print(std::cout, term, "    ");
   }
+  const ReplicaSummary& rep = s.replicas;
+  if (rep.checks > 0 && rep.failed_checks == 0) {
+    std::cout << paint(term, Tone::kGreen,
+                       fmt::format("replicas      {} checks, all consistent", rep.checks))
+              << '\n';
+  } else if (rep.checks > 0) {
+    std::string names;
+    for (size_t i = 0; i < rep.mismatched.size() && i < 8; ++i)
+      names += (i ? ", " : "") + rep.mismatched[i];
+    if (rep.mismatched.size() > 8) names += fmt::format(", ... ({} in all)", rep.mismatched.size());
+    if (rep.structure_differs)
+      names += (names.empty() ? "" : "; ") + std::string("structure differs");
+    std::cout << paint(term, Tone::kRed,
+                       fmt::format("replicas      {} of {} checks found ranks out of sync (first "
+                                   "at step {}): {}",
+                                   rep.failed_checks, rep.checks, *rep.first_failed_step, names))
+              << '\n';
+  }
   std::cout << "streams:\n";
   Table t({"file", "frames", "records", "bad lines", "state"});
   for (const StreamStatus& st : s.streams) {

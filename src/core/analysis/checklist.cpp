@@ -9,6 +9,7 @@
 #include <set>
 
 #include "json_util.h"
+#include "replicas.h"
 
 namespace precprobe {
 namespace {
@@ -48,6 +49,14 @@ struct Observed {
   std::optional<double> lr_lo, lr_hi;
   std::vector<double> lr;
   std::vector<std::pair<int64_t, double>> loss;
+  std::optional<double> params_named;
+  struct ScaledRead {
+    int64_t step;
+    std::string op;
+    double scale;
+  };
+  std::vector<ScaledRead> scaled_reads;
+  ReplicaSummary replicas;
 };
 
 bool starts_with(const std::string& s, std::string_view p) {
@@ -96,8 +105,10 @@ Observed collect(const std::vector<ScalarRecord>& scalars) {
   if (scalars.empty()) return o;
   const int rank = scalars.front().rank;
   Batch* cur = nullptr;
+  analysis_detail::ReplicaCounter replicas;
   for (const ScalarRecord& r : scalars) {
     if (r.rank != rank) continue;
+    replicas.add(r, o.replicas);
     const std::string& n = r.name;
     if (n == cs::kBatchBegin) {
       o.batches.emplace_back();
@@ -128,8 +139,13 @@ Observed collect(const std::vector<ScalarRecord>& scalars) {
       o.lr.push_back(r.value);
     } else if (n == cs::kLoss) {
       o.loss.emplace_back(r.step, r.value);
+    } else if (n == cs::kParamsNamed) {
+      o.params_named = std::max(o.params_named.value_or(0.0), r.value);
+    } else if (starts_with(n, cs::kScaledGradRead)) {
+      o.scaled_reads.push_back({r.step, n.substr(cs::kScaledGradRead.size()), r.value});
     }
   }
+  replicas.finish(o.replicas);
   return o;
 }
 
@@ -630,13 +646,59 @@ CheckItem check_scaler(const std::vector<ScalerRecord>& scaler, int64_t half_ops
   return c;
 }
 
-CheckItem check_clip_order() {
+CheckItem check_clip_order(const Observed& o, const std::vector<ScalerRecord>& scaler) {
   CheckItem c = item("mp.clip_before_unscale", "mixed precision",
                      "gradient clipping / penalties on unscaled gradients");
-  set(c, Verdict::kNotApplicable,
-      "not decidable from a dump: clip_grad_norm_ and gradient penalties are ordinary ops on "
-      ".grad and are not tied to the scaler's unscale_ call; the scaler stream records the norm "
-      "before and after unscale_ only");
+  if (scaler.empty()) return set(c, Verdict::kNotApplicable, "no GradScaler records"), c;
+  if (!o.params_named || *o.params_named <= 0) {
+    return set(c, Verdict::kNotApplicable,
+               "parameters not known to the debugger (call dbg.start(model)), so reads of "
+               "their gradients cannot be seen"),
+           c;
+  }
+  c.figures = {{"scaled_reads", double(o.scaled_reads.size())},
+               {"scaler_records", double(scaler.size())}};
+  if (o.scaled_reads.empty()) {
+    set(c, Verdict::kOk,
+        fmt::format("no op read a parameter gradient between GradScaler::scale() and unscale_() "
+                    "({} scaler records)",
+                    scaler.size()));
+    return c;
+  }
+  std::vector<std::string> ops;
+  std::set<int64_t> steps;
+  for (const auto& r : o.scaled_reads) {
+    steps.insert(r.step);
+    if (std::find(ops.begin(), ops.end(), r.op) == ops.end()) ops.push_back(r.op);
+  }
+  const auto& first = o.scaled_reads.front();
+  set(c, Verdict::kProblem,
+      fmt::format("{} read parameter gradients still multiplied by the loss scale ({:.6g}) in {} "
+                  "step(s), first at step {}: clip_grad_norm_ or a gradient penalty before "
+                  "scaler.unscale_(optimizer) works on scaled values; call unscale_ first",
+                  join_first(ops), first.scale, steps.size(), first.step));
+  return c;
+}
+
+CheckItem check_replicas(const Observed& o) {
+  CheckItem c = item("api.replicas", "api", "replicas identical across ranks");
+  const ReplicaSummary& r = o.replicas;
+  if (r.checks == 0) {
+    return set(c, Verdict::kNotApplicable,
+               "no replica checks recorded (\"replica_check_every\" with a process group)"),
+           c;
+  }
+  c.figures = {{"checks", double(r.checks)}, {"failed_checks", double(r.failed_checks)}};
+  if (r.failed_checks == 0) {
+    set(c, Verdict::kOk,
+        fmt::format("{} replica checks, parameters and buffers identical", r.checks));
+  } else {
+    set(c, Verdict::kProblem,
+        fmt::format("{} of {} replica checks found ranks out of sync, first at step {}: {}",
+                    r.failed_checks, r.checks, *r.first_failed_step,
+                    r.structure_differs ? std::string("ranks hold different parameter lists")
+                                        : join_first(r.mismatched)));
+  }
   return c;
 }
 
@@ -658,9 +720,10 @@ ChecklistResult build(const std::string& path, const std::vector<ScalarRecord>& 
              check_frozen(grads),
              check_init(o),
              check_module_hash(o, options),
+             check_replicas(o),
              check_overflow(overflow, op_records),
              check_scaler(scaler, half_ops),
-             check_clip_order()};
+             check_clip_order(o, scaler)};
   return r;
 }
 

@@ -4,6 +4,7 @@
 
 #include "json_util.h"
 #include "precprobe/error.h"
+#include "replicas.h"
 #include "source.h"
 
 namespace precprobe {
@@ -95,10 +96,13 @@ SummaryResult summarize(RecordSource& src) {
   count_ops(src, s);
   count_scaler(src, s);
   count_grads(src, s);
-  src.scalars([&](const ScalarRecord&) {
+  analysis_detail::ReplicaCounter replicas;
+  src.scalars([&](const ScalarRecord& r) {
     ++s.scalar_records;
+    replicas.add(r, s.replicas);
     return true;
   });
+  replicas.finish(s.replicas);
   if (!s.records_per_step.empty()) {
     s.step_min = s.records_per_step.front().first;
     s.step_max = s.records_per_step.back().first;
@@ -135,6 +139,12 @@ std::string SummaryResult::to_json() const {
   sc["final_scale"] = scaler.final_scale ? number(*scaler.final_scale) : nlohmann::json();
   sc["first_skip_step"] =
       scaler.first_skip_step ? nlohmann::json(*scaler.first_skip_step) : nlohmann::json();
+  nlohmann::json rep{{"checks", replicas.checks},
+                     {"failed_checks", replicas.failed_checks},
+                     {"structure_differs", replicas.structure_differs},
+                     {"mismatched", replicas.mismatched}};
+  rep["first_failed_step"] =
+      replicas.first_failed_step ? nlohmann::json(*replicas.first_failed_step) : nlohmann::json();
   nlohmann::json j{{"path", path},
                    {"meta", analysis_detail::parse_or_empty(meta_json)},
                    {"ranks", std::move(ranks_j)},
@@ -147,6 +157,7 @@ std::string SummaryResult::to_json() const {
                    {"nonfinite_ops", std::move(bad)},
                    {"scaler", std::move(sc)},
                    {"watch_hits", std::move(hits)},
+                   {"replicas", std::move(rep)},
                    {"nonfinite_grad_records", nonfinite_grad_records},
                    {"streams", std::move(streams_j)},
                    {"dropped", dropped},

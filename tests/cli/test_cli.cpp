@@ -282,11 +282,11 @@ TEST_CASE("summary of the clean run: every --json key", "[cli][summary]") {
   // One optimizer with one parameter group: a scaler record per step. Four parameters:
   // four gradient records per step. Scalars: the loss and observe_batch's 22 per step
   // (begin, training, grad, stat_modules_training, inputs_numel/nan/inf, mean and std of 4
-  // features, targets_numel, ignored, distinct, label_hash, label/0..2), plus 3 once per run
-  // (check/init/params, check/model/hash_hi and hash_lo).
+  // features, targets_numel, ignored, distinct, label_hash, label/0..2), plus 4 once per run
+  // (check/init/params, check/model/hash_hi and hash_lo; the debugger's check/params_named).
   CHECK(j["scaler_records"] == 3);
   CHECK(j["grad_records"] == 12);
-  CHECK(j["scalar_records"] == 3 * (1 + 22) + 3);
+  CHECK(j["scalar_records"] == 3 * (1 + 22) + 4);
   CHECK(j["nonfinite_op_records"] == 0);
   CHECK(j["nonfinite_ops"].empty());
   CHECK(j["nonfinite_grad_records"] == 0);
@@ -313,7 +313,7 @@ TEST_CASE("summary of the clean run: every --json key", "[cli][summary]") {
   const std::map<std::string, int64_t> records = {{"ops.jsonl.zst", ops},
                                                   {"scaler.jsonl.zst", 3},
                                                   {"grads.jsonl.zst", 12},
-                                                  {"events.jsonl.zst", 3 * 23 + 3}};
+                                                  {"events.jsonl.zst", 3 * 23 + 4}};
   for (auto& s : j["streams"]) {
     const std::string path = s["path"];
     INFO(path);
@@ -340,7 +340,7 @@ TEST_CASE("summary of the clean run: every --json key", "[cli][summary]") {
   CHECK(m["config"]["statistics"]["summary_mode"] == "hash");
   CHECK(m["seed_report"]["seed"] == 1234);
   CHECK(m["seed_report"]["deterministic"] == true);
-  CHECK(m["writer"]["records_written"] == ops + 3 + 12 + 72);
+  CHECK(m["writer"]["records_written"] == ops + 3 + 12 + 73);
   CHECK(m["writer"]["records_dropped"] == 0);
   CHECK(m["counters"]["ops_recorded"] == ops);
   CHECK(m["counters"]["errors"] == 0);
@@ -348,7 +348,7 @@ TEST_CASE("summary of the clean run: every --json key", "[cli][summary]") {
 
   Run human = run("summary " + dump("clean"));
   CHECK(human.status == 0);
-  CHECK(human.out.find("ops " + std::to_string(ops) + ", scaler 3, grads 12, events 72") !=
+  CHECK(human.out.find("ops " + std::to_string(ops) + ", scaler 3, grads 12, events 73") !=
         std::string::npos);
   CHECK(human.out.find("final 131072, skipped steps 0, backoffs 0, growths 1") !=
         std::string::npos);
@@ -939,7 +939,7 @@ TEST_CASE("export: the four streams as CSV and JSON Lines", "[cli][export]") {
   Run events = run("export " + dump("clean") + " --format csv --stream events");
   const auto erows = csv_table(events.out, &header);
   CHECK(header == std::vector<std::string>{"step", "rank", "name", "value"});
-  CHECK(erows.size() == 72);
+  CHECK(erows.size() == 73);
   std::vector<double> loss;
   for (auto& r : erows)
     if (r.at("name") == "loss") loss.push_back(std::stod(r.at("value")));
@@ -993,7 +993,7 @@ TEST_CASE("check: the checklist on the probe's own records", "[cli][check]") {
   json c = run_json("check " + dump("clean"), 0);
   CHECK(c["problem"] == false);
   CHECK(c["path"].get<std::string>().find("clean") != std::string::npos);
-  REQUIRE(c["items"].size() == 14);
+  REQUIRE(c["items"].size() == 15);
   const std::map<std::string, std::string> prefix = {
       {"data", "data."}, {"hyper-parameters", "hp."}, {"api", "api."}, {"mixed precision", "mp."}};
   for (auto& item : c["items"]) {
@@ -1004,20 +1004,22 @@ TEST_CASE("check: the checklist on the probe's own records", "[cli][check]") {
     CHECK_FALSE(item["title"].get<std::string>().empty());
     CHECK(item["figures"].is_object());
   }
-  const std::map<std::string, std::string> verdicts = {{"data.missing_values", "ok"},
-                                                       {"data.class_imbalance", "ok"},
-                                                       {"data.inputs_not_normalised", "ok"},
-                                                       {"data.no_shuffling", "ok"},
-                                                       {"data.ignore_index", "n/a"},
-                                                       {"hp.learning_rate", "n/a"},
-                                                       {"hp.loss_trend", "n/a"},
-                                                       {"api.train_eval_mode", "ok"},
-                                                       {"api.frozen_weights", "ok"},
-                                                       {"api.init_weights", "ok"},
-                                                       {"api.module_hash", "n/a"},
-                                                       {"mp.overflow", "ok"},
-                                                       {"mp.grad_scaler", "ok"},
-                                                       {"mp.clip_before_unscale", "n/a"}};
+  const std::map<std::string, std::string> verdicts = {
+      {"data.missing_values", "ok"},
+      {"data.class_imbalance", "ok"},
+      {"data.inputs_not_normalised", "ok"},
+      {"data.no_shuffling", "ok"},
+      {"data.ignore_index", "n/a"},
+      {"hp.learning_rate", "n/a"},
+      {"hp.loss_trend", "n/a"},
+      {"api.train_eval_mode", "ok"},
+      {"api.frozen_weights", "ok"},
+      {"api.init_weights", "ok"},
+      {"api.module_hash", "n/a"},
+      {"api.replicas", "n/a"},
+      {"mp.overflow", "ok"},
+      {"mp.grad_scaler", "ok"},
+      {"mp.clip_before_unscale", "ok"}};  // no gradient read between scale() and unscale_
   for (auto& [id, verdict] : verdicts) {
     INFO(id);
     json* item = find_item(c, id);

@@ -27,6 +27,7 @@ struct OpContext final : at::ObserverContext {
   uint64_t serial_after_inputs = 0;
   bool writes = false;          // the op writes one of its arguments
   bool below_autograd = false;  // the op runs inside another op's kernel
+  bool alias_unread = false;    // a view or alias of uninitialized memory: so is the output
   bool save = false;
   std::string name;                        // full name, when saving tensors
   const char* origin = "(autograd node)";  // process-lifetime op name, for diagnostics
@@ -257,8 +258,13 @@ std::unique_ptr<at::ObserverContext> Observer::on_op_start(const at::RecordFunct
           // Inside a kernel, a buffer this op overwrites or hands back unread (copy_'s
           // destination, resolve_conj's self) may be the kernel's own output, not written
           // yet: garbage that must not be read (it can hold NaN/Inf bit patterns).
-          capture_args(inputs, op->in, *op, sel.save ? &ctx->name : nullptr, true, how,
-                       ctx->below_autograd ? &info.alias_args : nullptr);
+          AliasCapture alias;
+          alias.positions = &info.alias_args;
+          alias.unread_if_new = ctx->below_autograd;
+          capture_args(inputs, op->in, *op, sel.save ? &ctx->name : nullptr, true, how, &alias);
+          // A view (as_strided, transpose, resolve_conj...) of memory not written yet reads
+          // the same garbage; an op that writes it makes it defined.
+          ctx->alias_unread = alias.any_unread && !ctx->writes;
         }
         ctx->serial_after_inputs = engine_->next_serial();
       }
@@ -347,6 +353,7 @@ void Observer::on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
       how.untracked = c->below_autograd;
       how.fresh = c->writes;
       how.reuse_before = c->serial_after_inputs;
+      how.unread = c->alias_unread;
       capture_args(c10::ArrayRef<const c10::IValue>(outs.data(), outs.size()), op.out, op,
                    c->save ? &c->name : nullptr, false, how, nullptr);
     }
@@ -375,10 +382,11 @@ std::string Observer::tensor_path(const std::string& name, bool input, size_t in
 
 void Observer::capture_args(c10::ArrayRef<const c10::IValue> values, std::vector<ArgRef>& out,
                             const PendingOp& op, const std::string* save_name, bool inputs,
-                            const CaptureOptions& how, const std::vector<size_t>* unread_if_new) {
+                            const CaptureOptions& how, AliasCapture* alias) {
   out.reserve(out.size() + values.size());
   std::string path;
   CaptureOptions mine;
+  bool aliased = false;
   auto tensor = [&](const at::Tensor& t, int64_t li) {
     if (!t.defined()) {
       out.emplace_back();  // value None: "null"
@@ -386,14 +394,16 @@ void Observer::capture_args(c10::ArrayRef<const c10::IValue> values, std::vector
     }
     if (save_name) path = tensor_path(*save_name, inputs, out.size());
     capture_tensor(t, li, out, save_name ? &path : nullptr, mine);
+    if (aliased && out.back().slot && out.back().slot->unread) alias->any_unread = true;
   };
   for (size_t i = 0; i < values.size(); ++i) {
     const c10::IValue& v = values[i];
+    aliased =
+        alias != nullptr && alias->positions != nullptr &&
+        std::find(alias->positions->begin(), alias->positions->end(), i) != alias->positions->end();
     mine = how;
-    mine.unread = !inputs && op.header.outputs_uninitialized();
-    mine.unread_if_new =
-        unread_if_new != nullptr &&
-        std::find(unread_if_new->begin(), unread_if_new->end(), i) != unread_if_new->end();
+    mine.unread = how.unread || (!inputs && op.header.outputs_uninitialized());
+    mine.unread_if_new = aliased && alias->unread_if_new;
     if (v.isTensor()) {
       tensor(v.toTensor(), -1);
     } else if (v.isTensorList()) {

@@ -97,11 +97,16 @@ class Observer {
   Selection select(const std::string& op, Direction dir, int64_t call);
   std::shared_ptr<PendingOp> make_op(const std::string& op, const std::string& overload,
                                      Direction dir, int32_t depth);
-  /// `how` applies to every tensor; outputs of aten::empty* ops are also `unread`, and
-  /// so are tensors at the positions `unread_if_new` lists that this step has not seen.
+  /// The arguments an op writes or hands back as (a view of) its output.
+  struct AliasCapture {
+    const std::vector<size_t>* positions = nullptr;  ///< OpInfo::alias_args
+    bool unread_if_new = false;                      ///< not read when this step has not seen them
+    bool any_unread = false;  ///< out: one of them is uninitialized memory (unread)
+  };
+  /// `how` applies to every tensor; outputs of aten::empty* ops are also `unread`.
   void capture_args(c10::ArrayRef<const c10::IValue> values, std::vector<ArgRef>& out,
                     const PendingOp& op, const std::string* save_name, bool inputs,
-                    const CaptureOptions& how, const std::vector<size_t>* unread_if_new);
+                    const CaptureOptions& how, AliasCapture* alias);
   void capture_tensor(const at::Tensor& t, int64_t list_index, std::vector<ArgRef>& out,
                       const std::string* save_path, const CaptureOptions& how);
   std::string tensor_path(const std::string& name, bool input, size_t index) const;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
@@ -321,7 +322,10 @@ TEST_CASE("L2: ops nested in a kernel never leave it stale or uninitialized stat
     auto o = options_in(dir, async);
     o.level = Level::kL2;
     PrecisionDebugger dbg(o);
-    for (int i = 0; i < 8; ++i) auto garbage = torch::full({64, 48}, nan);  // freed blocks
+    // Freed blocks of every output's size, full of NaN: what the kernels get to fill.
+    for (int i = 0; i < 8; ++i) {
+      auto g1 = torch::full({64, 48}, nan), g2 = torch::full({32}, nan);
+    }
     dbg.start();
     mm = torch::mm(a, b);
     addmm = torch::addmm(bias, a, b);
@@ -344,6 +348,21 @@ TEST_CASE("L2: ops nested in a kernel never leave it stale or uninitialized stat
     CHECK_FALSE(r.inputs_non_finite());
     CHECK_FALSE(r.outputs_non_finite());
   }
+  // sum views its unwritten result (as_strided) and fill_s it with 0: the view of
+  // uninitialized memory is not read either; fill_'s output is the 32 zeros.
+  auto sums = with_name(ops, "aten::sum");
+  REQUIRE(sums.size() == 1);
+  std::vector<OpRecord> inside;
+  for (const auto& r : ops)
+    if (r.seq > sums[0].seq && r.seq <= sums[0].seq + 2) inside.push_back(r);
+  std::sort(inside.begin(), inside.end(),
+            [](const OpRecord& x, const OpRecord& y) { return x.seq < y.seq; });
+  REQUIRE(inside.size() == 2);
+  CHECK(inside[0].op == "aten::as_strided");
+  const TensorStats& view = *inside[0].outputs.at(0).tensor;
+  CHECK(view.zero + view.neg + view.pos == 0);
+  CHECK(inside[1].op == "aten::fill_");
+  CHECK(inside[1].outputs.at(0).tensor->zero == 32);
   // addmm's copy_ of the bias into its result: the copied values, not what was there.
   auto copy = with_name(ops, "aten::copy_");
   REQUIRE_FALSE(copy.empty());

@@ -273,24 +273,6 @@ bool Cursor::int64_slow(int64_t& v) noexcept {
   return true;
 }
 
-bool Cursor::int32(int32_t& v) noexcept {
-  int64_t w = 0;
-  if (!int64(w)) return false;
-  if (w < std::numeric_limits<int32_t>::min() || w > std::numeric_limits<int32_t>::max()) {
-    return fail("integer out of range");
-  }
-  v = static_cast<int32_t>(w);
-  return true;
-}
-
-bool Cursor::uint32(uint32_t& v) noexcept {
-  int64_t w = 0;
-  if (!int64(w)) return false;
-  if (w < 0 || w > std::numeric_limits<uint32_t>::max()) return fail("integer out of range");
-  v = static_cast<uint32_t>(w);
-  return true;
-}
-
 // Validates the JSON number grammar (from_chars alone would accept "inf", "1." and more).
 bool Cursor::number_token(std::string_view& tok) noexcept {
   skip_ws();
@@ -355,6 +337,50 @@ bool Cursor::number_slow(double& v) noexcept {
   double d = std::strtod(buf, nullptr);
   if (std::isinf(d)) return fail("number out of range");
   v = d;
+  return true;
+}
+
+namespace detail {
+
+bool divide_pow10(uint64_t m, int frac, double& v) noexcept {
+#if defined(__SIZEOF_INT128__)
+  // q = floor(m * 2^s / d) with 54 or 55 bits (m has bm bits, d has bd bits), the
+  // remainder says whether anything below q's last bit is non-zero.
+  const uint64_t d = kPow10Int[frac];
+  const int bm = 64 - __builtin_clzll(m);
+  const int bd = 64 - __builtin_clzll(d);
+  const int s = 54 + bd - bm;
+  if (m <= (uint64_t{1} << 53) || s < 0 || s > 64) return false;
+  const unsigned __int128 n = static_cast<unsigned __int128>(m) << s;
+  const auto q = static_cast<uint64_t>(n / d);
+  const bool sticky = n != static_cast<unsigned __int128>(q) * d;
+  // Keep 53 bits; round the 1 or 2 bits below to nearest, ties to even.
+  const int extra = (64 - __builtin_clzll(q)) - 53;
+  uint64_t mant = q >> extra;
+  const uint64_t low = q & ((uint64_t{1} << extra) - 1);
+  const uint64_t half = uint64_t{1} << (extra - 1);
+  if (low > half || (low == half && (sticky || (mant & 1) != 0))) ++mant;
+  // mant <= 2^53 is exact, and so is scaling it by 2^(extra - s), in [2^-63, 2^2].
+  const uint64_t bits = static_cast<uint64_t>(1023 + extra - s) << 52;
+  double scale;
+  std::memcpy(&scale, &bits, 8);
+  v = static_cast<double>(mant) * scale;
+  return true;
+#else
+  (void)m;
+  (void)frac;
+  (void)v;
+  return false;
+#endif
+}
+
+}  // namespace detail
+
+bool Cursor::plain_number(const char* end, double& v) noexcept {
+  // The grammar was checked by number(); 19 digits without exponent cannot overflow.
+  auto r = std::from_chars(p_, end, v);
+  if (r.ec != std::errc() || r.ptr != end) return number_slow(v);
+  p_ = end;
   return true;
 }
 

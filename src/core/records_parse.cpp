@@ -21,7 +21,7 @@ constexpr size_t kMaxListSize = size_t{1} << 18;
 void reset(TensorStats& t) {
   t.dtype.clear();
   t.shape.clear();
-  t.device.assign("cpu");
+  if (!json::detail::equal(t.device, "cpu", 3)) t.device.assign("cpu");
   t.requires_grad = false;
   t.numel = t.nan = t.pinf = t.ninf = t.zero = t.neg = t.pos = 0;
   t.min = t.max = t.mean = t.norm = 0;
@@ -155,8 +155,57 @@ bool tensor_value(Cursor& c, int id, TensorStats& t) {
   }
 }
 
+// A tensor object exactly as our writer lays it out (records.cpp, append_tensor): keys in
+// order, optional ones only where they may be, no blanks. Anything else returns false and
+// the caller parses the object again with the general code.
+bool parse_tensor_fast(Cursor& c, TensorStats& t) {
+  if (!c.token("{\"dtype\":") || !c.string(t.dtype)) return false;
+  if (!c.token(",\"shape\":") || !parse_int_list(c, t.shape)) return false;
+  if (!c.token(",\"device\":") || !c.string(t.device)) return false;
+  t.requires_grad = c.token(",\"rg\":true");
+  if (!c.token(",\"numel\":") || !c.int64(t.numel)) return false;
+  if (!c.token(",\"nan\":") || !c.int64(t.nan)) return false;
+  if (!c.token(",\"pinf\":") || !c.int64(t.pinf)) return false;
+  if (!c.token(",\"ninf\":") || !c.int64(t.ninf)) return false;
+  if (!c.token(",\"zero\":") || !c.int64(t.zero)) return false;
+  if (!c.token(",\"neg\":") || !c.int64(t.neg)) return false;
+  if (!c.token(",\"pos\":") || !c.int64(t.pos)) return false;
+  if (!c.token(",\"min\":") || !c.number(t.min)) return false;
+  if (!c.token(",\"max\":") || !c.number(t.max)) return false;
+  if (!c.token(",\"mean\":") || !c.number_float32(t.mean)) return false;
+  if (!c.token(",\"norm\":") || !c.number_float32(t.norm)) return false;
+  if (c.token(",\"hash\":")) {
+    uint64_t h = 0;
+    if (!c.hex64(h)) return false;
+    t.hash = h;
+  } else {
+    t.hash.reset();
+  }
+  if (c.token(",\"param\":")) {
+    if (!c.string(t.param)) return false;
+  } else {
+    t.param.clear();
+  }
+  if (c.token(",\"li\":")) {
+    if (!c.int64(t.list_index)) return false;
+  } else {
+    t.list_index = -1;
+  }
+  return c.token("}");
+}
+
 // {"v": <json>} for a value, else the statistics of a tensor.
 bool parse_arg(Cursor& c, Arg& a) {
+  const char* start = c.position();
+  if (c.token("{\"dtype\":")) {
+    c.rewind(start);
+    if (!a.tensor) a.tensor.emplace();
+    if (parse_tensor_fast(c, *a.tensor)) {
+      a.value.clear();
+      return true;
+    }
+    c.rewind(start);
+  }
   if (!c.expect('{')) return false;
   if (c.quoted_key("v")) {
     a.tensor.reset();
@@ -198,18 +247,35 @@ bool parse_arg(Cursor& c, Arg& a) {
   return true;
 }
 
+// Arguments a shorter record left over, kept with their strings and shape vectors for the
+// next longer one: records of different ops alternate, and without this every line would
+// free and allocate them again. Per thread; bounded so a hostile line cannot hoard memory.
+thread_local std::vector<Arg> t_spare_args;
+constexpr size_t kMaxSpareArgs = 64;
+
 bool parse_args(Cursor& c, std::vector<Arg>& args) {
   size_t n = 0;
   bool ok = c.array([&] {
     if (n >= kMaxListSize) return c.fail("too many arguments");
-    if (n == args.size()) args.emplace_back();
+    if (n == args.size()) {
+      if (t_spare_args.empty()) {
+        args.emplace_back();
+      } else {
+        args.push_back(std::move(t_spare_args.back()));
+        t_spare_args.pop_back();
+      }
+    }
     return parse_arg(c, args[n++]);
   });
-  args.resize(n);
+  while (args.size() > n) {
+    if (t_spare_args.size() < kMaxSpareArgs) t_spare_args.push_back(std::move(args.back()));
+    args.pop_back();
+  }
   return ok;
 }
 
 bool parse_direction(Cursor& c, Direction& d) {
+  c.skip_ws();
   if (c.literal("\"forward\"")) {
     d = Direction::kForward;
   } else if (c.literal("\"backward\"")) {
@@ -334,9 +400,53 @@ bool missing(std::string* error, const char* what) {
   return false;
 }
 
+// An op record exactly as our writer lays it out (records.cpp, append_json); see
+// parse_tensor_fast.
+bool parse_op_fast(Cursor& c, OpRecord& r) {
+  if (!c.token("{\"step\":") || !c.int64(r.step)) return false;
+  if (!c.token(",\"seq\":") || !c.int64(r.seq)) return false;
+  if (!c.token(",\"op\":") || !c.string(r.op)) return false;
+  if (c.token(",\"ovl\":")) {
+    if (!c.string(r.overload)) return false;
+  } else {
+    r.overload.clear();
+  }
+  if (!c.token(",\"call\":") || !c.int64(r.call)) return false;
+  if (c.token(",\"dir\":\"forward\",\"thr\":")) {
+    r.dir = Direction::kForward;
+  } else if (c.token(",\"dir\":\"backward\",\"thr\":")) {
+    r.dir = Direction::kBackward;
+  } else {
+    return false;
+  }
+  if (!c.uint32(r.thread)) return false;
+  if (!c.token(",\"depth\":") || !c.int32(r.depth)) return false;
+  if (!c.token(",\"sn\":") || !c.int64(r.seqnr)) return false;
+  if (c.token(",\"scope\":")) {
+    if (!c.string(r.scope)) return false;
+  } else {
+    r.scope.clear();
+  }
+  if (c.token(",\"node\":")) {
+    if (!c.string(r.node)) return false;
+  } else {
+    r.node.clear();
+  }
+  if (!c.token(",\"in\":") || !parse_args(c, r.inputs)) return false;
+  if (!c.token(",\"out\":") || !parse_args(c, r.outputs)) return false;
+  return c.token("}") && c.at_end();
+}
+
 }  // namespace
 
 bool parse_record(std::string_view line, OpRecord& out, std::string* error) {
+  {
+    Cursor fast(line);
+    if (parse_op_fast(fast, out)) {
+      out.rank = 0;
+      return true;
+    }
+  }
   out.step = out.seq = out.call = 0;
   out.seqnr = -1;
   out.op.clear();

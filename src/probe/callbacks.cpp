@@ -44,8 +44,10 @@ std::unique_ptr<OpInfo> make_info(const at::RecordFunction& fn) {
   info->name = schema->name();
   info->overload = schema->overload_name();
   const auto& args = schema->arguments();
-  for (size_t i = 0; i < args.size(); ++i)
+  for (size_t i = 0; i < args.size(); ++i) {
     if (writes(args[i].alias_info())) info->write_args.push_back(i);
+    if (args[i].alias_info() != nullptr) info->alias_args.push_back(i);
+  }
   return info;
 }
 

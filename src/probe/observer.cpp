@@ -3,6 +3,7 @@
 #include "observer.h"
 
 #include <ATen/core/grad_mode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -21,6 +22,12 @@ std::atomic<uint64_t> g_generation{0};
 
 struct OpContext final : at::ObserverContext {
   std::shared_ptr<PendingOp> op;
+  // Slots created from this serial on (by ops nested in this one) may be stale when it
+  // ends if they were captured inside a kernel (Slot::untracked).
+  uint64_t serial_after_inputs = 0;
+  bool writes = false;          // the op writes one of its arguments
+  bool below_autograd = false;  // the op runs inside another op's kernel
+  bool alias_unread = false;    // a view or alias of uninitialized memory: so is the output
   bool save = false;
   std::string name;                        // full name, when saving tensors
   const char* origin = "(autograd node)";  // process-lifetime op name, for diagnostics
@@ -51,6 +58,12 @@ void for_each_tensor(const c10::IValue& v, Fn&& fn) {
     for (const auto& e : v.toListRef())
       if (e.isTensor()) fn(e.toTensor());
   }
+}
+
+// Inside another op's kernel (VariableType's AutoDispatchBelowADInplaceOrView), ops write
+// tensors without bumping their version counters.
+bool below_ad_inplace_or_view() {
+  return c10::impl::tls_is_dispatch_key_excluded(c10::DispatchKey::ADInplaceOrView);
 }
 
 bool scope_prefix_matches(const std::string& path, const std::string& prefix) {
@@ -234,8 +247,26 @@ std::unique_ptr<at::ObserverContext> Observer::on_op_start(const at::RecordFunct
         // seqNr() is just the next free number, which a later op will take.
         if (dir == Direction::kForward && grad_on && any_requires_grad(inputs))
           h.seqnr = fn.seqNr();
-        if (options_.dump_inputs || options_.task == Task::kOverflowCheck)
-          capture_args(inputs, op->in, *op, sel.save ? &ctx->name : nullptr, true);
+        ctx->writes = !info.write_args.empty();
+        ctx->below_autograd = depth > 0 && below_ad_inplace_or_view();
+        if (options_.dump_inputs || options_.task == Task::kOverflowCheck) {
+          CaptureOptions how;
+          how.untracked = ctx->below_autograd;
+          // Outside kernels, statistics taken inside one are not trusted: it may have
+          // written the tensor after them.
+          if (!ctx->below_autograd) how.reuse_before = 0;
+          // Inside a kernel, a buffer this op overwrites or hands back unread (copy_'s
+          // destination, resolve_conj's self) may be the kernel's own output, not written
+          // yet: garbage that must not be read (it can hold NaN/Inf bit patterns).
+          AliasCapture alias;
+          alias.positions = &info.alias_args;
+          alias.unread_if_new = ctx->below_autograd;
+          capture_args(inputs, op->in, *op, sel.save ? &ctx->name : nullptr, true, how, &alias);
+          // A view (as_strided, transpose, resolve_conj...) of memory not written yet reads
+          // the same garbage; an op that writes it makes it defined.
+          ctx->alias_unread = alias.any_unread && !ctx->writes;
+        }
+        ctx->serial_after_inputs = engine_->next_serial();
       }
     }
     if (depth == 0 && !param_tensors_.empty() && thread_state().nodes.empty()) {
@@ -292,7 +323,7 @@ std::unique_ptr<at::ObserverContext> Observer::on_node_start(const at::RecordFun
     ctx->save = sel.save;
     ctx->name = std::move(sel.name);
     if (options_.dump_inputs || options_.task == Task::kOverflowCheck)
-      capture_args(fn.inputs(), op->in, *op, sel.save ? &ctx->name : nullptr, true);
+      capture_args(fn.inputs(), op->in, *op, sel.save ? &ctx->name : nullptr, true, {}, nullptr);
     return ctx;
   } catch (const std::exception& e) {
     errors_.fetch_add(1, std::memory_order_relaxed);
@@ -315,8 +346,16 @@ void Observer::on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
     const bool outputs = options_.dump_outputs || options_.task == Task::kOverflowCheck;
     if (outputs && fn.scope() != at::RecordScope::BACKWARD_FUNCTION) {
       const std::vector<c10::IValue>& outs = fn.outputs();
+      // An output whose slot was captured inside a kernel while this op ran (by this op's
+      // own input capture when it writes, or by an op nested in it) is summarised again:
+      // the kernel may have written it since, without a version bump.
+      CaptureOptions how;
+      how.untracked = c->below_autograd;
+      how.fresh = c->writes;
+      how.reuse_before = c->serial_after_inputs;
+      how.unread = c->alias_unread;
       capture_args(c10::ArrayRef<const c10::IValue>(outs.data(), outs.size()), op.out, op,
-                   c->save ? &c->name : nullptr, false);
+                   c->save ? &c->name : nullptr, false, how, nullptr);
     }
     if (op.header.dir == Direction::kBackward && fn.scope() != at::RecordScope::BACKWARD_FUNCTION &&
         !param_tensors_.empty() && scaled_grads_window() > 0.0f)
@@ -342,33 +381,43 @@ std::string Observer::tensor_path(const std::string& name, bool input, size_t in
 }
 
 void Observer::capture_args(c10::ArrayRef<const c10::IValue> values, std::vector<ArgRef>& out,
-                            const PendingOp& op, const std::string* save_name, bool inputs) {
+                            const PendingOp& op, const std::string* save_name, bool inputs,
+                            const CaptureOptions& how, AliasCapture* alias) {
   out.reserve(out.size() + values.size());
   std::string path;
+  CaptureOptions mine;
+  bool aliased = false;
   auto tensor = [&](const at::Tensor& t, int64_t li) {
     if (!t.defined()) {
       out.emplace_back();  // value None: "null"
       return;
     }
     if (save_name) path = tensor_path(*save_name, inputs, out.size());
-    capture_tensor(t, li, out, save_name ? &path : nullptr,
-                   /*unread=*/!inputs && op.header.outputs_uninitialized());
+    capture_tensor(t, li, out, save_name ? &path : nullptr, mine);
+    if (aliased && out.back().slot && out.back().slot->unread) alias->any_unread = true;
   };
-  for (const c10::IValue& v : values) {
+  for (size_t i = 0; i < values.size(); ++i) {
+    const c10::IValue& v = values[i];
+    aliased =
+        alias != nullptr && alias->positions != nullptr &&
+        std::find(alias->positions->begin(), alias->positions->end(), i) != alias->positions->end();
+    mine = how;
+    mine.unread = how.unread || (!inputs && op.header.outputs_uninitialized());
+    mine.unread_if_new = aliased && alias->unread_if_new;
     if (v.isTensor()) {
       tensor(v.toTensor(), -1);
     } else if (v.isTensorList()) {
       auto list = v.toTensorList();
-      for (size_t i = 0; i < list.size(); ++i) tensor(list.get(i), static_cast<int64_t>(i));
+      for (size_t k = 0; k < list.size(); ++k) tensor(list.get(k), static_cast<int64_t>(k));
     } else if (v.isList() && !v.toListRef().empty() && v.toListRef()[0].isTensor()) {
-      int64_t i = 0;
+      int64_t k = 0;
       for (const auto& e : v.toListRef()) {  // Tensor?[] (index): None stays "null"
         if (e.isTensor()) {
-          tensor(e.toTensor(), i);
+          tensor(e.toTensor(), k);
         } else {
           out.emplace_back();
         }
-        ++i;
+        ++k;
       }
     } else {
       ArgRef a;
@@ -379,13 +428,13 @@ void Observer::capture_args(c10::ArrayRef<const c10::IValue> values, std::vector
 }
 
 void Observer::capture_tensor(const at::Tensor& t, int64_t list_index, std::vector<ArgRef>& out,
-                              const std::string* save_path, bool unread) {
+                              const std::string* save_path, const CaptureOptions& how) {
   ArgRef a;
   a.is_tensor = true;
   a.list_index = list_index;
   a.requires_grad = t.requires_grad();
   a.param = parameter_name(t);
-  a.slot = engine_->capture(t, unread);
+  a.slot = engine_->capture(t, how);
   if (save_path) {
     const int64_t bytes = static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
     if (bytes > options_.max_tensor_bytes) {

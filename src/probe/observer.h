@@ -97,11 +97,18 @@ class Observer {
   Selection select(const std::string& op, Direction dir, int64_t call);
   std::shared_ptr<PendingOp> make_op(const std::string& op, const std::string& overload,
                                      Direction dir, int32_t depth);
+  /// The arguments an op writes or hands back as (a view of) its output.
+  struct AliasCapture {
+    const std::vector<size_t>* positions = nullptr;  ///< OpInfo::alias_args
+    bool unread_if_new = false;                      ///< not read when this step has not seen them
+    bool any_unread = false;  ///< out: one of them is uninitialized memory (unread)
+  };
+  /// `how` applies to every tensor; outputs of aten::empty* ops are also `unread`.
   void capture_args(c10::ArrayRef<const c10::IValue> values, std::vector<ArgRef>& out,
-                    const PendingOp& op, const std::string* save_name, bool inputs);
-  /// `unread`: the output of an aten::empty* op (uninitialized memory, never read).
+                    const PendingOp& op, const std::string* save_name, bool inputs,
+                    const CaptureOptions& how, AliasCapture* alias);
   void capture_tensor(const at::Tensor& t, int64_t list_index, std::vector<ArgRef>& out,
-                      const std::string* save_path, bool unread);
+                      const std::string* save_path, const CaptureOptions& how);
   std::string tensor_path(const std::string& name, bool input, size_t index) const;
   void emit(PendingOp& op);
   bool keep_overflow(const OpRecord& r);

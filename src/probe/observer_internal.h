@@ -22,6 +22,9 @@ struct OpInfo {
   std::string name;                ///< "aten::add_"
   std::string overload;            ///< "Tensor"
   std::vector<size_t> write_args;  ///< positions of arguments the op writes (alias "a!")
+  /// Positions of arguments with any alias annotation ("a!" or "a"): written, or handed
+  /// back as (a view of) the output, e.g. resolve_conj's self or copy_'s destination.
+  std::vector<size_t> alias_args;
 };
 
 /// The OpInfo of a dispatcher op event; nullptr for other events (engine markers,

@@ -49,29 +49,47 @@ StatsEngine::~StatsEngine() {
   if (worker_.joinable()) worker_.join();
 }
 
-std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, bool unread) {
+uint64_t StatsEngine::next_serial() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return serial_;
+}
+
+std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, const CaptureOptions& how) {
   TensorKey key = make_key(t);
   const bool cacheable = key.versioned && key.storage != nullptr;
   std::unique_lock<std::mutex> lk(mu_);
+  std::shared_ptr<Slot>* cached = nullptr;
   if (cacheable) {
     auto it = cache_.find(key);
     if (it != cache_.end()) {
-      bump(kCached);
-      return it->second;
+      const Slot& hit = *it->second;
+      if (!how.fresh && !(hit.untracked && hit.serial >= how.reuse_before)) {
+        bump(kCached);
+        return it->second;
+      }
+      cached = &it->second;  // replaced below by the statistics of the tensor as it is now
     }
   }
   auto s = std::make_shared<Slot>();
   s->key = key;
   s->origin = tl_origin;
-  s->unread = unread;
+  s->unread = how.unread || (how.unread_if_new && cached == nullptr);
+  s->untracked = how.untracked;
+  s->serial = serial_++;
   if (key.versioned) s->counter = t.unsafeGetTensorImpl()->version_counter();
   if (key.storage)
     s->storage_alive = t.unsafeGetTensorImpl()->unsafe_storage().getWeakStorageImpl();
   bump(kSummarised);
-  if (cacheable) cache_.emplace(key, s);
+  if (cached != nullptr) {
+    *cached = s;
+  } else if (cacheable) {
+    cache_.emplace(key, s);
+  }
   n_[kBytes].fetch_add(static_cast<uint64_t>(t.numel()) * t.element_size(),
                        std::memory_order_relaxed);
-  const bool now = unread || !cfg_.async || key.storage == nullptr || t.numel() < cfg_.inline_numel;
+  // Untracked tensors are read now: the kernel around this op may write them next.
+  const bool now = s->unread || s->untracked || !cfg_.async || key.storage == nullptr ||
+                   t.numel() < cfg_.inline_numel;
   if (now) {
     bump(kInline);
     s->state.store(Slot::kRunning, std::memory_order_relaxed);

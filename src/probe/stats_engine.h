@@ -61,10 +61,32 @@ struct Slot {
   /// are 0 and statistics NaN, so garbage never reads as NaN/Inf, here or where the same
   /// tensor is a later op's input (a cache hit).
   bool unread = false;
+  /// Captured below the ADInplaceOrView dispatch key, i.e. inside another op's kernel:
+  /// that kernel may still write the tensor without bumping its version counter, so the
+  /// slot must not stand for the tensor once the kernel returns (see CaptureOptions).
+  bool untracked = false;
+  uint64_t serial = 0;      ///< creation order (StatsEngine::next_serial())
   const char* origin = "";  ///< the op that captured it (static storage), for messages
   /// Device tensors: the stream current when captured; the statistics are computed on it,
   /// after the kernels that produced the tensor.
   c10::optional<c10::Stream> stream;
+};
+
+/// How StatsEngine::capture() treats a tensor.
+struct CaptureOptions {
+  /// Uninitialized memory: keep dtype/shape/numel only (see Slot::unread).
+  bool unread = false;
+  /// Unread when this step has not seen the tensor yet: an op running inside another op's
+  /// kernel may be handed a buffer that kernel allocated and has not written yet.
+  bool unread_if_new = false;
+  /// Never reuse a cached slot: the op now ending wrote the tensor, possibly without a
+  /// version bump (inside a kernel).
+  bool fresh = false;
+  /// The capture happens inside another op's kernel (Slot::untracked).
+  bool untracked = false;
+  /// An untracked slot created at or after this serial is not reused: the op now ending
+  /// ran (or contained) the kernel that may have written the tensor since.
+  uint64_t reuse_before = UINT64_MAX;
 };
 
 /// The op being captured on this thread (a string that lives for the process), for
@@ -118,7 +140,9 @@ class StatsEngine {
   StatsEngine& operator=(const StatsEngine&) = delete;
 
   /// The slot holding `t`'s statistics this step (shared on a cache hit).
-  std::shared_ptr<Slot> capture(const at::Tensor& t, bool unread = false);
+  std::shared_ptr<Slot> capture(const at::Tensor& t, const CaptureOptions& how = {});
+  /// The serial the next new slot gets.
+  uint64_t next_serial() const;
   /// Queues writing `t` to `path` (task "tensor"); kept in order with in-place writes.
   void capture_for_save(const at::Tensor& t, std::string path);
   /// Called before an op writes to `t`: no queued job may still read its storage after.
@@ -160,6 +184,7 @@ class StatsEngine {
   std::vector<const Slot*> running_;  // claimed jobs being computed outside the lock
   std::deque<std::shared_ptr<PendingOp>> ops_;
   int64_t held_bytes_ = 0;
+  uint64_t serial_ = 0;
   std::atomic<int64_t> pending_jobs_{0};
   bool worker_sleeping_ = false;
   bool worker_idle_ = false;

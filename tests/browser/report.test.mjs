@@ -173,8 +173,8 @@ const uplotPoints = (page, id, series) =>
 {
   const { page, close } = await open("golden_overflow.html");
   const origin = await page.$eval("#origin-op", (e) => e.textContent).catch(() => "");
-  check(/aten::addmm\.0\.forward/.test(origin) && /mlp\/fc1/.test(origin) && /fc1\.weight/.test(origin),
-        "golden overflow: origin aten::addmm.0.forward (inside aten::linear), scope and parameters shown");
+  check(/aten::addmm\.1\.forward/.test(origin) && /mlp\/fc2/.test(origin) && /fc2\.weight/.test(origin),
+        "golden overflow: origin aten::addmm.1.forward (inside aten::linear), scope and parameters shown");
   check((await page.evaluate(() => window.precprobeReport.data.overflow.step)) === 1, "golden overflow: origin at step 1");
   check((await page.$$eval("#run h3", (hs) => hs.length)) >= 1, "golden overflow: run header");
   await close();
@@ -182,10 +182,10 @@ const uplotPoints = (page, id, series) =>
 {
   const { page, close } = await open("golden_compare.html");
   const first = await page.$eval("#first-divergent", (e) => e.textContent).catch(() => "");
-  check(/aten::addmm\.0\.forward/.test(first), "golden compare: first divergent op aten::addmm.0.forward");
+  check(/aten::mul\.0\.forward/.test(first), "golden compare: first divergent op aten::mul.0.forward");
   check((await uplotPoints(page, "chart-compare", 2)) === 1, "golden compare: first divergent op marked");
   const hl = await page.$$eval("#table-compare tr.hl", (trs) => trs.map((t) => t.textContent));
-  check(hl.length === 1 && hl[0].includes("aten::addmm.0.forward"), "golden compare: its table row highlighted");
+  check(hl.length === 1 && hl[0].includes("aten::mul.0.forward"), "golden compare: its table row highlighted");
   await close();
 }
 {

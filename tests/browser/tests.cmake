@@ -1,6 +1,6 @@
 # The HTML report rendered in headless Chromium (Debian's `chromium`), driven by Playwright
 # (playwright-core from npm, tests/browser/package-lock.json). Dumps come from the real
-# DumpWriter (precprobe_make_dump, and the CLI's golden dumps in tests/data/cli), reports
+# DumpWriter (precprobe_make_dump) and the probe (the CLI's golden dumps in tests/data/cli), reports
 # from the real CLI. Missing chromium or node
 # fails the test with a message saying what to install: scripts/install-deps.sh does.
 # The sanitizer builds (scripts/test.sh) skip it: the main build already renders the same pages.

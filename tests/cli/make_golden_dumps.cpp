@@ -1,140 +1,150 @@
-// Writes the small synthetic dumps under tests/data/cli/ that the CLI tests read:
+// Writes the dumps under tests/data/cli/ that the CLI tests read, with the real probe:
 //   precprobe_make_golden_dumps <tests/data/cli>
-// They are written with the real DumpWriter, so the format is real; the records are made
-// up (a 3-op MLP step) until dumps from the real probe replace them. Deterministic.
-#include <cmath>
+//
+// A tiny MLP (fc1: Linear(4, 8) -> ReLU -> `* act_scale` -> fc2: Linear(8, 3) called as
+// torch::linear), cross-entropy, SGD(lr 0.01) under precprobe::GradScaler(init 65536, growth
+// interval 2), trained for 3 steps on fixed batches with the PrecisionDebugger at level L2
+// (nested ops too), summary_mode "hash", the gradient monitor and the checklist probe
+// (observe_batch). The weights and the batches are set here, not drawn, so what the dumps
+// must hold can be worked out by hand (tests/cli/test_cli.cpp does). One intra-op thread,
+// seed_all(1234, deterministic): running this again gives the same records (meta.json's
+// times, host and pid differ).
+//
+//   clean           act_scale 1 every step.
+//   overflow        rank 0: act_scale 1e38 at step 1. relu(fc1(x)) <= 2.5, so the scaled
+//                   activation (<= 2.5e38) is still finite, but for batch row s0 fc2's row 0
+//                   sums to 4.2e38 > FLT_MAX: fc2's aten::addmm (nested in aten::linear) is
+//                   the origin, with one +inf. The loss and every gradient turn NaN; GradScaler
+//                   skips step 1 and backs off. rank 1: the clean run (RANK=1, WORLD_SIZE=2).
+//   diverged_1pct   act_scale 1.01 at step 1: aten::mul's tensor input is the same as in
+//                   clean, its scalar argument and output differ by 1 %.
+//   extra_op        clean, plus `x * ones` (one aten::mul, values unchanged) at step 0.
+//   truncated       a copy of clean whose ops stream lost its last 7 bytes (mid-frame).
+//   corrupt_meta    meta.json cut short.
+//   future_version  meta.json with format_version 99.
+#include <precprobe/checklist_probe.h>
+#include <precprobe/precprobe.h>
+#include <torch/torch.h>
+
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <limits>
 #include <string>
 #include <vector>
 
-#include "core/analysis_fixtures.h"
-#include "precprobe/writer.h"
-
-using namespace precprobe;
-using precprobe::test::kInf;
-using precprobe::test::kNaN;
-using precprobe::test::scaled;
-using precprobe::test::targ;
 namespace fs = std::filesystem;
 
 namespace {
 
-std::string meta(int rank, int world) {
-  return R"({"format_version":1,"rank":)" + std::to_string(rank) + R"(,"world_size":)" +
-         std::to_string(world) +
-         R"(,"versions":{"precprobe":"0.1.0","torch":"synthetic"},)"
-         R"("generator":"tests/cli/make_golden_dumps.cpp",)"
-         R"("seed":{"seed":1234,"deterministic":true},)"
-         R"("config":{"task":"statistics","level":"L2"},)"
-         R"("writer":{"records_written":0,"records_dropped":0}})";
-}
+struct MlpImpl : torch::nn::Module {
+  MlpImpl()
+      : fc1(register_module("fc1", torch::nn::Linear(4, 8))),
+        fc2(register_module("fc2", torch::nn::Linear(8, 3))) {
+    torch::NoGradGuard no_grad;
+    // Rows: sum |w| <= 1.6 and |b| <= 0.1, so with |x| <= 1.5 every activation is <= 2.5.
+    fc1->weight.copy_(torch::tensor({{0.6, -0.2, 0.2, -0.6},
+                                     {0.5, -0.3, 0.3, -0.5},
+                                     {0.4, 0.1, 0.2, -0.4},
+                                     {0.3, -0.4, 0.1, -0.3},
+                                     {-0.3, 0.5, -0.4, 0.2},
+                                     {-0.2, 0.6, -0.5, 0.1},
+                                     {0.2, 0.3, -0.6, 0.4},
+                                     {-0.5, -0.2, 0.4, 0.3}}));
+    fc1->bias.copy_(torch::tensor({0.1, -0.1, 0.05, 0.0, 0.1, -0.05, 0.0, 0.1}));
+    // Row 0 is positive: its sum over relu activations only grows. For row s0 of the batch
+    // it is 4.2 (with act_scale 1e38: 4.2e38, beyond FLT_MAX 3.4e38); for the others <= 3.0.
+    fc2->weight.copy_(torch::tensor({{0.8, 0.7, 0.6, 0.5, 0.5, 0.4, 0.5, 0.3},
+                                     {-0.4, 0.3, -0.2, 0.5, -0.3, 0.4, -0.5, 0.2},
+                                     {0.2, -0.5, 0.4, -0.3, 0.1, -0.2, 0.3, -0.6}}));
+    fc2->bias.copy_(torch::tensor({0.0, 0.1, -0.1}));
+  }
 
-OpRecord op(int64_t step, int64_t seq, const char* name, int64_t call, std::vector<Arg> in,
-            std::vector<Arg> out, int32_t depth = 0, Direction dir = Direction::kForward) {
-  OpRecord r;
-  r.step = step;
-  r.seq = seq;
-  r.op = name;
-  r.call = call;
-  r.depth = depth;
-  r.dir = dir;
-  r.thread = dir == Direction::kBackward ? 1 : 0;
-  r.scope = dir == Direction::kForward ? "mlp/fc1" : "";
-  r.inputs = std::move(in);
-  r.outputs = std::move(out);
-  return r;
-}
+  torch::Tensor forward(const torch::Tensor& x, double act_scale) {
+    precprobe::Scope mlp("mlp");
+    torch::Tensor h;
+    {
+      precprobe::Scope s("fc1");
+      h = torch::relu(fc1(x));
+    }
+    h = h * act_scale;
+    // Through aten::linear, which runs aten::t and aten::addmm nested in it (fc1's module
+    // call runs them directly): an overflow here is reported at the inner aten::addmm.
+    precprobe::Scope s("fc2");
+    return torch::linear(h, fc2->weight, fc2->bias);
+  }
 
-Arg param(const std::vector<double>& v, const char* name) {
-  Arg a = targ(v);
-  a.tensor->param = name;
-  a.tensor->requires_grad = true;
-  return a;
-}
+  torch::nn::Linear fc1;
+  torch::nn::Linear fc2;
+};
+TORCH_MODULE(Mlp);
 
 struct Variant {
-  double mm_factor_step1 = 1.0;  ///< scales aten::mm's output at step 1 (and what follows)
-  bool extra_op = false;         ///< inserts an aten::clone in step 0
-  bool overflow = false;         ///< aten::addmm inside aten::linear overflows at step 1
+  double act_scale_step1 = 1.0;  ///< act_scale at step 1 (1 at steps 0 and 2)
+  bool extra_op = false;         ///< x * ones at step 0
 };
 
-// One training step of a tiny MLP: linear(addmm), relu, sum; backward mul.
-void write_step(DumpWriter& w, int64_t step, const Variant& v) {
-  const Arg x = targ({1, -2, 3, 0.5}), wt = param({0.5, -1, 2, 0.25}, "fc1.weight");
-  const Arg b = param({0.1, 0.1}, "fc1.bias");
-  Arg y = targ({0.6 + step, -2.1, 6.1, 0.35});
-  const double f = step == 1 ? v.mm_factor_step1 : 1.0;
-  int64_t seq = 0;
-  if (v.extra_op && step == 0) w.submit(op(step, seq++, "aten::clone", 0, {x}, {x}));
-  const bool bad = v.overflow && step >= 1;
-  Arg h = bad ? targ({kInf, -2.1, 6.1, 0.35}) : scaled(y, f);
-  // L2 nesting: aten::linear (depth 0) runs aten::t and aten::addmm (depth 1). Records are
-  // in seq (start) order, as the probe writes them.
-  const Arg in_x = step >= 2 && v.overflow ? targ({kNaN, -2, 3, 0.5}) : x;
-  w.submit(op(step, seq++, "aten::linear", 0, {in_x, wt, b}, {h}, 0));
-  w.submit(op(step, seq++, "aten::t", 0, {wt}, {targ({0.5, 2, -1, 0.25})}, 1));
-  w.submit(op(step, seq++, "aten::addmm", 0, {b, in_x, wt}, {h}, 1));
-  Arg r = bad ? targ({kInf, 0, 6.1, 0.35}) : scaled(targ({0.6 + step, 0, 6.1, 0.35}), f);
-  w.submit(op(step, seq++, "aten::relu", 0, {h}, {r}));
-  Arg s = bad ? targ({kInf}) : scaled(targ({7.05 + step}), f);
-  w.submit(op(step, seq++, "aten::sum", 0, {r}, {s}));
-  Arg g = bad ? targ({kNaN, 0, 1, 1}) : targ({1, 0, 1, 1});
-  w.submit(op(step, seq++, "aten::mul", 0, {targ({1, 0, 1, 1}), targ({1})}, {g}, 0,
-              Direction::kBackward));
+constexpr int kSteps = 3;
+
+// The batch of step s: the rows s0..s3 below, rotated by s. Every column is a permutation
+// of {-1.5, -0.5, 0.5, 1.5} (mean 0, std 1.118); labels 0, 1, 2, 0 travel with their rows.
+std::pair<torch::Tensor, torch::Tensor> batch(int step) {
+  static const float rows[4][4] = {{1.5f, -0.5f, 0.5f, -1.5f},
+                                   {-0.5f, 1.5f, -1.5f, 0.5f},
+                                   {0.5f, -1.5f, 1.5f, -0.5f},
+                                   {-1.5f, 0.5f, -0.5f, 1.5f}};
+  static const int64_t labels[4] = {0, 1, 2, 0};
+  auto x = torch::empty({4, 4});
+  auto y = torch::empty({4}, torch::kLong);
+  for (int r = 0; r < 4; ++r) {
+    const int s = (r + step) % 4;
+    for (int c = 0; c < 4; ++c) x[r][c] = rows[s][c];
+    y[r] = labels[s];
+  }
+  return {x, y};
 }
 
-void write_aux(DumpWriter& w, int64_t step, const Variant& v) {
-  ScalerRecord sc;
-  sc.step = step;
-  sc.scale_before = step == 0 ? 65536 : 32768;
-  sc.found_inf = step == 0 || (v.overflow && step >= 1);
-  sc.skipped = sc.found_inf;
-  sc.scale_after = sc.found_inf ? sc.scale_before / 2 : sc.scale_before;
-  sc.event = sc.found_inf ? "backoff" : "";
-  sc.nonfinite_params = sc.found_inf ? 1 : 0;
-  if (sc.found_inf) sc.bad_params = {"fc1.weight"};
-  w.submit(std::move(sc));
-  for (const char* name : {"fc1.weight", "fc1.bias"}) {
-    GradRecord g;
-    g.step = step;
-    g.param = name;
-    g.grad_norm = 0.5 * (step + 1);
-    g.grad_abs_max = 0.4 * (step + 1);
-    g.grad_abs_mean = 0.1;
-    g.weight_norm = 2.3;
-    g.update_ratio = step == 0 ? 0 : 1e-3;
-    if (v.overflow && step >= 1 && std::string(name) == "fc1.weight") {
-      g.grad_nan = 2;
-      g.watch = {"nonfinite"};
-    }
-    w.submit(std::move(g));
-  }
-  ScalarRecord loss;
-  loss.step = step;
-  loss.name = "loss";
-  loss.value = 1.0 / (step + 1);
-  w.submit(std::move(loss));
-}
+void train(const fs::path& dump, const Variant& v, int rank, int world) {
+  setenv("RANK", std::to_string(rank).c_str(), 1);
+  setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+  precprobe::seed_all(1234, /*deterministic=*/true);
+  at::set_num_threads(1);
+  Mlp model;
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.01));
+  // Made before start(): not recorded.
+  const torch::Tensor ones = torch::ones({4, 4});
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> batches;
+  for (int step = 0; step < kSteps; ++step) batches.push_back(batch(step));
 
-void write_dump(const fs::path& dir, const Variant& v, int world = 1) {
-  fs::remove_all(dir);
-  for (int rank = 0; rank < world; ++rank) {
-    WriterOptions o;
-    o.dir = (dir / ("rank" + std::to_string(rank))).string();
-    DumpWriter w(o);
-    w.write_meta(meta(rank, world));
-    Variant mine = v;
-    mine.overflow = v.overflow && rank == 0;  // only rank 0 overflows
-    for (int64_t step = 0; step < 3; ++step) {
-      write_step(w, step, mine);
-      write_aux(w, step, mine);
-      w.flush();
-    }
-    w.close();
+  precprobe::DebuggerOptions o;
+  o.dump_path = dump.string();
+  o.level = precprobe::Level::kL2;
+  o.summary_mode = precprobe::SummaryMode::kHash;
+  o.seed = 1234;
+  o.is_deterministic = true;
+  o.async_stats = false;  // records in a fixed order
+  o.overwrite = true;
+  precprobe::PrecisionDebugger dbg(o);
+  precprobe::GradScalerOptions so;
+  so.growth_interval = 2;
+  precprobe::GradScaler scaler(so);
+  dbg.start(model);
+  for (int step = 0; step < kSteps; ++step) {
+    auto [x, y] = batches[static_cast<size_t>(step)];
+    if (v.extra_op && step == 0) x = x * ones;
+    precprobe::observe_batch(dbg, *model, x, y);
+    const double act_scale = step == 1 ? v.act_scale_step1 : 1.0;
+    auto loss = torch::nn::functional::cross_entropy(model->forward(x, act_scale), y);
+    opt.zero_grad();
+    scaler.scale(loss).backward();
+    scaler.step(opt);
+    scaler.update();
+    dbg.log_scalar("loss", loss.item<double>());
+    dbg.step();
   }
+  dbg.stop();
+  unsetenv("RANK");
+  unsetenv("WORLD_SIZE");
 }
 
 void write_text(const fs::path& file, const std::string& text) {
@@ -150,17 +160,20 @@ int main(int argc, char** argv) {
     return 2;
   }
   const fs::path out = argv[1];
-  write_dump(out / "clean", Variant{});
-  write_dump(out / "overflow", Variant{1.0, false, true}, 2);
-  write_dump(out / "diverged_1pct", Variant{1.01, false, false});
-  write_dump(out / "extra_op", Variant{1.0, true, false});
+  for (const char* name : {"clean", "overflow", "diverged_1pct", "extra_op", "truncated",
+                           "corrupt_meta", "future_version"}) {
+    fs::remove_all(out / name);
+  }
+  train(out / "clean", Variant{}, 0, 1);
+  train(out / "overflow", Variant{1e38, false}, 0, 2);
+  train(out / "overflow", Variant{}, 1, 2);
+  train(out / "diverged_1pct", Variant{1.01, false}, 0, 1);
+  train(out / "extra_op", Variant{1.0, true}, 0, 1);
   // A copy of `clean` whose ops stream lost its tail (a process killed mid-write).
-  write_dump(out / "truncated", Variant{});
+  fs::copy(out / "clean", out / "truncated", fs::copy_options::recursive);
   const fs::path ops = out / "truncated/rank0/ops.jsonl.zst";
   fs::resize_file(ops, fs::file_size(ops) - 7);
-  fs::remove_all(out / "corrupt_meta");
   write_text(out / "corrupt_meta/rank0/meta.json", "{\"format_version\": 1, \"rank\": ");
-  fs::remove_all(out / "future_version");
   write_text(out / "future_version/rank0/meta.json", R"({"format_version":99,"rank":0})");
   std::cout << "wrote golden dumps under " << out.string() << '\n';
   return 0;

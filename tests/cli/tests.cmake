@@ -1,12 +1,23 @@
 # CLI end-to-end: the `precprobe` tool on the small dumps in tests/data/cli/.
-# precprobe_make_golden_dumps rewrites those dumps (run it by hand, then commit):
+#
+# Those dumps are written by the real probe (tests/cli/make_golden_dumps.cpp: a tiny MLP
+# trained for 3 steps under the PrecisionDebugger, GradScaler and gradient monitor) and
+# checked in, so the CLI tests also run in a torch-free build. Regenerating them is a step
+# by hand (needs PRECPROBE_WITH_TORCH), followed by the docs whose output they show:
+#   ninja -C build precprobe_make_golden_dumps precprobe_cli
 #   build/tests/precprobe_make_golden_dumps tests/data/cli
-if(TARGET precprobe_cli)
+#   scripts/render_cli_doc.py build/bin/precprobe      # docs/cli.md from docs/cli.md.in
+#   ctest --test-dir build -R 'cli|hostile'            # then commit tests/data/cli and docs
+# The records come out the same on every run (fixed weights and batches, one thread,
+# deterministic algorithms); meta.json's times, host and pid differ.
+if(TARGET precprobe::precprobe)
   add_executable(precprobe_make_golden_dumps ${CMAKE_CURRENT_LIST_DIR}/make_golden_dumps.cpp)
-  target_include_directories(precprobe_make_golden_dumps PRIVATE ${CMAKE_CURRENT_LIST_DIR}/..)
-  target_link_libraries(precprobe_make_golden_dumps PRIVATE precprobe::core)
+  target_link_libraries(precprobe_make_golden_dumps PRIVATE precprobe::precprobe)
   precprobe_target(precprobe_make_golden_dumps)
+  precprobe_reuse_torch_pch(precprobe_make_golden_dumps)
+endif()
 
+if(TARGET precprobe_cli)
   precprobe_add_test(${CMAKE_CURRENT_LIST_DIR}/test_cli.cpp nlohmann_json::nlohmann_json
                      precprobe::core)
   add_dependencies(test_cli precprobe_cli)

@@ -227,6 +227,185 @@ TEST_CASE("mean and norm survive as float32 for random bit patterns", "[records]
   CHECK(checked > 190000);
 }
 
+TEST_CASE("min, max and counts round-trip bit-exactly for random values", "[records]") {
+  // The reader's number paths (SWAR digits, the exact 128-bit division for 17-19 digit
+  // mantissas, from_chars) against the values the writer was given.
+  std::mt19937_64 rng(23);
+  OpRecord r;
+  r.op = "x";
+  r.outputs.push_back(Arg{tensor("Float", {1}), {}});
+  std::string line;
+  OpRecord back;
+  int checked = 0;
+  for (int i = 0; i < 200000; ++i) {
+    TensorStats& t = *r.outputs[0].tensor;
+    const uint64_t bits = rng();
+    double d;
+    std::memcpy(&d, &bits, 8);
+    if (!std::isfinite(d)) continue;
+    float f;
+    const auto fbits = static_cast<uint32_t>(bits >> 11);
+    std::memcpy(&f, &fbits, 4);
+    if (!std::isfinite(f)) continue;
+    // Random bit patterns, a float widened (what the probe writes), typical magnitudes.
+    t.min = d;
+    t.max = static_cast<double>(f);
+    t.numel = static_cast<int64_t>(rng() >> (rng() % 64));
+    t.nan = static_cast<int64_t>(rng() % 1000);
+    t.neg = -static_cast<int64_t>(rng() >> (1 + rng() % 63));
+    t.pos = static_cast<int64_t>(i);
+    if (i % 3 == 0)
+      t.min = std::ldexp(static_cast<double>(rng() >> 11), -static_cast<int>(rng() % 80));
+    line.clear();
+    append_json(r, line);
+    REQUIRE(parse_record(line, back));
+    const TensorStats& b = *back.outputs[0].tensor;
+    if (!same_bits(b.min, t.min) || !same_bits(b.max, t.max) || b.numel != t.numel ||
+        b.nan != t.nan || b.neg != t.neg || b.pos != t.pos) {
+      FAIL(line);
+    }
+    ++checked;
+  }
+  CHECK(checked > 150000);
+}
+
+TEST_CASE("decimal text of up to 19 digits parses to the correctly rounded double", "[records]") {
+  // Reference: glibc's strtod (correctly rounded, ties to even). Mantissas of 1 to 19
+  // digits with the point anywhere, and exact ties between two doubles.
+  std::mt19937_64 rng(29);
+  OpRecord out;
+  auto parse_min = [&](const std::string& text) {
+    const std::string line = R"({"op":"x","out":[{"dtype":"Float","min":)" + text + "}]}";
+    REQUIRE(parse_record(line, out));
+    return out.outputs[0].tensor->min;
+  };
+  auto check = [&](const std::string& text) {
+    const double want = std::strtod(text.c_str(), nullptr);
+    const double got = parse_min(text);
+    if (!same_bits(got, want)) FAIL(text << " parsed as " << got << ", strtod " << want);
+  };
+  for (int i = 0; i < 100000; ++i) {
+    const int digits = 1 + static_cast<int>(rng() % 19);
+    std::string m;
+    for (int k = 0; k < digits; ++k) m.push_back(static_cast<char>('0' + rng() % 10));
+    if (digits > 1 && m[0] == '0') m[0] = '1';
+    const int point = static_cast<int>(rng() % (digits + 1));  // digits before the point
+    std::string text = (rng() % 2) ? "-" : "";
+    if (point == 0) {
+      text += "0." + m;
+    } else if (point == digits) {
+      text += m;
+    } else {
+      text += m.substr(0, static_cast<size_t>(point)) + "." + m.substr(static_cast<size_t>(point));
+    }
+    check(text);
+  }
+  // t / 2^j for odd t of 54 bits lies exactly between two doubles; its decimal text is
+  // t * 5^j with j decimals.
+  for (int i = 0; i < 20000; ++i) {
+    const uint64_t t = (uint64_t{1} << 53) | (rng() & ((uint64_t{1} << 53) - 1)) | 1;
+    const int j = static_cast<int>(rng() % 4);
+    uint64_t m = t;
+    for (int k = 0; k < j; ++k) m *= 5;
+    std::string s = std::to_string(m);
+    if (j > 0) s.insert(s.size() - static_cast<size_t>(j), ".");
+    check(s);
+  }
+  for (const char* text : {"9007199254740993", "9007199254740995", "18014398509481990",
+                           "9223372036854775807", "9999999999999999999", "0.9999999999999999999",
+                           "1.000000000000000001", "0.1000000000000000055511151231257827"}) {
+    check(text);
+  }
+}
+
+TEST_CASE("strings with an escape at every position round-trip", "[records]") {
+  // The reader scans strings 8 bytes at a time for '"', '\\' and control bytes: put each of
+  // them (and a UTF-8 byte, which is plain) at every offset of strings of every length.
+  OpRecord r;
+  r.op = "x";
+  r.outputs.push_back(Arg{tensor("Float", {1}), {}});
+  OpRecord back;
+  std::string line;
+  for (const char special : {'"', '\\', '\n', '\x01', '\x1f', '\xc3'}) {
+    for (size_t len = 1; len <= 40; ++len) {
+      for (size_t at = 0; at < len; ++at) {
+        std::string text(len, 'a');
+        text[at] = special;
+        r.op = text;
+        r.scope = text + "/s";
+        r.outputs[0].tensor->param = text;
+        line.clear();
+        append_json(r, line);
+        REQUIRE(parse_record(line, back));
+        if (back.op != text || back.scope != r.scope || back.outputs[0].tensor->param != text) {
+          FAIL(line);
+        }
+      }
+    }
+  }
+}
+
+// The line with a blank after every '{', ',' and ':' outside strings: valid JSON that the
+// writer never produces, so the reader's fast paths give up and the general parser reads it.
+std::string with_blanks(const std::string& line) {
+  std::string out;
+  bool in_string = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    out += c;
+    if (in_string) {
+      if (c == '\\') {
+        out += line[++i];
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == ',' || c == ':') {
+      out += ' ';
+    }
+  }
+  return out;
+}
+
+TEST_CASE("the fast paths and the general parser read the same records", "[records]") {
+  std::mt19937_64 rng(31);
+  OpRecord x;  // reused: fields left by one path must not leak into the other's result
+  for (int i = 0; i < 3000; ++i) {
+    OpRecord r = precprobe::test::sample_op(rng, i / 10, i);
+    if (i % 2) r.overload = "Tensor";
+    if (i % 3 == 0) r.scope = "enc/b" + std::to_string(i % 7);
+    if (r.dir == Direction::kBackward) r.node = "MulBackward0";
+    r.thread = static_cast<uint32_t>(i % 4);
+    r.depth = i % 3;
+    if (i % 11 == 0) r.inputs.clear();
+    if (i % 13 == 0) r.outputs.push_back(Arg{std::nullopt, "\"mean\""});
+    for (auto* args : {&r.inputs, &r.outputs}) {
+      for (Arg& a : *args) {
+        if (!a.tensor) continue;
+        TensorStats& t = *a.tensor;
+        if (i % 5 == 0) t.hash = rng();
+        if (i % 7 == 0) t.list_index = i % 4;
+        if (i % 17 == 0) t.device = "cuda:0";
+        if (i % 19 == 0) t.min = kNaN;
+        if (i % 23 == 0) t.max = kInf;
+        if (i % 29 == 0) t.dtype = "BFloat16";
+      }
+    }
+    std::string line;
+    append_json(r, line);
+    const std::string spaced = with_blanks(line);
+    REQUIRE(spaced != line);
+    INFO(line);
+    REQUIRE(parse_record(line, x));
+    CHECK(diff(r, x).empty());
+    REQUIRE(parse_record(spaced, x));
+    CHECK(diff(r, x).empty());
+    REQUIRE(parse_record(line, x));
+    CHECK(diff(r, x).empty());
+  }
+}
+
 TEST_CASE("op record: values that are not JSON or empty are still written readably", "[records]") {
   OpRecord r;
   r.op = "aten::x";

@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
@@ -302,4 +303,70 @@ TEST_CASE("uninitialized memory (aten::empty*) is never read as NaN/Inf", "[debu
   REQUIRE(fill.size() == 1);
   CHECK_FALSE(fill[0].inputs_non_finite());
   CHECK(fill[0].outputs.at(0).tensor->min == Approx(2.0));
+}
+
+TEST_CASE("L2: ops nested in a kernel never leave it stale or uninitialized statistics",
+          "[debugger][values]") {
+  // CPU kernels call ops on the buffer they are about to fill: addmm copy_s the bias into
+  // its result and passes it to resolve_conj, mm passes its unwritten result to
+  // resolve_conj, sum fill_s its result with 0. Those calls run below autograd, where writes
+  // bump no version counter, so each op's final output must be summarised again at its end;
+  // and an unwritten buffer (garbage, often NaN from a freed block) must never be read.
+  const bool async = GENERATE(true, false);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  torch::manual_seed(4);
+  auto a = torch::randn({64, 32}), b = torch::randn({32, 48}), bias = torch::randn({48});
+  at::Tensor mm, addmm, sum;
+  TempDir dir("dbg_l2_kernels");
+  {
+    auto o = options_in(dir, async);
+    o.level = Level::kL2;
+    PrecisionDebugger dbg(o);
+    // Freed blocks of every output's size, full of NaN: what the kernels get to fill.
+    for (int i = 0; i < 8; ++i) {
+      auto g1 = torch::full({64, 48}, nan), g2 = torch::full({32}, nan);
+    }
+    dbg.start();
+    mm = torch::mm(a, b);
+    addmm = torch::addmm(bias, a, b);
+    sum = a.sum(0);
+    dbg.step();
+    dbg.stop();
+  }
+  auto ops = read_ops(dir);
+  auto check_op = [&](const char* name, const at::Tensor& value) {
+    auto calls = with_name(ops, name);
+    REQUIRE_FALSE(calls.empty());
+    INFO(name);
+    check_stats(*calls[0].outputs.at(0).tensor, value);
+  };
+  check_op("aten::mm", mm);
+  check_op("aten::addmm", addmm);
+  check_op("aten::sum", sum);
+  for (const auto& r : ops) {
+    INFO(r.name() << " depth " << r.depth);
+    CHECK_FALSE(r.inputs_non_finite());
+    CHECK_FALSE(r.outputs_non_finite());
+  }
+  // sum views its unwritten result (as_strided) and fill_s it with 0: the view of
+  // uninitialized memory is not read either; fill_'s output is the 32 zeros.
+  auto sums = with_name(ops, "aten::sum");
+  REQUIRE(sums.size() == 1);
+  std::vector<OpRecord> inside;
+  for (const auto& r : ops)
+    if (r.seq > sums[0].seq && r.seq <= sums[0].seq + 2) inside.push_back(r);
+  std::sort(inside.begin(), inside.end(),
+            [](const OpRecord& x, const OpRecord& y) { return x.seq < y.seq; });
+  REQUIRE(inside.size() == 2);
+  CHECK(inside[0].op == "aten::as_strided");
+  const TensorStats& view = *inside[0].outputs.at(0).tensor;
+  CHECK(view.zero + view.neg + view.pos == 0);
+  CHECK(inside[1].op == "aten::fill_");
+  CHECK(inside[1].outputs.at(0).tensor->zero == 32);
+  // addmm's copy_ of the bias into its result: the copied values, not what was there.
+  auto copy = with_name(ops, "aten::copy_");
+  REQUIRE_FALSE(copy.empty());
+  CHECK(copy[0].depth > 0);
+  check_stats(*copy[0].outputs.at(0).tensor, bias.expand({64, 48}));
+  CHECK(read_meta(dir)["counters"]["stale"] == 0);
 }

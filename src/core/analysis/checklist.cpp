@@ -374,8 +374,11 @@ CheckItem check_shuffling(const Observed& o) {
     note = "; no repeated label order (epochs not compared: fewer than two epochs known)";
   }
   set(c, Verdict::kOk,
-      fmt::format("batches mix labels (mean {:.3g} distinct per batch){}",
-                  judged > 0 ? distinct_sum / double(judged) : 0.0, note));
+      judged > 0
+          ? fmt::format("batches mix labels (mean {:.3g} distinct per batch){}",
+                        distinct_sum / double(judged), note)
+          : fmt::format("no batch has {} labelled targets to judge label mixing{}",
+                        kMinSortedBatch, note));
   return c;
 }
 

@@ -129,7 +129,14 @@
         ` · page ${page + 1}/${pages}`;
       wrap.dataset.shown = String(tbody.children.length);
     }
-    applySort(); draw();
+    applySort();
+    // Open on the page of the first highlighted row (the first divergent op of a compare
+    // table can be hundreds of rows down).
+    if (opts.highlight) {
+      const at = view.findIndex((r) => opts.highlight(r));
+      if (at > 0) page = Math.floor(at / pageSize);
+    }
+    draw();
     return wrap;
   }
   // Scalar fields of the rows, the usual identifying ones first.

@@ -12,7 +12,6 @@
 #include <torch/optim/optimizer.h>
 #include <torch/serialize/archive.h>
 
-#include <atomic>
 #include <cmath>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <unordered_map>
@@ -250,24 +249,6 @@ GradScaler::~GradScaler() {
   }
   if (impl_->own_writer) impl_->own_writer->close();
 }
-
-namespace detail {
-namespace {
-std::atomic<float> g_scaled_grads_window{0.0f};
-std::atomic<uint64_t> g_scaled_grads_window_id{0};
-}  // namespace
-void set_scaled_grads_window(float scale) noexcept {
-  const float before = g_scaled_grads_window.exchange(scale, std::memory_order_acq_rel);
-  if (!(before > 0.0f) && scale > 0.0f)
-    g_scaled_grads_window_id.fetch_add(1, std::memory_order_acq_rel);
-}
-uint64_t scaled_grads_window_id() noexcept {
-  return g_scaled_grads_window_id.load(std::memory_order_acquire);
-}
-float scaled_grads_window() noexcept {
-  return g_scaled_grads_window.load(std::memory_order_acquire);
-}
-}  // namespace detail
 
 at::Tensor GradScaler::scale(const at::Tensor& loss) {
   if (!impl_->o.enabled) return loss;

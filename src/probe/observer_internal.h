@@ -53,6 +53,20 @@ uint64_t install_callbacks(Observer* o);
 /// Removes the callback and waits until no thread is inside a callback for the observer.
 void uninstall_callbacks(uint64_t handle) noexcept;
 
+/// Calls `fn` on each tensor of an argument: a tensor, a tensor list, or a list holding
+/// tensors.
+template <typename Fn>
+void for_each_tensor(const c10::IValue& v, Fn&& fn) {
+  if (v.isTensor()) {
+    fn(v.toTensor());
+  } else if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList().vec()) fn(t);
+  } else if (v.isList()) {
+    for (const auto& e : v.toListRef())
+      if (e.isTensor()) fn(e.toTensor());
+  }
+}
+
 /// A non-tensor argument as JSON text: `1`, `0.5`, `[1,2]`, `"mean"`, `null`, `true`.
 /// Non-finite doubles become the strings "nan", "inf", "-inf".
 std::string ivalue_to_json(const c10::IValue& v);

@@ -70,6 +70,12 @@ struct TensorKey {
   bool operator!=(const TensorKey& o) const noexcept { return !(*this == o); }
 };
 
+/// The StorageImpl of `t` (identity of its memory), or nullptr.
+inline const void* storage_of(const at::Tensor& t) {
+  if (!t.defined() || !t.has_storage()) return nullptr;
+  return t.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
+}
+
 /// The key of `t` now. Constant time (one pass over sizes/strides). Never throws.
 TensorKey make_key(const at::Tensor& t) noexcept;
 

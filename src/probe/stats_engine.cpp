@@ -24,11 +24,6 @@ constexpr auto kIdleSleep = std::chrono::milliseconds(20);
 // Before sleeping, the worker polls for new jobs this long: ops come in bursts.
 constexpr auto kSpin = std::chrono::microseconds(50);
 
-const void* storage_of(const at::Tensor& t) {
-  if (!t.defined() || !t.has_storage()) return nullptr;
-  return t.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
-}
-
 thread_local const char* tl_origin = "";
 
 }  // namespace

@@ -374,11 +374,10 @@ CheckItem check_shuffling(const Observed& o) {
     note = "; no repeated label order (epochs not compared: fewer than two epochs known)";
   }
   set(c, Verdict::kOk,
-      judged > 0
-          ? fmt::format("batches mix labels (mean {:.3g} distinct per batch){}",
-                        distinct_sum / double(judged), note)
-          : fmt::format("no batch has {} labelled targets to judge label mixing{}",
-                        kMinSortedBatch, note));
+      judged > 0 ? fmt::format("batches mix labels (mean {:.3g} distinct per batch){}",
+                               distinct_sum / double(judged), note)
+                 : fmt::format("no batch has {} labelled targets to judge label mixing{}",
+                               kMinSortedBatch, note));
   return c;
 }
 

@@ -106,6 +106,8 @@ struct PrecisionDebugger::Impl {
   bool step_selected() const {
     return options.step.contains(step) && !(observer && observer->overflow_done());
   }
+  /// Options ($PRECPROBE_CONFIG wins, validated) and where this rank writes.
+  void configure(const DebuggerOptions& given, int rank, int world_size);
   void sync_attachment();
   void setup_monitor(const std::shared_ptr<torch::nn::Module>& m);
   void observe_grads() noexcept;
@@ -258,30 +260,31 @@ std::string PrecisionDebugger::Impl::meta_json(bool final_meta) const {
   return m.dump(2);
 }
 
+void PrecisionDebugger::Impl::configure(const DebuggerOptions& given, int r, int world) {
+  options = DebuggerOptions::from_env_or(given);
+  options.validate();
+  NameMatcher check(options.list);  // a bad "name-regex(...)" throws here, not later
+  rank = r;
+  world_size = world;
+  rank_selected = options.rank.contains(rank);
+  rank_dir = options.dump_path + "/rank" + std::to_string(rank);
+}
+
 PrecisionDebugger::PrecisionDebugger(DebuggerOptions options) : impl_(std::make_unique<Impl>()) {
-  impl_->options = DebuggerOptions::from_env_or(options);
-  impl_->options.validate();
-  NameMatcher check(impl_->options.list);  // a bad "name-regex(...)" throws here, not later
-  impl_->rank = rank_from_env();
-  impl_->world_size = world_size_from_env();
-  impl_->rank_selected = impl_->options.rank.contains(impl_->rank);
-  impl_->rank_dir = impl_->options.dump_path + "/rank" + std::to_string(impl_->rank);
+  impl_->configure(options, rank_from_env(), world_size_from_env());
 }
 
 PrecisionDebugger::PrecisionDebugger(DebuggerOptions options,
                                      const c10::intrusive_ptr<c10d::ProcessGroup>& process_group)
-    : PrecisionDebugger(std::move(options)) {
+    : impl_(std::make_unique<Impl>()) {
   if (!process_group) {
     throw Error(
         "PrecisionDebugger(options, process_group): the process group is null; pass the "
         "group the training uses, or use PrecisionDebugger(options) to take the rank from "
         "RANK/WORLD_SIZE");
   }
+  impl_->configure(options, process_group->getRank(), process_group->getSize());
   impl_->process_group = process_group;
-  impl_->rank = process_group->getRank();
-  impl_->world_size = process_group->getSize();
-  impl_->rank_selected = impl_->options.rank.contains(impl_->rank);
-  impl_->rank_dir = impl_->options.dump_path + "/rank" + std::to_string(impl_->rank);
 }
 
 PrecisionDebugger::PrecisionDebugger(const std::string& config_path)

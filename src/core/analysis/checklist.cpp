@@ -8,13 +8,15 @@
 #include <map>
 #include <set>
 
+#include "checklist_observed.h"
 #include "json_util.h"
-#include "replicas.h"
 
 namespace precprobe {
 namespace {
 
-namespace cs = check_scalar;
+using analysis_detail::Batch;
+using analysis_detail::collect;
+using analysis_detail::Observed;
 
 // Thresholds, documented in docs/checklist.md.
 constexpr double kMaxClassRatio = 10.0;         // max/min label count
@@ -27,127 +29,6 @@ constexpr double kMaxIgnoredShare = 0.9;
 constexpr size_t kMinLossPoints = 10;
 constexpr double kDivergeFactor = 1.5;  // last-window mean / first-window mean
 constexpr double kMinRelDecrease = 0.01;
-
-struct Batch {
-  int64_t step = 0;
-  int64_t epoch = -1;
-  std::optional<bool> training, grad;
-  int64_t stat_modules_training = -1;
-  int64_t inputs_numel = 0, nan = 0, inf = 0;
-  std::map<int64_t, std::pair<double, double>> channels;  // channel -> (mean, std)
-  int64_t targets_numel = 0, ignored = 0, distinct = -1;
-  std::map<int64_t, int64_t> labels;
-  std::optional<double> label_hash;
-  bool is_train() const { return grad.value_or(true); }
-};
-
-struct Observed {
-  std::vector<Batch> batches;
-  std::optional<double> init_params;
-  std::vector<std::string> init_zero, init_identical;
-  std::optional<double> hash_hi, hash_lo, exp_hi, exp_lo;
-  std::optional<double> lr_lo, lr_hi;
-  std::vector<double> lr;
-  std::vector<std::pair<int64_t, double>> loss;
-  std::optional<double> params_named;
-  struct ScaledRead {
-    int64_t step;
-    std::string op;
-    double scale;
-  };
-  std::vector<ScaledRead> scaled_reads;
-  ReplicaSummary replicas;
-};
-
-bool starts_with(const std::string& s, std::string_view p) {
-  return s.size() >= p.size() && s.compare(0, p.size(), p) == 0;
-}
-
-int64_t suffix_int(const std::string& s, std::string_view p) {
-  return std::strtoll(s.c_str() + p.size(), nullptr, 10);
-}
-
-void add_batch_scalar(Batch& b, const ScalarRecord& r) {
-  const std::string& n = r.name;
-  const double v = r.value;
-  const auto i = static_cast<int64_t>(v);
-  if (n == cs::kTraining)
-    b.training = v > 0.5;
-  else if (n == cs::kGradEnabled)
-    b.grad = v > 0.5;
-  else if (n == cs::kStatModulesTraining)
-    b.stat_modules_training = i;
-  else if (n == cs::kInputsNumel)
-    b.inputs_numel = i;
-  else if (n == cs::kInputsNan)
-    b.nan = i;
-  else if (n == cs::kInputsInf)
-    b.inf = i;
-  else if (starts_with(n, cs::kChannelMean))
-    b.channels[suffix_int(n, cs::kChannelMean)].first = v;
-  else if (starts_with(n, cs::kChannelStd))
-    b.channels[suffix_int(n, cs::kChannelStd)].second = v;
-  else if (n == cs::kTargetsNumel)
-    b.targets_numel = i;
-  else if (n == cs::kIgnored)
-    b.ignored = i;
-  else if (n == cs::kDistinctLabels)
-    b.distinct = i;
-  else if (n == cs::kLabelHash)
-    b.label_hash = v;
-  else if (starts_with(n, cs::kLabelCount))
-    b.labels[suffix_int(n, cs::kLabelCount)] += i;
-}
-
-// Scalars of the first rank only: the checklist judges one training process.
-Observed collect(const std::vector<ScalarRecord>& scalars) {
-  Observed o;
-  if (scalars.empty()) return o;
-  const int rank = scalars.front().rank;
-  Batch* cur = nullptr;
-  analysis_detail::ReplicaCounter replicas;
-  for (const ScalarRecord& r : scalars) {
-    if (r.rank != rank) continue;
-    replicas.add(r, o.replicas);
-    const std::string& n = r.name;
-    if (n == cs::kBatchBegin) {
-      o.batches.emplace_back();
-      cur = &o.batches.back();
-      cur->step = r.step;
-      cur->epoch = static_cast<int64_t>(r.value);
-    } else if (starts_with(n, "check/batch/")) {
-      if (cur != nullptr) add_batch_scalar(*cur, r);
-    } else if (n == cs::kInitParams) {
-      o.init_params = r.value;
-    } else if (starts_with(n, cs::kInitZero)) {
-      o.init_zero.push_back(n.substr(cs::kInitZero.size()));
-    } else if (starts_with(n, cs::kInitIdentical)) {
-      o.init_identical.push_back(n.substr(cs::kInitIdentical.size()));
-    } else if (n == cs::kHashHi) {
-      o.hash_hi = r.value;
-    } else if (n == cs::kHashLo) {
-      o.hash_lo = r.value;
-    } else if (n == cs::kExpectedHashHi) {
-      o.exp_hi = r.value;
-    } else if (n == cs::kExpectedHashLo) {
-      o.exp_lo = r.value;
-    } else if (n == cs::kLrRangeLo) {
-      o.lr_lo = r.value;
-    } else if (n == cs::kLrRangeHi) {
-      o.lr_hi = r.value;
-    } else if (n == cs::kLr) {
-      o.lr.push_back(r.value);
-    } else if (n == cs::kLoss) {
-      o.loss.emplace_back(r.step, r.value);
-    } else if (n == cs::kParamsNamed) {
-      o.params_named = std::max(o.params_named.value_or(0.0), r.value);
-    } else if (starts_with(n, cs::kScaledGradRead)) {
-      o.scaled_reads.push_back({r.step, n.substr(cs::kScaledGradRead.size()), r.value});
-    }
-  }
-  replicas.finish(o.replicas);
-  return o;
-}
 
 CheckItem item(std::string id, std::string group, std::string title) {
   CheckItem c;

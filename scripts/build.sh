@@ -9,6 +9,8 @@ build_dir="${BUILD_DIR:-build}"
 gen=()
 command -v ninja >/dev/null 2>&1 && gen=(-G Ninja)
 export CCACHE_BASEDIR="$PWD"
+# Translation units built with the shared <torch/torch.h> PCH are cacheable only with these.
+export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
 if [[ ! -f "$build_dir/CMakeCache.txt" ]]; then
   cmake -S . -B "$build_dir" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release "$@"
 else

@@ -24,6 +24,7 @@
 #include <variant>
 
 #include "dump_files.h"
+#include "file_output.h"
 #include "frame_stream.h"
 #include "precprobe/error.h"
 #include "precprobe/writer.h"
@@ -354,32 +355,10 @@ DumpWriter::~DumpWriter() { close(); }
 void DumpWriter::write_meta(const std::string& json_text) {
   std::lock_guard<std::mutex> lock(impl_->meta_mu);
   fs::path dir(impl_->opt.dir);
-  std::string tmp = (dir / kMetaTempFile).string();
-  std::string path = (dir / kMetaFile).string();
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error(fmt::format("cannot create '{}': {}", tmp, std::strerror(errno)));
-  const char* p = json_text.data();
-  size_t left = json_text.size();
-  while (left > 0) {
-    ssize_t n = ::write(fd, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      throw Error(fmt::format("cannot write '{}': {}", tmp, std::strerror(err)));
-    }
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
-  // meta.json is tiny and names the format version: make it durable before it replaces
-  // the previous one, so a reader never finds it empty.
-  bool ok = ::fsync(fd) == 0;
-  int err = errno;
-  ok = (::close(fd) == 0) && ok;
-  if (!ok) throw Error(fmt::format("cannot write '{}': {}", tmp, std::strerror(err)));
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    throw Error(fmt::format("cannot rename '{}' to '{}': {}", tmp, path, std::strerror(errno)));
-  }
+  // meta.json is tiny and names the format version: durable before it replaces the
+  // previous one, so a reader never finds it empty.
+  detail::write_whole_file((dir / kMetaFile).string(), json_text, (dir / kMetaTempFile).string(),
+                           /*durable=*/true);
 }
 
 bool DumpWriter::submit(OpRecord&& r) noexcept { return impl_->submit(std::move(r)); }

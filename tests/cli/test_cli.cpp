@@ -8,7 +8,6 @@
 // step runs), the tests check relations between dumps and commands instead.
 #include <sys/wait.h>
 
-#include <catch2/catch.hpp>
 #include <cfloat>
 #include <cmath>
 #include <cstdio>
@@ -21,6 +20,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "precprobe_catch.h"
 
 namespace {
 

@@ -1,12 +1,12 @@
 // Analyses over in-memory records: overflow origin, compare alignment, --first, --exact,
 // summary, histories, export. Expected values are computed by hand in the comments.
-#include <catch2/catch.hpp>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 
 #include "analysis_fixtures.h"
+#include "precprobe_catch.h"
 
 using namespace precprobe;
 using namespace precprobe::test;

@@ -1,6 +1,5 @@
 // The accuracy checklist's rules on synthetic records: every item once with its problem
 // planted and once without; the verdict must flip.
-#include <catch2/catch.hpp>
 #include <cmath>
 #include <map>
 #include <string>
@@ -8,6 +7,7 @@
 #include "precprobe/checklist.h"
 #include "precprobe/reader.h"
 #include "precprobe/writer.h"
+#include "precprobe_catch.h"
 #include "temp_dir.h"
 
 using namespace precprobe;

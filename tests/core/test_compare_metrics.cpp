@@ -1,10 +1,10 @@
 // msprobe's comparison metrics: tensor mode (compare_tensors) and the statistics-mode
 // columns and warning rule (compare_stats). Expected values are computed by hand in the
 // comments, in float64.
-#include <catch2/catch.hpp>
 #include <cmath>
 
 #include "analysis_fixtures.h"
+#include "precprobe_catch.h"
 
 using namespace precprobe;
 using namespace precprobe::test;

@@ -1,5 +1,4 @@
 // DumpReader: rank discovery, meta.json checks, filters, bad lines and truncated streams.
-#include <catch2/catch.hpp>
 #include <filesystem>
 #include <map>
 
@@ -8,6 +7,7 @@
 #include "precprobe/error.h"
 #include "precprobe/reader.h"
 #include "precprobe/writer.h"
+#include "precprobe_catch.h"
 
 using namespace precprobe;
 using precprobe::test::TempDir;

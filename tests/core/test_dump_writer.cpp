@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
@@ -17,6 +16,7 @@
 #include "precprobe/error.h"
 #include "precprobe/reader.h"
 #include "precprobe/writer.h"
+#include "precprobe_catch.h"
 
 using namespace precprobe;
 using precprobe::test::read_bytes;

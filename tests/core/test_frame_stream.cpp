@@ -1,13 +1,13 @@
 // Framed zstd streams: round trips, truncation at every byte, corruption, zstd bombs.
 #include <zstd.h>
 
-#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "core/temp_dir.h"
 #include "frame_stream.h"
+#include "precprobe_catch.h"
 
 using namespace precprobe;
 using precprobe::test::read_bytes;

@@ -7,7 +7,6 @@
 #include <unistd.h>
 #include <zstd.h>
 
-#include <catch2/catch.hpp>
 #include <filesystem>
 #include <random>
 
@@ -15,6 +14,7 @@
 #include "core/temp_dir.h"
 #include "precprobe/reader.h"
 #include "precprobe/writer.h"
+#include "precprobe_catch.h"
 
 using namespace precprobe;
 using precprobe::test::TempDir;

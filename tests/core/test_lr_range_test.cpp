@@ -1,11 +1,11 @@
 // The LR range test on gradient descent of a quadratic, whose behaviour per learning rate is
 // known in closed form: loss a*w^2, step w <- w (1 - 2 a lr); it falls fastest near
 // lr = 1/(2a) and diverges for lr > 1/a.
-#include <catch2/catch.hpp>
 #include <cmath>
 
 #include "precprobe/error.h"
 #include "precprobe/lr_range_test.h"
+#include "precprobe_catch.h"
 
 using namespace precprobe;
 
@@ -53,5 +53,6 @@ TEST_CASE("lr_range_test: bad options name the option", "[lr_range]") {
   CHECK_THROWS_AS(lr_range_test([](double) { return 1.0; }, o), Error);
   o = {};
   o.steps = 2;
-  CHECK_THROWS_WITH(lr_range_test([](double) { return 1.0; }, o), Catch::Contains("steps"));
+  CHECK_THROWS_WITH(lr_range_test([](double) { return 1.0; }, o),
+                    Catch::Matchers::ContainsSubstring("steps"));
 }

@@ -1,6 +1,5 @@
 // DebuggerOptions, IntSet, NameMatcher and the "did you mean" helper.
 #include <atomic>
-#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -15,6 +14,7 @@
 
 #include "precprobe/error.h"
 #include "precprobe/options.h"
+#include "precprobe_catch.h"
 #include "suggest.h"
 
 using precprobe::DebuggerOptions;
@@ -218,60 +218,65 @@ TEST_CASE("every key rejects wrong types and values, naming the key and what is 
     INFO("config: " << c.json);
     const std::string message = parse_error(c.json);
     INFO("message: " << message);
-    for (const char* e : c.expected) CHECK_THAT(message, Catch::Contains(e));
+    for (const char* e : c.expected) CHECK_THAT(message, Catch::Matchers::ContainsSubstring(e));
   }
 }
 
 TEST_CASE("unknown keys get a suggestion and the list of valid keys", "[options]") {
   std::string m = parse_error(R"({"dump_pth": "/tmp/x"})");
-  CHECK_THAT(m, Catch::Contains("unknown config key 'dump_pth'"));
-  CHECK_THAT(m, Catch::Contains("did you mean 'dump_path'?"));
-  CHECK_THAT(m, Catch::Contains("Valid keys at the top level: task, dump_path, rank"));
+  CHECK_THAT(m, Catch::Matchers::ContainsSubstring("unknown config key 'dump_pth'"));
+  CHECK_THAT(m, Catch::Matchers::ContainsSubstring("did you mean 'dump_path'?"));
+  CHECK_THAT(
+      m, Catch::Matchers::ContainsSubstring("Valid keys at the top level: task, dump_path, rank"));
 
   m = parse_error(R"({"statistics": {"data_modes": ["all"]}})");
-  CHECK_THAT(m, Catch::Contains("'statistics.data_modes'"));
-  CHECK_THAT(m, Catch::Contains("did you mean 'data_mode'?"));
+  CHECK_THAT(m, Catch::Matchers::ContainsSubstring("'statistics.data_modes'"));
+  CHECK_THAT(m, Catch::Matchers::ContainsSubstring("did you mean 'data_mode'?"));
   CHECK_THAT(m,
-             Catch::Contains(
+             Catch::Matchers::ContainsSubstring(
                  "Valid keys in 'statistics': scope, list, data_mode, summary_mode, tensor_list"));
 
   // Case and swapped letters count as small edits.
-  CHECK_THAT(parse_error(R"({"Task": "tensor"})"), Catch::Contains("did you mean 'task'?"));
-  CHECK_THAT(parse_error(R"({"zstd_lveel": 3})"), Catch::Contains("did you mean 'zstd_level'?"));
-  CHECK_THAT(parse_error(R"({"statistic": {}})"), Catch::Contains("did you mean 'statistics'?"));
+  CHECK_THAT(parse_error(R"({"Task": "tensor"})"),
+             Catch::Matchers::ContainsSubstring("did you mean 'task'?"));
+  CHECK_THAT(parse_error(R"({"zstd_lveel": 3})"),
+             Catch::Matchers::ContainsSubstring("did you mean 'zstd_level'?"));
+  CHECK_THAT(parse_error(R"({"statistic": {}})"),
+             Catch::Matchers::ContainsSubstring("did you mean 'statistics'?"));
 
   // Enum values get suggestions too.
   CHECK_THAT(parse_error(R"({"task": "statistic"})"),
-             Catch::Contains("did you mean \"statistics\"?"));
+             Catch::Matchers::ContainsSubstring("did you mean \"statistics\"?"));
   CHECK_THAT(parse_error(R"({"overflow_policy": "Drop"})"),
-             Catch::Contains("did you mean \"drop\"?"));
+             Catch::Matchers::ContainsSubstring("did you mean \"drop\"?"));
 
   // A key written twice is an error, not a silent "last one wins".
   m = parse_error(R"({"step": [1], "level": "L2", "step": [2]})");
-  CHECK_THAT(m, Catch::Contains("config key 'step': written twice"));
+  CHECK_THAT(m, Catch::Matchers::ContainsSubstring("config key 'step': written twice"));
   m = parse_error(R"({"statistics": {"list": ["a"], "scope": [], "list": ["b"]}})");
-  CHECK_THAT(m, Catch::Contains("config key 'statistics.list': written twice"));
+  CHECK_THAT(m, Catch::Matchers::ContainsSubstring("config key 'statistics.list': written twice"));
   m = parse_error(R"({"grad_probe": {"bounds": [{"x": 1}, {"y": 2, "y": 3}]}})");
-  CHECK_THAT(m, Catch::Contains("config key 'grad_probe.bounds.y': written twice"));
+  CHECK_THAT(m,
+             Catch::Matchers::ContainsSubstring("config key 'grad_probe.bounds.y': written twice"));
   // The same key in different objects is fine.
   CHECK_NOTHROW(DebuggerOptions::from_json(
       R"({"statistics": {"list": ["a"]}, "tensor": {"list": ["b"], "x": {"list": 1}}})"));
 
   // Nothing close: no suggestion, still the list.
   m = parse_error(R"({"verbosity": 3})");
-  CHECK_THAT(m, Catch::Contains("unknown config key 'verbosity'"));
-  CHECK_THAT(m, !Catch::Contains("did you mean"));
-  CHECK_THAT(m, Catch::Contains("max_tensor_bytes"));
+  CHECK_THAT(m, Catch::Matchers::ContainsSubstring("unknown config key 'verbosity'"));
+  CHECK_THAT(m, !Catch::Matchers::ContainsSubstring("did you mean"));
+  CHECK_THAT(m, Catch::Matchers::ContainsSubstring("max_tensor_bytes"));
 
   // Right key, wrong place.
   CHECK_THAT(parse_error(R"({"list": ["addmm"]})"),
-             Catch::Contains("belongs inside the section named like the task"));
+             Catch::Matchers::ContainsSubstring("belongs inside the section named like the task"));
   CHECK_THAT(parse_error(R"({"statistics": {"seed": 1}})"),
-             Catch::Contains("'statistics.seed': it is a top-level key"));
+             Catch::Matchers::ContainsSubstring("'statistics.seed': it is a top-level key"));
   CHECK_THAT(parse_error(R"({"statistics": {"overflow_nums": 3}})"),
-             Catch::Contains("belongs in section 'overflow_check'"));
+             Catch::Matchers::ContainsSubstring("belongs in section 'overflow_check'"));
   m = parse_error(R"({"task": "overflow_check", "overflow_check": {"overflow_num": 3}})");
-  CHECK_THAT(m, Catch::Contains("did you mean 'overflow_nums'?"));
+  CHECK_THAT(m, Catch::Matchers::ContainsSubstring("did you mean 'overflow_nums'?"));
 
   // Sections of other tasks are not read, like msprobe.
   DebuggerOptions o =
@@ -390,10 +395,12 @@ TEST_CASE("data_mode entries filter direction and side independently", "[options
   }
   DebuggerOptions o;
   o.dump_forward = o.dump_backward = false;
-  CHECK_THAT(error_of([&] { o.validate(); }), Catch::Contains("neither forward nor backward"));
+  CHECK_THAT(error_of([&] { o.validate(); }),
+             Catch::Matchers::ContainsSubstring("neither forward nor backward"));
   o = DebuggerOptions{};
   o.dump_inputs = o.dump_outputs = false;
-  CHECK_THAT(error_of([&] { o.validate(); }), Catch::Contains("neither inputs nor outputs"));
+  CHECK_THAT(error_of([&] { o.validate(); }),
+             Catch::Matchers::ContainsSubstring("neither inputs nor outputs"));
 }
 
 TEST_CASE("rank and step take lists and \"lo-hi\" ranges", "[options][intset]") {
@@ -458,7 +465,7 @@ TEST_CASE("msprobe's example config.json is accepted", "[options]") {
   nlohmann::json j = nlohmann::json::parse(kMsprobeConfig);
   j["task"] = "tensor";
   j["tensor"]["list"] = {"addmm"};
-  CHECK_THAT(parse_error(j.dump()), Catch::Contains("'tensor.file_format'"));
+  CHECK_THAT(parse_error(j.dump()), Catch::Matchers::ContainsSubstring("'tensor.file_format'"));
   j["tensor"].erase("file_format");
   const DebuggerOptions t = DebuggerOptions::from_json(j.dump());
   CHECK(t.task == Task::kTensor);
@@ -543,68 +550,77 @@ TEST_CASE("to_json round-trips through from_json", "[options]") {
 TEST_CASE("validate() checks options built in C++", "[options]") {
   DebuggerOptions o;
   o.dump_path = "";
-  CHECK_THAT(error_of([&] { o.validate(); }), Catch::Contains("'dump_path': must not be empty"));
+  CHECK_THAT(error_of([&] { o.validate(); }),
+             Catch::Matchers::ContainsSubstring("'dump_path': must not be empty"));
   o = DebuggerOptions{};
   o.zstd_level = 22;
   CHECK_THAT(error_of([&] { o.validate(); }),
-             Catch::Contains("'zstd_level': 22 is out of range; allowed: an integer in 1..19"));
+             Catch::Matchers::ContainsSubstring(
+                 "'zstd_level': 22 is out of range; allowed: an integer in 1..19"));
   o = DebuggerOptions{};
   o.queue_capacity = 4;
-  CHECK_THAT(error_of([&] { o.validate(); }), Catch::Contains("'queue_capacity'"));
+  CHECK_THAT(error_of([&] { o.validate(); }),
+             Catch::Matchers::ContainsSubstring("'queue_capacity'"));
   o = DebuggerOptions{};
   o.seed = uint64_t{1} << 32;
-  CHECK_THAT(error_of([&] { o.validate(); }), Catch::Contains("'seed': 4294967296"));
+  CHECK_THAT(error_of([&] { o.validate(); }),
+             Catch::Matchers::ContainsSubstring("'seed': 4294967296"));
   o = DebuggerOptions{};
   o.step.add(-3, 2);
-  CHECK_THAT(error_of([&] { o.validate(); }), Catch::Contains("'step': negative value -3"));
+  CHECK_THAT(error_of([&] { o.validate(); }),
+             Catch::Matchers::ContainsSubstring("'step': negative value -3"));
   o = DebuggerOptions{};
   o.scope = {"a", "b", "c"};
-  CHECK_THAT(error_of([&] { o.validate(); }), Catch::Contains("'statistics.scope': has 3"));
+  CHECK_THAT(error_of([&] { o.validate(); }),
+             Catch::Matchers::ContainsSubstring("'statistics.scope': has 3"));
   o = DebuggerOptions{};
   o.overflow_nums = 0;
-  CHECK_THAT(error_of([&] { o.validate(); }), Catch::Contains("'overflow_check.overflow_nums'"));
+  CHECK_THAT(error_of([&] { o.validate(); }),
+             Catch::Matchers::ContainsSubstring("'overflow_check.overflow_nums'"));
   o = DebuggerOptions{};
   o.replica_check_every = -2;
-  CHECK_THAT(error_of([&] { o.validate(); }), Catch::Contains("'replica_check_every': -2"));
+  CHECK_THAT(error_of([&] { o.validate(); }),
+             Catch::Matchers::ContainsSubstring("'replica_check_every': -2"));
   o = DebuggerOptions{};
   o.task = Task::kTensor;
-  CHECK_THAT(error_of([&] { o.validate(); }), Catch::Contains("'list' or 'scope'; add one"));
+  CHECK_THAT(error_of([&] { o.validate(); }),
+             Catch::Matchers::ContainsSubstring("'list' or 'scope'; add one"));
   o.scope = {"aten::mm.0.forward", "aten::mm.2.forward"};
   CHECK_NOTHROW(o.validate());
   o.scope.clear();
   o.list = {"name-regex([)"};
   CHECK_THAT(error_of([&] { o.validate(); }),
-             Catch::Contains("'tensor.list': list entry 'name-regex([)'"));
+             Catch::Matchers::ContainsSubstring("'tensor.list': list entry 'name-regex([)'"));
 }
 
 TEST_CASE("invalid JSON and unreadable files are reported with the file and position",
           "[options]") {
   std::string m = parse_error("{\"task\": }");
-  CHECK_THAT(m, Catch::Contains("not valid JSON"));
-  CHECK_THAT(m, Catch::Contains("line 1, column 10"));
+  CHECK_THAT(m, Catch::Matchers::ContainsSubstring("not valid JSON"));
+  CHECK_THAT(m, Catch::Matchers::ContainsSubstring("line 1, column 10"));
   // nlohmann reports this one as out_of_range, not parse_error (found by fuzz_options).
   m = parse_error(R"({"seed": 1e999})");
-  CHECK_THAT(m, Catch::Contains("not valid JSON"));
-  CHECK_THAT(m, Catch::Contains("number overflow parsing '1e999'"));
+  CHECK_THAT(m, Catch::Matchers::ContainsSubstring("not valid JSON"));
+  CHECK_THAT(m, Catch::Matchers::ContainsSubstring("number overflow parsing '1e999'"));
 
   const std::string bad =
       write_file("bad.json", "{\n  \"task\": \"tensor\",\n  \"rank\": [1,,]\n}\n");
   m = error_of([&] { DebuggerOptions::from_json_file(bad); });
-  CHECK_THAT(m, Catch::Contains("config file '" + bad + "'"));
-  CHECK_THAT(m, Catch::Contains("line 3, column"));
+  CHECK_THAT(m, Catch::Matchers::ContainsSubstring("config file '" + bad + "'"));
+  CHECK_THAT(m, Catch::Matchers::ContainsSubstring("line 3, column"));
 
   const std::string wrong = write_file("wrong.json", R"({"zstd_level": 99})");
   m = error_of([&] { DebuggerOptions::from_json_file(wrong); });
-  CHECK_THAT(m, Catch::Contains("config file '" + wrong + "'"));
-  CHECK_THAT(m, Catch::Contains("'zstd_level'"));
+  CHECK_THAT(m, Catch::Matchers::ContainsSubstring("config file '" + wrong + "'"));
+  CHECK_THAT(m, Catch::Matchers::ContainsSubstring("'zstd_level'"));
 
   const std::string missing = temp_dir() + "/does_not_exist.json";
   m = error_of([&] { DebuggerOptions::from_json_file(missing); });
-  CHECK_THAT(m, Catch::Contains("'" + missing + "'"));
-  CHECK_THAT(m, Catch::Contains("No such file or directory"));
+  CHECK_THAT(m, Catch::Matchers::ContainsSubstring("'" + missing + "'"));
+  CHECK_THAT(m, Catch::Matchers::ContainsSubstring("No such file or directory"));
 
   m = error_of([&] { DebuggerOptions::from_json_file(temp_dir()); });
-  CHECK_THAT(m, Catch::Contains("Is a directory"));
+  CHECK_THAT(m, Catch::Matchers::ContainsSubstring("Is a directory"));
 }
 
 TEST_CASE("PRECPROBE_CONFIG overrides the options given in code", "[options]") {
@@ -625,14 +641,14 @@ TEST_CASE("PRECPROBE_CONFIG overrides the options given in code", "[options]") {
   const std::string bad = write_file("env_bad.json", R"({"levle": "L2"})");
   ::setenv("PRECPROBE_CONFIG", bad.c_str(), 1);
   std::string m = error_of([&] { DebuggerOptions::from_env_or(fallback); });
-  CHECK_THAT(m, Catch::Contains(bad));
-  CHECK_THAT(m, Catch::Contains("PRECPROBE_CONFIG"));
-  CHECK_THAT(m, Catch::Contains("did you mean 'level'?"));
+  CHECK_THAT(m, Catch::Matchers::ContainsSubstring(bad));
+  CHECK_THAT(m, Catch::Matchers::ContainsSubstring("PRECPROBE_CONFIG"));
+  CHECK_THAT(m, Catch::Matchers::ContainsSubstring("did you mean 'level'?"));
 
   ::setenv("PRECPROBE_CONFIG", "/nonexistent/precprobe.json", 1);
   m = error_of([&] { DebuggerOptions::from_env_or(fallback); });
-  CHECK_THAT(m, Catch::Contains("/nonexistent/precprobe.json"));
-  CHECK_THAT(m, Catch::Contains("PRECPROBE_CONFIG"));
+  CHECK_THAT(m, Catch::Matchers::ContainsSubstring("/nonexistent/precprobe.json"));
+  CHECK_THAT(m, Catch::Matchers::ContainsSubstring("PRECPROBE_CONFIG"));
   ::unsetenv("PRECPROBE_CONFIG");
 }
 
@@ -673,16 +689,16 @@ TEST_CASE("NameMatcher: exact names, substrings and name-regex(...)", "[namematc
 
 TEST_CASE("NameMatcher rejects bad regex entries, naming them", "[namematcher]") {
   std::string m = error_of([] { NameMatcher({"addmm", "name-regex([a-)"}); });
-  CHECK_THAT(m, Catch::Contains("'name-regex([a-)'"));
-  CHECK_THAT(m, Catch::Contains("bad regular expression"));
+  CHECK_THAT(m, Catch::Matchers::ContainsSubstring("'name-regex([a-)'"));
+  CHECK_THAT(m, Catch::Matchers::ContainsSubstring("bad regular expression"));
   m = error_of([] { NameMatcher({"name-regex()"}); });
-  CHECK_THAT(m, Catch::Contains("non-empty"));
+  CHECK_THAT(m, Catch::Matchers::ContainsSubstring("non-empty"));
   m = error_of([] { NameMatcher({"name-regex(" + std::string(1025, 'a') + ")"}); });
-  CHECK_THAT(m, Catch::Contains("1025 characters; allowed: at most 1024"));
+  CHECK_THAT(m, Catch::Matchers::ContainsSubstring("1025 characters; allowed: at most 1024"));
   CHECK(
       NameMatcher({"name-regex(" + std::string(1024, 'a') + ")"}).matches(std::string(1024, 'a')));
   m = error_of([] { NameMatcher({""}); });
-  CHECK_THAT(m, Catch::Contains("empty string"));
+  CHECK_THAT(m, Catch::Matchers::ContainsSubstring("empty string"));
 }
 
 TEST_CASE("NameMatcher is shared by threads without locks", "[namematcher]") {

@@ -1,7 +1,6 @@
 // Records: helpers, exact JSON text, round trips of every field, hostile input.
 // Exact float comparisons are the point here (round trips must be bit-exact).
 #pragma GCC diagnostic ignored "-Wfloat-equal"
-#include <catch2/catch.hpp>
 #include <cfloat>
 #include <cstring>
 #include <limits>
@@ -9,6 +8,7 @@
 
 #include "core/record_samples.h"
 #include "precprobe/records.h"
+#include "precprobe_catch.h"
 
 using namespace precprobe;
 using precprobe::test::diff;

@@ -2,7 +2,6 @@
 // wrote: one dump per rank, the same loss on every rank, a step skipped on every rank
 // when one rank's gradient holds an inf (named in that rank's scaler log), and
 // check_replicas() naming a parameter perturbed on one rank.
-#include <catch2/catch.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -10,6 +9,7 @@
 #include <string>
 
 #include "precprobe/reader.h"
+#include "precprobe_catch.h"
 
 namespace fs = std::filesystem;
 

@@ -2,10 +2,10 @@
 // dumps read back from disk with DumpReader.
 #include <torch/torch.h>
 
-#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 
+#include "precprobe_catch.h"
 #include "probe/debugger_fixture.h"
 
 using namespace precprobe;

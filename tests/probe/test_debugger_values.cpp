@@ -8,12 +8,12 @@
 #include <zstd.h>
 
 #include <algorithm>
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "precprobe_catch.h"
 #include "probe/debugger_fixture.h"
 
 using namespace precprobe;

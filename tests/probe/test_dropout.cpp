@@ -4,7 +4,6 @@
 #include <torch/torch.h>
 
 #include <atomic>
-#include <catch2/catch.hpp>
 #include <cstring>
 #include <functional>
 #include <future>
@@ -15,6 +14,7 @@
 
 #include "precprobe/dropout.h"
 #include "precprobe/error.h"
+#include "precprobe_catch.h"
 #include "probe/repro_run.h"
 
 namespace F = torch::nn::functional;

@@ -5,7 +5,6 @@
 // Exact float comparisons are intended here.
 #pragma GCC diagnostic ignored "-Wfloat-equal"
 
-#include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -15,6 +14,7 @@
 #include "precprobe/grad_monitor.h"
 #include "precprobe/reader.h"
 #include "precprobe/writer.h"
+#include "precprobe_catch.h"
 
 using precprobe::GradMonitor;
 using precprobe::GradMonitorOptions;

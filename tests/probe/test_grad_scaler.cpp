@@ -5,7 +5,6 @@
 // Exact float comparisons are the point of these tests.
 #pragma GCC diagnostic ignored "-Wfloat-equal"
 
-#include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -13,6 +12,7 @@
 
 #include "precprobe/error.h"
 #include "precprobe/grad_scaler.h"
+#include "precprobe_catch.h"
 
 using precprobe::GradScaler;
 using precprobe::GradScalerOptions;

@@ -2,13 +2,13 @@
 // through the debugger and writes to its dump; the debugger's step() runs the monitor.
 #include <torch/torch.h>
 
-#include <catch2/catch.hpp>
 #include <limits>
 
 #include "core/temp_dir.h"
 #include "precprobe/debugger.h"
 #include "precprobe/grad_scaler.h"
 #include "precprobe/reader.h"
+#include "precprobe_catch.h"
 
 TEST_CASE("a started debugger receives scaler and gradient records, named", "[scaler]") {
   precprobe::test::TempDir dir("scaler_dbg");

@@ -4,7 +4,6 @@
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
-#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -14,6 +13,7 @@
 
 #include "precprobe/error.h"
 #include "precprobe/seed.h"
+#include "precprobe_catch.h"
 #include "probe/repro_run.h"
 
 using precprobe_test::run_helper;
@@ -147,7 +147,7 @@ TEST_CASE("a seed outside [0, 2^32-1] throws and names the range", "[seed][error
 
   precprobe::SeedOptions o;
   o.num_threads = -1;
-  CHECK_THROWS_WITH(precprobe::seed_all(o), Catch::Contains("num_threads -1"));
+  CHECK_THROWS_WITH(precprobe::seed_all(o), Catch::Matchers::ContainsSubstring("num_threads -1"));
 }
 
 TEST_CASE("the report lists every setting made and skipped", "[seed][report]") {
@@ -279,7 +279,8 @@ TEST_CASE("randn_on_host draws float32/float64 on the CPU generator, then casts"
   CHECK(bitwise_equal(g.detach(), ref));
 
   CHECK_THROWS_WITH(precprobe::randn_on_host({2}, at::kLong),
-                    Catch::Contains("Long") && Catch::Contains("not a floating type"));
+                    Catch::Matchers::ContainsSubstring("Long") &&
+                        Catch::Matchers::ContainsSubstring("not a floating type"));
 
   if (torch::cuda::is_available()) {  // not run on this CPU-only machine
     precprobe::seed_all(5);

@@ -3,13 +3,13 @@
 #include <torch/torch.h>
 #include <xxhash.h>
 
-#include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "precprobe/hash.h"
+#include "precprobe_catch.h"
 #include "stats.h"
 
 // Exact float comparisons are intended: the answers are exact.

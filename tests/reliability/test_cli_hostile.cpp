@@ -3,15 +3,17 @@
 // stream that is a directory. Each must exit 2 with a message naming the offending path —
 // no crash, no exit 0. A cut stream tail is the one readable case: the commands read the
 // complete frames and `summary` reports the truncation.
+#include <sys/stat.h>
 #include <sys/wait.h>
 
-#include <catch2/catch.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/temp_dir.h"
+#include "precprobe_catch.h"
 
 namespace fs = std::filesystem;
 using precprobe::test::TempDir;
@@ -170,4 +172,41 @@ TEST_CASE("hostile dumps: a cut tail is readable and reported", "[cli][hostile]"
   INFO(e.out);
   CHECK(e.status == 0);
   CHECK(e.out.find("ops 0") != std::string::npos);
+}
+
+// Outputs that are not regular files are written in place, never replaced by a rename:
+// as root, a temporary file renamed over /dev/null turns the machine's /dev/null into a
+// regular file (apt's signature checks then fail).
+TEST_CASE("outputs that are devices or FIFOs stay what they are", "[cli][hostile]") {
+  struct stat st {};
+  for (const std::string cmd :
+       {"report CLEAN -o /dev/null", "report CLEAN --compare CLEAN -o /dev/null",
+        "export CLEAN --format csv -o /dev/null", "export CLEAN --format jsonl -o /dev/null"}) {
+    Run r = run(with_dump(cmd, kClean));
+    INFO(cmd << "\n" << r.out);
+    CHECK(r.status == 0);
+    REQUIRE(::stat("/dev/null", &st) == 0);
+    CHECK(S_ISCHR(st.st_mode));
+  }
+  CHECK_FALSE(fs::exists("/dev/null.tmp"));
+
+  TempDir root("fifo");
+  const std::string fifo = root / "report.fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  std::string received;
+  std::thread reader([&] {
+    std::FILE* f = std::fopen(fifo.c_str(), "rb");
+    if (f == nullptr) return;
+    char buf[4096];
+    size_t n = 0;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) received.append(buf, n);
+    std::fclose(f);
+  });
+  Run r = run(with_dump("report CLEAN -o '" + fifo + "'", kClean));
+  reader.join();
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK(received.rfind("<!DOCTYPE html>", 0) == 0);
+  REQUIRE(::stat(fifo.c_str(), &st) == 0);
+  CHECK(S_ISFIFO(st.st_mode));
 }

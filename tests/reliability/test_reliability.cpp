@@ -5,7 +5,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -18,6 +17,7 @@
 
 #include "core/temp_dir.h"
 #include "precprobe/reader.h"
+#include "precprobe_catch.h"
 
 namespace fs = std::filesystem;
 using precprobe::test::TempDir;

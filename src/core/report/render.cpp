@@ -3,11 +3,10 @@
 // in by cmake/EmbedFiles.cmake.
 #include <cstddef>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <string>
 #include <string_view>
 
+#include "file_output.h"
 #include "precprobe/error.h"
 #include "precprobe/report.h"
 
@@ -114,19 +113,10 @@ void write_report(const ReportOptions& options, const std::string& path) {
   const std::string title =
       options.title.empty() ? "precprobe report: " + options.dump : options.title;
   const std::string html = render_report(build_report_data(options), title);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw Error("report: cannot open '" + tmp + "' for writing");
-    f.write(html.data(), static_cast<std::streamsize>(html.size()));
-    f.close();
-    if (!f) throw Error("report: writing '" + tmp + "' failed");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    throw Error("report: cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
+  try {
+    detail::write_whole_file(path, html, path + ".tmp", /*durable=*/false);
+  } catch (const Error& e) {
+    throw Error(std::string("report: ") + e.what());
   }
 }
 

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Makes (or reuses) a Debian trixie root with LibTorch 2.6, Catch2 3 and fmt 10, for building
+# and testing precprobe against the LibTorch 2.x line without a container engine.
+#   scripts/trixie-root.sh ROOT          create ROOT unless it is already complete
+#   scripts/trixie-root.sh --mount ROOT  bind /proc and /dev into ROOT (idempotent)
+#   scripts/trixie-root.sh --umount ROOT undo --mount
+# A root is complete when ROOT/.precprobe-root-complete holds this script's package list:
+# a root from an interrupted run (or an older list) is deleted and made again.
+# Needs root and mmdebstrap (scripts/install-deps.sh installs it).
+set -euo pipefail
+
+pkgs=(build-essential cmake ninja-build git zstd pkg-config ccache ca-certificates
+      libtorch-dev libgloo-dev libopenblas0-pthread dataset-fashion-mnist
+      libfmt-dev nlohmann-json3-dev libzstd-dev libxxhash-dev catch2 libcli11-dev libbenchmark-dev
+      python3 jq nodejs npm chromium fonts-dejavu-core)
+
+mount_root() {
+  local root="$1" d
+  for d in proc dev; do
+    mkdir -p "$root/$d"
+    mountpoint -q "$root/$d" || mount --bind "/$d" "$root/$d"
+  done
+}
+
+umount_root() {
+  local root="$1" d
+  for d in dev proc; do
+    if mountpoint -q "$root/$d"; then umount "$root/$d" || umount -l "$root/$d"; fi
+  done
+}
+
+case "${1:-}" in
+  --mount) mount_root "$2"; exit 0 ;;
+  --umount) umount_root "$2"; exit 0 ;;
+  "" | -h | --help) sed -n '2,9p' "$0"; exit 0 ;;
+esac
+
+root="$1"
+marker="$root/.precprobe-root-complete"
+want="$(printf '%s\n' "${pkgs[@]}")"
+if [[ -f "$marker" ]] && [[ "$(cat "$marker")" == "$want" ]]; then
+  echo "trixie-root: $root is complete, reused"
+  exit 0
+fi
+if [[ -e "$root" ]]; then
+  echo "trixie-root: $root is incomplete or older: making it again"
+  umount_root "$root"
+  # Never follow the bind mounts: refuse to delete if one is still there.
+  if mountpoint -q "$root/proc" || mountpoint -q "$root/dev"; then
+    echo "trixie-root: $root/proc or $root/dev is still mounted; unmount it first" >&2
+    exit 1
+  fi
+  rm -rf --one-file-system "$root"
+fi
+if [[ ! -c /dev/null ]]; then
+  echo "trixie-root: /dev/null is not a character device; apt cannot verify signatures." >&2
+  echo "  repair it: rm /dev/null && mknod -m 666 /dev/null c 1 3" >&2
+  exit 1
+fi
+command -v mmdebstrap >/dev/null || {
+  echo "trixie-root: mmdebstrap is missing: apt-get install mmdebstrap" >&2
+  exit 1
+}
+mkdir -p "$(dirname "$root")"
+list="$(IFS=,; echo "${pkgs[*]}")"
+mmdebstrap --variant=apt --components=main,contrib --include="$list" trixie "$root"
+printf '%s\n' "$want" >"$marker"
+echo "trixie-root: $root made"

@@ -130,7 +130,9 @@ struct NetImpl : torch::nn::Module {
 };
 TORCH_MODULE(Net);
 
-// CPU autocast to bfloat16; the API moved in LibTorch 2.4.
+// CPU autocast to bfloat16. LibTorch 2.4 made the autocast API device-generic (PyTorch PR
+// 124359: set_autocast_enabled(device, on)); the per-device set_cpu_enabled() it deprecated is
+// the only API before 2.4.
 void set_cpu_autocast_bf16(bool on) {
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
   at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);

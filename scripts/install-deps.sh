@@ -2,18 +2,27 @@
 # Installs everything precprobe needs from Debian bookworm's packages. Idempotent: packages
 # already present are not downloaded again. Needs root (or sudo).
 #   --core   only what the torch-free core, the CLI and their tests need
+#   LIBTORCH=/path/to/libtorch  your own LibTorch (pytorch.org's zip, or a PyTorch wheel's
+#            `python3 -c 'import torch; print(torch.utils.cmake_prefix_path)'`): Debian's
+#            libtorch-dev and libgloo-dev are not installed; scripts/build.sh uses this one.
 set -euo pipefail
 
 core_pkgs=(build-essential clang libclang-rt-14-dev cmake ninja-build pkg-config ccache git zstd zlib1g-dev
            libfmt-dev nlohmann-json3-dev libzstd-dev libxxhash-dev catch2 libcli11-dev
            libbenchmark-dev chromium fonts-dejavu-core)
 torch_pkgs=(libtorch-dev libgloo-dev libopenblas0-pthread dataset-fashion-mnist)
+# The trixie root for the LibTorch 2.6 stage of scripts/test.sh.
+core_pkgs+=(mmdebstrap)
 
 pkgs=("${core_pkgs[@]}")
 # The report's browser test runs node (playwright-core from npm) against Debian's chromium.
 # A node that is already there (e.g. a newer one with its own npm) is kept.
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)
+if [[ -n "${LIBTORCH:-}" ]]; then
+  torch_pkgs=(libopenblas0-pthread dataset-fashion-mnist)
+  echo "install-deps: LIBTORCH=$LIBTORCH given: Debian's libtorch-dev is not installed"
+fi
 [[ "${1:-}" == "--core" ]] || pkgs+=("${torch_pkgs[@]}")
 
 missing=()

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The test command of the README and of CI: installs the dependencies (Debian packages),
-# builds everything and runs the whole test suite with ctest, then the torch-free core
-# again under ASan+UBSan with the fuzz targets (clang, bounded runs), the probe's own code
-# and its tests under ASan+UBSan (LibTorch itself is not instrumented), and the core under
-# TSan.
+# builds everything and runs the whole test suite with ctest against the host's LibTorch
+# (Debian bookworm: 1.13), then the torch-free core again under ASan+UBSan with the fuzz
+# targets (clang, bounded runs), the probe's own code and its tests under ASan+UBSan
+# (LibTorch itself is not instrumented), the core and the op capture under TSan, and last
+# the whole suite again against LibTorch 2.6 in a Debian trixie root (scripts/test-trixie.sh),
+# with a cross-version compare of the example trained under both.
 #   PRECPROBE_QUICK=1   only the main build and its tests
+#   PRECPROBE_SKIP_TRIXIE=1  no LibTorch 2.6 stage (it needs root and ~2 GB of packages)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -13,7 +16,14 @@ jobs="$(nproc)"
 echo "== main build: probe, core, CLI, examples, tests"
 scripts/build.sh
 (cd build && ctest --output-on-failure -j "$jobs")
+# /dev/null must survive the suite (as root, a rename over it once made it a regular file).
+[[ -c /dev/null ]] || { echo "test.sh: /dev/null is no longer a character device" >&2; exit 1; }
 [[ "${PRECPROBE_QUICK:-0}" == "1" ]] && exit 0
+
+echo "== the example under LibTorch 1.13, 30 steps: the dump the 2.6 stage compares with"
+rm -rf build/xversion && mkdir -p build/xversion
+build/examples/train_fashion_mnist --steps 30 --dump build/xversion/libtorch-1.13 \
+  >build/xversion/train.log 2>&1 || { cat build/xversion/train.log; exit 1; }
 
 echo "== torch-free core under ASan+UBSan, with bounded fuzzing"
 CXX=clang++ BUILD_DIR=build-asan scripts/build.sh -DPRECPROBE_WITH_TORCH=OFF \
@@ -22,7 +32,11 @@ CXX=clang++ BUILD_DIR=build-asan scripts/build.sh -DPRECPROBE_WITH_TORCH=OFF \
 (cd build-asan && ctest --output-on-failure -j "$jobs")
 
 echo "== probe under ASan+UBSan (its own code; LibTorch uninstrumented)"
-BUILD_DIR=build-asan-probe scripts/build.sh -DPRECPROBE_SANITIZE=address,undefined \
+# Only the executables its tests run (the core's tests ran under ASan above).
+TARGETS="test_stats test_debugger test_debugger_values test_dropout test_seed test_grad_monitor
+  test_grad_scaler test_grad_scaler_state test_scaler_debugger test_checklist_probe
+  test_reliability precprobe_reliability_child" \
+  BUILD_DIR=build-asan-probe scripts/build.sh -DPRECPROBE_SANITIZE=address,undefined \
   -DPRECPROBE_BUILD_BENCH=OFF -DPRECPROBE_BUILD_EXAMPLES=OFF -DPRECPROBE_BUILD_TOOLS=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo
 # The 10 000-step RSS test is left to the main build: ASan's quarantine holds freed memory
@@ -49,3 +63,8 @@ TARGETS="test_debugger test_debugger_values test_reliability precprobe_reliabili
   ctest --output-on-failure -j "$jobs" \
   -R "^test_debugger:|^test_debugger_values:|^test_reliability:ops from several threads" \
   -E "killed with SIGKILL")
+
+[[ "${PRECPROBE_SKIP_TRIXIE:-0}" == "1" ]] && exit 0
+echo "== LibTorch 2.6 (Debian trixie root): the whole suite again, and 1.13 vs 2.6"
+XVERSION_DUMP="$PWD/build/xversion/libtorch-1.13" scripts/test-trixie.sh
+[[ -c /dev/null ]] || { echo "test.sh: /dev/null is no longer a character device" >&2; exit 1; }

@@ -29,6 +29,13 @@ umount_root() {
   done
 }
 
+# Anything still mounted below the root (a checkout bind-mounted by scripts/test-trixie.sh)?
+mounted_below() {
+  local real
+  real="$(realpath -m "$1")"
+  awk -v r="$real/" 'index($2 "/", r) == 1 && $2 != r' /proc/mounts | grep -q .
+}
+
 case "${1:-}" in
   --mount) mount_root "$2"; exit 0 ;;
   --umount) umount_root "$2"; exit 0 ;;
@@ -45,9 +52,10 @@ fi
 if [[ -e "$root" ]]; then
   echo "trixie-root: $root is incomplete or older: making it again"
   umount_root "$root"
-  # Never follow the bind mounts: refuse to delete if one is still there.
-  if mountpoint -q "$root/proc" || mountpoint -q "$root/dev"; then
-    echo "trixie-root: $root/proc or $root/dev is still mounted; unmount it first" >&2
+  # Never delete through a mount (/proc, /dev, a bind-mounted checkout): refuse instead.
+  if mounted_below "$root"; then
+    echo "trixie-root: something is still mounted below $root (see /proc/mounts);" \
+         "unmount it first" >&2
     exit 1
   fi
   rm -rf --one-file-system "$root"

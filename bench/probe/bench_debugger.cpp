@@ -10,6 +10,7 @@
 //     bench_debugger [--h 256,1024] [--steps 30] [--rounds 5] [--warmup 5]
 #include <dlfcn.h>
 #include <time.h>
+#include <unistd.h>
 #include <torch/torch.h>
 
 #include <algorithm>

@@ -8,13 +8,10 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "c10d_compat.h"
 #include "precprobe/error.h"
 #include "precprobe/hash.h"
-#include "torch_compat.h"
 
 namespace precprobe {
 namespace {
@@ -53,23 +50,20 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_gloo_process_group_from_env(int time
   so.isServer = rank == 0;
   so.numWorkers = static_cast<size_t>(world);
   so.timeout = std::chrono::seconds(timeout_seconds);
-  auto store = c10::make_intrusive<c10d::TCPStore>(addr, so);
-
-  auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(timeout_seconds));
-  opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-#if PRECPROBE_TORCH_AT_LEAST(2, 0)
-  // 2.x: ProcessGroupGloo is a c10d::Backend; a ProcessGroup wraps it.
-  auto backend = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, opts);
-  auto pg =
-      c10::make_intrusive<c10d::ProcessGroup>(store, rank, world,
-                                              c10::make_intrusive<c10d::ProcessGroup::Options>(
-                                                  "gloo", std::chrono::seconds(timeout_seconds)));
-  pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, backend);
-  pg->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
-  return pg;
-#else
-  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, opts);
-#endif
+  try {
+    const auto store = detail::make_tcp_store(addr, so);
+    auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(timeout_seconds));
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    return detail::make_gloo_group(store, rank, world, opts, std::chrono::seconds(timeout_seconds));
+  } catch (const std::exception& e) {
+    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+    throw Error(fmt::format(
+        "cannot create the Gloo process group (rank {} of {}, TCPStore at {}:{}): {}\n"
+        "  check that MASTER_ADDR/MASTER_PORT name rank 0's machine and a free port, and that "
+        "all {} ranks start within the timeout ({} s)",
+        rank, world, addr, port, c10_error ? c10_error->what_without_backtrace() : e.what(), world,
+        timeout_seconds));
+  }
 }
 
 std::string ReplicaReport::summary() const {
@@ -117,7 +111,14 @@ ReplicaReport check_replicas(const torch::nn::Module& model,
   std::vector<std::vector<at::Tensor>> outputs(1);
   for (int r = 0; r < world; ++r) outputs[0].push_back(at::empty_like(local));
   std::vector<at::Tensor> inputs{local};
-  process_group->allgather(outputs, inputs)->wait();
+  try {
+    process_group->allgather(outputs, inputs)->wait();
+  } catch (const c10::Error& e) {
+    throw Error(
+        fmt::format("check_replicas: the all-gather of {} tensor hashes failed on rank {} "
+                    "(a rank died or the group's timeout passed): {}",
+                    n, process_group->getRank(), e.what_without_backtrace()));
+  }
 
   ReplicaReport report;
   report.rank = process_group->getRank();

@@ -75,7 +75,8 @@ struct UnscaleAcc {
 // Same element rule as PyTorch's _amp_foreach_non_finite_check_and_unscale_ kernels:
 // finiteness is tested on the value converted to opmath, the product is computed in opmath
 // (float for float/bf16/half, double for double) and rounded back to the element type.
-template <typename T>
+// With kWrite false the span is only read (ATen's kernel writes: LibTorch >= 2.3).
+template <typename T, bool kWrite = true>
 void unscale_span(T* p, int64_t n, int64_t stride, float inv_scale, UnscaleAcc& acc) {
   using M = typename OpMath<T>::type;
   const M s = static_cast<M>(inv_scale);
@@ -86,7 +87,7 @@ void unscale_span(T* p, int64_t n, int64_t stride, float inv_scale, UnscaleAcc& 
     for (int64_t i = 0; i < n; ++i) {
       const M x = static_cast<M>(p[i]);
       const T y = static_cast<T>(x * s);
-      p[i] = y;
+      if constexpr (kWrite) p[i] = y;
       const M ym = static_cast<M>(y);
       const bool fx = std::isfinite(x), fy = std::isfinite(ym);
       bad += fx ? 0 : 1;
@@ -98,7 +99,7 @@ void unscale_span(T* p, int64_t n, int64_t stride, float inv_scale, UnscaleAcc& 
       T& e = p[i * stride];
       const M x = static_cast<M>(e);
       const T y = static_cast<T>(x * s);
-      e = y;
+      if constexpr (kWrite) e = y;
       const M ym = static_cast<M>(y);
       const bool fx = std::isfinite(x), fy = std::isfinite(ym);
       bad += fx ? 0 : 1;

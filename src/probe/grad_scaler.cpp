@@ -21,6 +21,7 @@
 #include "precprobe/writer.h"
 #include "scaled_grads.h"
 #include "scaler_internal.h"
+#include "torch_compat.h"
 
 namespace precprobe {
 namespace {
@@ -339,8 +340,15 @@ void GradScaler::update(std::optional<float> new_scale) {
       scale = *new_scale;
     } else {
       info.found_inf = combined.item<float>() > 0;  // flags are 0 or positive sums
+#if PRECPROBE_HAS_CPU_AMP_KERNELS
+      at::_amp_update_scale_(m.scale, m.tracker, combined, m.o.growth_factor, m.o.backoff_factor,
+                             m.o.growth_interval);
+      scale = m.scale.item<float>();
+      tracker = m.tracker.item<int32_t>();
+#else
       detail::update_scale_host(scale, tracker, info.found_inf, m.o.growth_factor,
                                 m.o.backoff_factor, m.o.growth_interval);
+#endif
     }
     m.scale.fill_(scale);
     m.tracker.fill_(tracker);

@@ -68,7 +68,10 @@ struct UnscaleResult {
   double sumsq_scaled = 0;
   double sumsq_unscaled = 0;
 };
-UnscaleResult check_and_unscale_cpu(at::Tensor& grad, float inv_scale);
+/// One fused pass over a CPU gradient: finiteness and sums of squares before and after
+/// unscaling, with PyTorch's element rule. `write` false leaves the gradient as it is (what
+/// it would become is still summed): from LibTorch 2.3 on, ATen's own kernel unscales.
+UnscaleResult check_and_unscale_cpu(at::Tensor& grad, float inv_scale, bool write = true);
 
 }  // namespace detail
 }  // namespace precprobe

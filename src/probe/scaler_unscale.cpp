@@ -15,6 +15,7 @@
 #include "fused_loops.h"
 #include "precprobe/error.h"
 #include "scaler_internal.h"
+#include "torch_compat.h"
 
 namespace precprobe {
 namespace detail {
@@ -72,12 +73,16 @@ void unscale_cuda_group(BucketMap& buckets, const at::Tensor& inv_scale, GroupCh
 
 }  // namespace
 
-UnscaleResult check_and_unscale_cpu(at::Tensor& grad, float inv_scale) {
+UnscaleResult check_and_unscale_cpu(at::Tensor& grad, float inv_scale, bool write) {
   UnscaleAcc acc;
   const bool ok = dispatch_fused(grad.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     for_each_span<T>(grad, [&](T* p, int64_t n, int64_t stride) {
-      unscale_span<T>(p, n, stride, inv_scale, acc);
+      if (write) {
+        unscale_span<T, true>(p, n, stride, inv_scale, acc);
+      } else {
+        unscale_span<T, false>(p, n, stride, inv_scale, acc);
+      }
     });
   });
   if (!ok) {
@@ -104,6 +109,7 @@ void check_and_unscale(torch::optim::Optimizer& optimizer, const at::Tensor& inv
     GroupCheck g;
     g.group = static_cast<int>(gi);
     BucketMap cuda;
+    std::map<int, std::vector<at::Tensor>> cpu_by_dtype;  // for ATen's kernel (>= 2.3)
     auto& params = param_groups[gi].params();
     for (size_t pi = 0; pi < params.size(); ++pi) {
       at::Tensor& p = params[pi];
@@ -118,7 +124,11 @@ void check_and_unscale(torch::optim::Optimizer& optimizer, const at::Tensor& inv
         b.params.emplace_back(static_cast<int>(pi), p);
         continue;
       }
-      const UnscaleResult r = check_and_unscale_cpu(values, inv_scale_host);
+      const UnscaleResult r = check_and_unscale_cpu(values, inv_scale_host,
+                                                    /*write=*/!PRECPROBE_HAS_CPU_AMP_KERNELS);
+      if (PRECPROBE_HAS_CPU_AMP_KERNELS) {
+        cpu_by_dtype[static_cast<int>(values.scalar_type())].push_back(values);
+      }
       flag_for(flags, values.device());  // a device with gradients gets a flag, as PyTorch
       g.sumsq_scaled += r.sumsq_scaled;
       g.sumsq_unscaled += r.sumsq_unscaled;
@@ -130,7 +140,19 @@ void check_and_unscale(torch::optim::Optimizer& optimizer, const at::Tensor& inv
         ++g.n_bad;
       }
     }
+#if PRECPROBE_HAS_CPU_AMP_KERNELS
+    // PyTorch's own CPU kernel unscales and sets the device flag; the pass above only read
+    // (the same element rule, so its per-gradient findings agree: test_grad_scaler_state).
+    if (!cpu_by_dtype.empty()) {
+      const at::Tensor inv_cpu = inv_scale.to(at::kCPU);
+      at::Tensor& flag = flag_for(flags, c10::Device(c10::kCPU));
+      for (auto& [dtype, grads] : cpu_by_dtype) {
+        at::_amp_foreach_non_finite_check_and_unscale_(grads, flag, inv_cpu);
+      }
+    }
+#else
     if (g.found_inf) flag_for(flags, c10::Device(c10::kCPU)).fill_(1.0f);
+#endif
     if (!cuda.empty()) unscale_cuda_group(cuda, inv_scale, g, flags);
     groups.push_back(std::move(g));
   }

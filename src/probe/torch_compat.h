@@ -1,5 +1,6 @@
 // Differences between LibTorch versions, in one place. Every use of an API that changed
-// between 1.13 and 2.x goes through here, guarded by TORCH_VERSION_MAJOR/MINOR.
+// between 1.13 and 2.x goes through here (c10d: c10d_compat.h), guarded by
+// TORCH_VERSION_MAJOR/MINOR or, where the headers can tell, by a feature test.
 #pragma once
 
 #include <torch/csrc/api/include/torch/version.h>
@@ -10,13 +11,17 @@
 
 #include <ATen/record_function.h>
 
+/// ATen's GradScaler kernels _amp_foreach_non_finite_check_and_unscale_ and _amp_update_scale_
+/// have CPU implementations from 2.3 on (PyTorch PR 109281, merged January 2024); before,
+/// CUDA only. From 2.3 precprobe's GradScaler uses them for CPU tensors too.
+#define PRECPROBE_HAS_CPU_AMP_KERNELS PRECPROBE_TORCH_AT_LEAST(2, 3)
+
 #include <string>
 
 namespace precprobe {
 namespace detail {
 
 /// Whether `fn` is a dispatcher op (it has a schema) and, if so, its overload name.
-/// 1.13 returns c10::optional<OperatorName>; 2.x std::optional (same use).
 inline bool op_overload_name(const at::RecordFunction& fn, std::string* overload) {
   auto name = fn.operator_name();
   if (!name) return false;
@@ -24,16 +29,10 @@ inline bool op_overload_name(const at::RecordFunction& fn, std::string* overload
   return true;
 }
 
-/// The schema of a dispatcher op event, or nullopt for other events.
-#if PRECPROBE_TORCH_AT_LEAST(2, 0)
-inline std::optional<c10::FunctionSchema> op_schema(const at::RecordFunction& fn) {
-  return fn.operator_schema();
-}
-#else
-inline c10::optional<c10::FunctionSchema> op_schema(const at::RecordFunction& fn) {
-  return fn.operator_schema();
-}
-#endif
+/// The schema of a dispatcher op event, or an empty optional for other events. The optional
+/// is c10::optional up to 2.2 and std::optional from 2.3 on (c10::optional became an alias):
+/// callers use it as `auto`.
+inline auto op_schema(const at::RecordFunction& fn) { return fn.operator_schema(); }
 
 }  // namespace detail
 }  // namespace precprobe

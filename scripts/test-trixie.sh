@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The LibTorch 2.x stage of the test command: builds and runs the whole suite against Debian
+# trixie's LibTorch 2.6 (Catch2 3, fmt 10, CLI11 2.4, GCC 14) in a root made by mmdebstrap
+# (scripts/trixie-root.sh), no container engine needed. Needs root.
+#   ROOT=dir          the trixie root (default /var/cache/precprobe/trixie-root, outside the
+#                     checkout so nothing that walks the checkout meets its /proc, /dev or
+#                     the checkout mounted inside it; reused when complete)
+#   BUILD_DIR=dir     the build directory inside the checkout (default build-libtorch2)
+#   XVERSION_DUMP=dir a dump of `train_fashion_mnist --steps 30` made with the host's
+#                     LibTorch 1.13: the cross-version test compares a 2.6 run against it
+# The checkout is bind-mounted at /src/precprobe inside the root; build outputs land in the
+# checkout as with the host build. /proc, /dev and the checkout are unmounted on exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo="$PWD"
+root="${ROOT:-/var/cache/precprobe/trixie-root}"
+case "$root/" in
+  "$repo"/*) echo "test-trixie: ROOT must lie outside the checkout" >&2; exit 2 ;;
+esac
+build_dir="${BUILD_DIR:-build-libtorch2}"
+jobs="$(nproc)"
+
+scripts/trixie-root.sh "$root"
+inside="$root/src/precprobe"
+cleanup() {
+  if mountpoint -q "$inside"; then umount "$inside" || umount -l "$inside"; fi
+  scripts/trixie-root.sh --umount "$root"
+}
+trap cleanup EXIT
+scripts/trixie-root.sh --mount "$root"
+mkdir -p "$inside"
+mountpoint -q "$inside" || mount --bind "$repo" "$inside"
+
+xversion=()
+if [[ -n "${XVERSION_DUMP:-}" ]]; then
+  case "$XVERSION_DUMP" in
+    "$repo"/*) xversion=(-DPRECPROBE_XVERSION_DUMP="/src/precprobe/${XVERSION_DUMP#"$repo"/}") ;;
+    *) echo "test-trixie: XVERSION_DUMP must lie inside the checkout ($repo)" >&2; exit 2 ;;
+  esac
+fi
+
+# A clean environment inside: the host's PATH and compiler settings mean nothing there.
+chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
+  CI="${CI:-}" bash -euo pipefail -c "
+    cd /src/precprobe
+    echo \"== libtorch-dev \$(dpkg-query -W -f='\${Version}' libtorch-dev), catch2 \$(dpkg-query -W -f='\${Version}' catch2), \$(g++ --version | head -1)\"
+    BUILD_DIR=$build_dir scripts/build.sh ${xversion[*]}
+    cd $build_dir && ctest --output-on-failure -j $jobs
+  "

@@ -35,6 +35,7 @@ struct Flags {
   int64_t kill_step = -1;       // SIGKILL this process after this step...
   int kill_rank = 1;            // ...on this rank (a rank that dies)
   bool debugger = true;
+  int timeout_s = 60;  // for the store and the group's collectives
 };
 
 Flags parse_flags(int argc, char** argv) {
@@ -67,6 +68,8 @@ Flags parse_flags(int argc, char** argv) {
       f.kill_rank = std::stoi(next());
     else if (a == "--no-debugger")
       f.debugger = false;
+    else if (a == "--timeout")
+      f.timeout_s = std::stoi(next());
     else
       throw std::runtime_error("unknown flag " + a);
   }
@@ -107,7 +110,7 @@ void allreduce_mean(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, torch::nn:
 int main(int argc, char** argv) try {
   const Flags flags = parse_flags(argc, argv);
   at::set_num_threads(1);
-  auto pg = precprobe::make_gloo_process_group_from_env();
+  auto pg = precprobe::make_gloo_process_group_from_env(flags.timeout_s);
   const int rank = pg->getRank();
   const int world = pg->getSize();
 

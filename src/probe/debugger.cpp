@@ -376,7 +376,7 @@ void PrecisionDebugger::start(const std::shared_ptr<torch::nn::Module>& model) {
     d.no_dropout.reset();
 #endif
     g_current.store(nullptr);
-    throw;
+    detail::rethrow_c10_as_error("precprobe: PrecisionDebugger::start failed inside LibTorch");
   }
 }
 

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "precprobe/error.h"
+#include "torch_compat.h"
 
 namespace precprobe {
 namespace detail {
@@ -190,7 +191,7 @@ SeedReport seed_all(uint64_t seed, bool deterministic) {
   return seed_all(o);
 }
 
-SeedReport seed_all(const SeedOptions& options) {
+SeedReport seed_all(const SeedOptions& options) try {
   check_options(options);
   SeedReport r;
   r.seed = options.seed;
@@ -210,6 +211,8 @@ SeedReport seed_all(const SeedOptions& options) {
   set_deterministic(options, r);
   set_threads(options, r);
   return r;
+} catch (...) {
+  detail::rethrow_c10_as_error("precprobe: seed_all failed inside LibTorch");
 }
 
 std::mt19937_64& rng() {

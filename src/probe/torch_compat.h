@@ -18,6 +18,8 @@
 
 #include <string>
 
+#include "precprobe/error.h"
+
 namespace precprobe {
 namespace detail {
 
@@ -33,6 +35,17 @@ inline bool op_overload_name(const at::RecordFunction& fn, std::string* overload
 /// is c10::optional up to 2.2 and std::optional from 2.3 on (c10::optional became an alias):
 /// callers use it as `auto`.
 inline auto op_schema(const at::RecordFunction& fn) { return fn.operator_schema(); }
+
+/// Inside a catch block of a set-up call: a c10::Error (LibTorch's TORCH_CHECK and friends)
+/// leaves as a precprobe::Error that names `what` and carries LibTorch's message without
+/// its C++ stack trace; anything else is rethrown as it is.
+[[noreturn]] inline void rethrow_c10_as_error(const std::string& what) {
+  try {
+    throw;
+  } catch (const c10::Error& e) {
+    throw Error(what + ": " + e.what_without_backtrace());
+  }
+}
 
 }  // namespace detail
 }  // namespace precprobe

@@ -2,6 +2,9 @@
 // wrote: one dump per rank, the same loss on every rank, a step skipped on every rank
 // when one rank's gradient holds an inf (named in that rank's scaler log), and
 // check_replicas() naming a parameter perturbed on one rank.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -214,4 +217,23 @@ TEST_CASE("a rank that dies leaves every rank's dump readable", "[distributed]")
     INFO(st.path);
     CHECK(st.bad_lines == 0);
   }
+}
+
+// A failure inside c10d's set-up (here: rank 1 of 2 whose rank 0 never comes, so the TCPStore
+// client times out) leaves as precprobe::Error with what to check — not as an abort with
+// LibTorch's C++ stack trace.
+TEST_CASE("a rank whose store never answers fails with a message, not an abort", "[distributed]") {
+  // A port nothing listens on: bound and closed again by the kernel's choice is not
+  // guaranteed free, so pick one from a range the launcher does not use either.
+  const std::string port = std::to_string(45000 + (::getpid() % 5000));
+  Run r = run_command("RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " " +
+                      PRECPROBE_DDP_BIN + " --timeout 2 --no-debugger 2>&1");
+  INFO(r.output);
+  CHECK(r.status == 1);
+  CHECK(r.output.find("cannot create the Gloo process group (rank 1 of 2, TCPStore at "
+                      "127.0.0.1:" +
+                      port + ")") != std::string::npos);
+  CHECK(r.output.find("MASTER_ADDR/MASTER_PORT") != std::string::npos);
+  CHECK(r.output.find("Exception raised from") == std::string::npos);  // no c10 backtrace
+  CHECK(r.output.find("terminate called") == std::string::npos);
 }

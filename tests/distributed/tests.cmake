@@ -3,6 +3,7 @@
 if(PRECPROBE_WITH_TORCH AND PRECPROBE_BUILD_EXAMPLES AND PRECPROBE_BUILD_TOOLS)
   add_executable(test_distributed ${CMAKE_CURRENT_LIST_DIR}/test_distributed.cpp
                                   $<TARGET_OBJECTS:precprobe_catch_main>)
+  target_include_directories(test_distributed PRIVATE ${PROJECT_SOURCE_DIR}/tests)
   target_link_libraries(test_distributed PRIVATE Catch2::Catch2 precprobe::core
                                          nlohmann_json::nlohmann_json)
   target_compile_definitions(test_distributed PRIVATE

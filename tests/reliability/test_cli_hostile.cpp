@@ -179,10 +179,12 @@ TEST_CASE("hostile dumps: a cut tail is readable and reported", "[cli][hostile]"
 // regular file (apt's signature checks then fail).
 TEST_CASE("outputs that are devices or FIFOs stay what they are", "[cli][hostile]") {
   struct stat st {};
-  for (const std::string cmd :
-       {"report CLEAN -o /dev/null", "report CLEAN --compare CLEAN -o /dev/null",
-        "export CLEAN --format csv -o /dev/null", "export CLEAN --format jsonl -o /dev/null"}) {
-    Run r = run(with_dump(cmd, kClean));
+  const std::string clean = "'" + kClean + "'";
+  for (const std::string& cmd : {"report " + clean + " -o /dev/null",
+                                 "report " + clean + " --compare " + clean + " -o /dev/null",
+                                 "export " + clean + " --format csv -o /dev/null",
+                                 "export " + clean + " --format jsonl -o /dev/null"}) {
+    Run r = run(cmd);
     INFO(cmd << "\n" << r.out);
     CHECK(r.status == 0);
     REQUIRE(::stat("/dev/null", &st) == 0);
@@ -202,7 +204,7 @@ TEST_CASE("outputs that are devices or FIFOs stay what they are", "[cli][hostile
     while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) received.append(buf, n);
     std::fclose(f);
   });
-  Run r = run(with_dump("report CLEAN -o '" + fifo + "'", kClean));
+  Run r = run("report " + clean + " -o '" + fifo + "'");
   reader.join();
   INFO(r.out);
   CHECK(r.status == 0);

@@ -205,8 +205,8 @@ struct ArgCompare {
   /// Absolute error estimate: max(|dMax|, |dMin|, |dMean|, |dNorm| / sqrt(n)), a lower bound
   /// of max |N - B| over the elements; |N - B| for numbers; infinity when not comparable.
   double abs_error = 0;
-  bool exact = true;     ///< bitwise equal (hash, or all statistics)
-  std::string note;      ///< "shape differs", "non-finite counts differ", ...
+  bool exact = true;  ///< bitwise equal (hash, or all statistics)
+  std::string note;   ///< "shape differs", "non-finite counts differ", ...
 };
 
 struct OpCompare {
@@ -223,7 +223,7 @@ struct OpCompare {
   double error = 0;      ///< output error / scale S of the worst output
   double inherited = 0;  ///< sum over inputs of kappa * input error / input scale
   double bound = 0;      ///< rounding allowance gamma_n(u) of the worst output
-  double ratio = 0;      ///< (error - inherited) / bound; infinity when bound is 0
+  double ratio = 0;      ///< error / (bound + inherited); infinity when both are 0
   int64_t terms = 1;     ///< n: summands per element of the worst output
   /// "match" (bitwise or statistically identical), "noise" (within --noise-factor times the
   /// bound), "divergent".

@@ -102,8 +102,12 @@ void print_op_detail(const OpCompare& o, const Terminal& term) {
   if (o.classification != "match")
     std::cout << fmt::format(
         "  noise model: error {} (inherited from inputs {}), rounding bound {} (n = {}), "
-        "ratio {}: {}\n",
+        "ratio error / (bound + inherited) {}: {}\n",
         num(o.error), num(o.inherited), num(o.bound), o.terms, num(o.ratio), o.classification);
+  for (const ArgCompare& a : o.args) {
+    if (o.classification == "divergent" && !a.tensor && !a.exact)
+      std::cout << fmt::format("  {} #{} differs beyond rounding: {}\n", a.io, a.index, a.note);
+  }
   std::cout << fmt::format("  relative error: inputs {}, outputs {}, added by this op {}\n",
                            num(o.input_error), num(o.output_error), num(o.score));
   Table t({"io", "#", "dtype", "shape", "max N", "max B", "mean N", "mean B", "norm N", "norm B",

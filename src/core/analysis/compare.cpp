@@ -76,9 +76,10 @@ double compare_args(const std::vector<Arg>& a, const std::vector<Arg>& b, const 
         const std::optional<double> y = b[i].is_tensor() ? std::nullopt : numeric_value(b[i].value);
         const bool integral = a[i].value.find_first_of(".eE") == std::string::npos &&
                               b[i].value.find_first_of(".eE") == std::string::npos;
-        if (x && y && !integral) {
-          ac.abs_error = std::fabs(*x - *y);
-          const double mag = std::max(std::fabs(*x), std::fabs(*y));
+        if (x.has_value() && y.has_value() && !integral) {
+          const double xv = x.value_or(0), yv = y.value_or(0);
+          ac.abs_error = std::fabs(xv - yv);
+          const double mag = std::max(std::fabs(xv), std::fabs(yv));
           ac.error = ac.abs_error / mag;
           // msprobe's statistics rule, applied to the value itself.
           ac.warning = ac.abs_error / (mag + 1e-10) > 0.5;
@@ -157,7 +158,10 @@ Verdict compare_pair(const OpRecord& a, const OpRecord& b, const CompareOptions&
       // earlier item()): one rounding of the op's precision, times the noise factor, is
       // what it may differ by; beyond that the op was called with a different constant.
       rel = ac.error;
-      if (!(rel <= opt.noise_factor * u_op)) constant_differs = true;
+      if (!(rel <= opt.noise_factor * u_op)) {
+        constant_differs = true;  // the op's own cause, not inherited
+        continue;
+      }
     }
     inherited += nz.input_kappa[i] * rel;
   }
@@ -170,9 +174,16 @@ Verdict compare_pair(const OpRecord& a, const OpRecord& b, const CompareOptions&
     const size_t out_index = static_cast<size_t>(ac.index);
     if (out_index >= nz.outputs.size()) continue;
     const OutputBound& ob = nz.outputs[out_index];
+    // What the op's own rounding and its inputs' differences can explain is bound +
+    // inherited; the ratio is the output's error over that. (The statistics see only part
+    // of an input's difference, so the inherited part is not subtracted but allowed the
+    // same factor as the bound.)
     const double err = relative(ac.abs_error, ob.scale);
-    const double added = std::isinf(err) && std::isinf(inherited) ? 0 : err - inherited;
-    const double ratio = added <= 0 ? 0 : ob.bound > 0 ? added / ob.bound : kInf;
+    const double allowed = ob.bound + inherited;
+    const double ratio = std::isinf(err) && std::isinf(inherited) ? 0
+                         : !(err > 0)                             ? 0
+                         : allowed > 0                            ? err / allowed
+                                                                  : kInf;
     if (!have || ratio > oc.ratio) {
       have = true;
       oc.ratio = ratio;
@@ -325,8 +336,8 @@ CompareResult compare_groups(const Groups& ga, const Groups& gb, const CompareOp
     if (!res.first_unmatched || earlier(u, *res.first_unmatched)) res.first_unmatched = u;
   }
   if (res.ops_a + res.ops_b > 0)
-    res.aligned_fraction = 2.0 * static_cast<double>(res.ops.size()) /
-                           static_cast<double>(res.ops_a + res.ops_b);
+    res.aligned_fraction =
+        2.0 * static_cast<double>(res.ops.size()) / static_cast<double>(res.ops_a + res.ops_b);
   res.found = first_divergent.has_value();
   res.identical = !first_inexact && res.unmatched.empty();
   res.first = opt.exact ? first_inexact : first_divergent;
@@ -346,8 +357,8 @@ nlohmann::json arg_json(const ArgCompare& a) {
   nlohmann::json j{{"io", a.io},           {"index", a.index},         {"tensor", a.tensor},
                    {"warning", a.warning}, {"error", number(a.error)}, {"exact", a.exact},
                    {"note", a.note}};
-  j["abs_error"] = a.abs_error > 0 && std::isinf(a.abs_error) ? nlohmann::json("inf")
-                                                               : number(a.abs_error);
+  j["abs_error"] =
+      a.abs_error > 0 && std::isinf(a.abs_error) ? nlohmann::json("inf") : number(a.abs_error);
   if (a.tensor) {
     j["dtype_n"] = a.dtype_n;
     j["dtype_b"] = a.dtype_b;

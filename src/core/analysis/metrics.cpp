@@ -1,9 +1,9 @@
 // Comparison metrics of one tensor pair: msprobe's tensor-mode metrics (compare_tensors),
 // its statistics-mode columns and warning rule (compare_stats), and the --first error.
 // The msprobe definitions are reproduced literally; docs/cli.md states each of them.
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
-#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <vector>

@@ -19,11 +19,6 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-bool is_float_dtype(const std::string& d) {
-  return d == "Float" || d == "Double" || d == "Half" || d == "BFloat16" || d == "ComplexFloat" ||
-         d == "ComplexDouble";
-}
-
 // Magnitudes of one argument over both runs.
 struct Mag {
   bool tensor = false;
@@ -156,7 +151,8 @@ OpNoise op_noise(const OpRecord& a, const OpRecord& b) {
     }
   };
 
-  if (one_of(op, {"aten::mm", "aten::bmm", "aten::matmul", "aten::dot", "aten::vdot", "aten::mv"})) {
+  if (one_of(op,
+             {"aten::mm", "aten::bmm", "aten::matmul", "aten::dot", "aten::vdot", "aten::mv"})) {
     dot(0, static_cast<double>(last_dim(input(0))), input(0), input(1), 0);
     rms_inputs({0, 1});
   } else if (one_of(op, {"aten::addmm", "aten::baddbmm", "aten::addbmm", "aten::addmv"})) {
@@ -165,10 +161,9 @@ OpNoise op_noise(const OpRecord& a, const OpRecord& b) {
   } else if (op == "aten::linear") {
     dot(0, static_cast<double>(last_dim(input(0))), input(0), input(1), input(2).mag);
     rms_inputs({0, 1});
-  } else if (one_of(op, {"aten::convolution", "aten::_convolution", "aten::conv1d",
-                         "aten::conv2d", "aten::conv3d", "aten::mkldnn_convolution",
-                         "aten::_slow_conv2d_forward", "aten::thnn_conv2d",
-                         "aten::cudnn_convolution"})) {
+  } else if (one_of(op, {"aten::convolution", "aten::_convolution", "aten::conv1d", "aten::conv2d",
+                         "aten::conv3d", "aten::mkldnn_convolution", "aten::_slow_conv2d_forward",
+                         "aten::thnn_conv2d", "aten::cudnn_convolution"})) {
     const Mag& w = input(1);
     const double terms =
         w.shape.empty() ? 1.0 : static_cast<double>(w.numel) / static_cast<double>(dim_size(w, 0));
@@ -180,9 +175,10 @@ OpNoise op_noise(const OpRecord& a, const OpRecord& b) {
     const Mag &go = input(0), &x = input(1), &w = input(2);
     const double per_channel =
         static_cast<double>(go.numel) / static_cast<double>(std::max<int64_t>(1, dim_size(go, 1)));
-    const double kernel = w.shape.size() > 2 ? static_cast<double>(w.numel) /
-                                                   static_cast<double>(dim_size(w, 0) * dim_size(w, 1))
-                                             : 1.0;
+    const double kernel =
+        w.shape.size() > 2
+            ? static_cast<double>(w.numel) / static_cast<double>(dim_size(w, 0) * dim_size(w, 1))
+            : 1.0;
     dot(0, static_cast<double>(dim_size(go, 1)) * kernel, go, w, 0);
     dot(1, per_channel, go, x, 0);
     if (n_out > 2) {
@@ -203,8 +199,8 @@ OpNoise op_noise(const OpRecord& a, const OpRecord& b) {
   } else if (one_of(op, {"aten::norm", "aten::linalg_vector_norm", "aten::frobenius_norm"})) {
     const Mag& x = input(0);
     if (n_out > 0 && out[0].numel > 0)
-      nz.outputs[0].terms = std::max(1.0, static_cast<double>(x.numel) /
-                                              static_cast<double>(out[0].numel));
+      nz.outputs[0].terms =
+          std::max(1.0, static_cast<double>(x.numel) / static_cast<double>(out[0].numel));
     rms_inputs({0});
     if (n_out > 0 && x.rms > 0) nz.input_kappa[0] = 1;
   } else if (one_of(op, {"aten::_softmax", "aten::softmax", "aten::_log_softmax",
@@ -218,8 +214,8 @@ OpNoise op_noise(const OpRecord& a, const OpRecord& b) {
     for (OutputBound& ob : nz.outputs) ob.terms = static_cast<double>(dim_size(x, d));
     const bool log = op.find("log") != std::string::npos;
     if (n_in > 0)
-      nz.input_kappa[0] = log ? 2 * std::max(1.0, x.mag / std::max(out_mag, 1e-300))
-                              : 2 * std::max(1.0, x.mag);
+      nz.input_kappa[0] =
+          log ? 2 * std::max(1.0, x.mag / std::max(out_mag, 1e-300)) : 2 * std::max(1.0, x.mag);
   } else if (one_of(op, {"aten::_softmax_backward_data", "aten::_log_softmax_backward_data"})) {
     // (grad_output, output, dim, ...): grad_output minus softmax times its row sum.
     const Mag &go = input(0), &y = input(1);
@@ -245,14 +241,15 @@ OpNoise op_noise(const OpRecord& a, const OpRecord& b) {
       ob.scale = std::max(ob.scale, x.mag);
     }
     if (n_in > 0) nz.input_kappa[0] = 1;
-  } else if (one_of(op, {"aten::native_batch_norm", "aten::batch_norm", "aten::_batch_norm_impl_index",
-                         "aten::native_layer_norm", "aten::layer_norm", "aten::group_norm",
-                         "aten::native_group_norm", "aten::_native_batch_norm_legit",
-                         "aten::_native_batch_norm_legit_no_training",
-                         "aten::native_batch_norm_backward", "aten::native_layer_norm_backward",
-                         "aten::batch_norm_backward", "aten::native_group_norm_backward",
-                         "aten::cudnn_batch_norm", "aten::cudnn_batch_norm_backward",
-                         "aten::miopen_batch_norm"})) {
+  } else if (one_of(
+                 op,
+                 {"aten::native_batch_norm", "aten::batch_norm", "aten::_batch_norm_impl_index",
+                  "aten::native_layer_norm", "aten::layer_norm", "aten::group_norm",
+                  "aten::native_group_norm", "aten::_native_batch_norm_legit",
+                  "aten::_native_batch_norm_legit_no_training", "aten::native_batch_norm_backward",
+                  "aten::native_layer_norm_backward", "aten::batch_norm_backward",
+                  "aten::native_group_norm_backward", "aten::cudnn_batch_norm",
+                  "aten::cudnn_batch_norm_backward", "aten::miopen_batch_norm"})) {
     // Mean and variance are sums over the normalised elements (batch_norm: every element of
     // a channel; layer_norm: the normalised trailing dimensions); (x - mean) / std scales
     // the input's absolute error by 1 / std. std is estimated from the input's own
@@ -264,10 +261,11 @@ OpNoise op_noise(const OpRecord& a, const OpRecord& b) {
     double terms = 1;
     if (op.find("layer_norm") != std::string::npos) {
       const Mag& w = input(backward ? 3 : 2);
-      terms = w.tensor && w.numel > 0 ? static_cast<double>(w.numel)
-                                       : static_cast<double>(last_dim(x));
+      terms =
+          w.tensor && w.numel > 0 ? static_cast<double>(w.numel) : static_cast<double>(last_dim(x));
     } else {
-      terms = static_cast<double>(x.numel) / static_cast<double>(std::max<int64_t>(1, dim_size(x, 1)));
+      terms =
+          static_cast<double>(x.numel) / static_cast<double>(std::max<int64_t>(1, dim_size(x, 1)));
     }
     for (OutputBound& ob : nz.outputs) ob.terms = std::max(1.0, terms);
     // Every input's error may pass through amplified by mag / std of the normalised input
@@ -290,8 +288,8 @@ OpNoise op_noise(const OpRecord& a, const OpRecord& b) {
           cancel * std::max(1.0, out_mag > 0 ? in[i].mag / out_mag : 1.0) * (backward ? 2 : 1);
     }
     for (OutputBound& ob : nz.outputs) ob.terms *= cancel;
-  } else if (one_of(op, {"aten::mul", "aten::mul_", "aten::addcmul", "aten::addcmul_",
-                         "aten::div", "aten::div_", "aten::addcdiv", "aten::addcdiv_"})) {
+  } else if (one_of(op, {"aten::mul", "aten::mul_", "aten::addcmul", "aten::addcmul_", "aten::div",
+                         "aten::div_", "aten::addcdiv", "aten::addcdiv_"})) {
     // |d(xy)| <= |y||dx| + |x||dy|: each input's error counts |other| / |xy| times.
     double prod = 1;
     for (const Mag& m : in)

@@ -223,7 +223,7 @@ struct OpCompare {
   double error = 0;      ///< output error / scale S of the worst output
   double inherited = 0;  ///< sum over inputs of kappa * input error / input scale
   double bound = 0;      ///< rounding allowance gamma_n(u) of the worst output
-  double ratio = 0;      ///< error / (bound + inherited); infinity when both are 0
+  double ratio = 0;      ///< error / (bound + inherited_weight * inherited); inf when both are 0
   int64_t terms = 1;     ///< n: summands per element of the worst output
   /// "match" (bitwise or statistically identical), "noise" (within --noise-factor times the
   /// bound), "divergent".
@@ -253,6 +253,9 @@ struct CompareOptions {
   double rtol = 0;
   /// An op is divergent when the error it adds exceeds noise_factor times its bound.
   double noise_factor = 10;
+  /// The inputs' differences seen through statistics are lower bounds: the error inherited
+  /// from them counts this many times (ratio = error / (bound + weight * inherited)).
+  double inherited_weight = 10;
   bool first = false;  ///< find the first divergent op
   bool exact = false;  ///< bitwise identity
   /// Largest alignment table (cells) before the LCS falls back to matching by name.

@@ -21,6 +21,7 @@ struct CompareArgs {
   std::vector<int> ranks;  // --ranks R1 R2: two ranks of one run (or of A and B)
   double rtol = 0;
   double noise_factor = 10;
+  double inherited_weight = 10;
 };
 
 std::string pct(double v) { return std::isnan(v) ? "N/A" : num(v) + "%"; }
@@ -96,14 +97,15 @@ void print_statistics(const CompareResult& r, const CompareArgs& args, const Ter
   print_totals(r);
 }
 
-void print_op_detail(const OpCompare& o, const Terminal& term) {
+void print_op_detail(const OpCompare& o, const Terminal& term, double weight) {
   std::cout << fmt::format("  rank {}, step {}, seq {} (B: {}), {}{}\n", o.rank, o.step, o.seq_a,
                            o.seq_b, o.direction, o.scope.empty() ? "" : ", scope " + o.scope);
   if (o.classification != "match")
     std::cout << fmt::format(
         "  noise model: error {} (inherited from inputs {}), rounding bound {} (n = {}), "
-        "ratio error / (bound + inherited) {}: {}\n",
-        num(o.error), num(o.inherited), num(o.bound), o.terms, num(o.ratio), o.classification);
+        "ratio error / (bound + {} x inherited) {}: {}\n",
+        num(o.error), num(o.inherited), num(o.bound), o.terms, num(weight), num(o.ratio),
+        o.classification);
   for (const ArgCompare& a : o.args) {
     if (o.classification == "divergent" && !a.tensor && !a.exact)
       std::cout << fmt::format("  {} #{} differs beyond rounding: {}\n", a.io, a.index, a.note);
@@ -129,7 +131,7 @@ void print_op_detail(const OpCompare& o, const Terminal& term) {
 void print_first(const CompareResult& r, const CompareArgs& args, const Terminal& term) {
   if (r.found) {
     std::cout << paint(term, Tone::kRed, "First divergent op: " + r.first->name) << '\n';
-    print_op_detail(*r.first, term);
+    print_op_detail(*r.first, term, args.inherited_weight);
   } else {
     std::cout << paint(term, Tone::kGreen,
                        fmt::format("No divergent op: every difference is within {} times its "
@@ -149,7 +151,7 @@ void print_first(const CompareResult& r, const CompareArgs& args, const Terminal
   print_totals(r);
 }
 
-void print_exact(const CompareResult& r, const Terminal& term) {
+void print_exact(const CompareResult& r, const CompareArgs& args, const Terminal& term) {
   if (r.identical) {
     std::cout << paint(term, Tone::kGreen,
                        fmt::format("Identical: {} ops bitwise equal.", r.ops.size()))
@@ -158,7 +160,7 @@ void print_exact(const CompareResult& r, const Terminal& term) {
   }
   if (r.first) {
     std::cout << paint(term, Tone::kRed, "First op that differs: " + r.first->name) << '\n';
-    print_op_detail(*r.first, term);
+    print_op_detail(*r.first, term, args.inherited_weight);
   } else {
     std::cout << paint(term, Tone::kRed, "Not identical: the runs hold different ops.") << '\n';
   }
@@ -191,6 +193,11 @@ void add_compare_command(CLI::App& app, int& exit_code) {
                   "rounding bound")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--inherited-weight", args->inherited_weight,
+                  "how many times the error inherited from the inputs (a lower bound, seen "
+                  "through statistics) counts")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--rtol", args->rtol,
                   "also require a divergent op to add more than this relative error (0: off)")
       ->capture_default_str()
@@ -226,6 +233,7 @@ void add_compare_command(CLI::App& app, int& exit_code) {
     if (args->ranks.size() == 2) opt.ranks = std::make_pair(args->ranks[0], args->ranks[1]);
     opt.rtol = args->rtol;
     opt.noise_factor = args->noise_factor;
+    opt.inherited_weight = args->inherited_weight;
     CompareResult r;
     {
       Progress progress(term, args->a + " and " + args->b);
@@ -234,7 +242,7 @@ void add_compare_command(CLI::App& app, int& exit_code) {
     if (args->json) {
       print_json(r.to_json());
     } else if (args->exact) {
-      print_exact(r, term);
+      print_exact(r, *args, term);
     } else if (args->first) {
       print_first(r, *args, term);
     } else {

@@ -314,3 +314,44 @@ TEST_CASE("noise model: scalars are compared with a tolerance, never exactly",
   auto [c3, e3] = one_op("aten::sum", {h, varg("[0]")}, {targ({3})}, {h, varg("[1]")}, {targ({3})});
   CHECK(compare_dumps(c3, e3, first).found);
 }
+
+TEST_CASE("compare aligns runs of two LibTorch versions on the ops both have",
+          "[analysis][compare]") {
+  // A (1.13): reshape through aten::_reshape_alias; zero_grad zeroes the gradient.
+  // B (2.x): reshape through aten::view; no aten::zero_ (gradients set to None); an extra
+  // aten::to. The ops both have pair up; the others are listed, not blamed.
+  Arg x = hashed(targ({1, 2, 3, 4}), 1), y = hashed(targ({2, 4, 6, 8}), 2);
+  Arg r = hashed(targ({1, 2, 3, 4}), 3);
+  r.tensor->shape = {2, 2};
+  DumpData a, b;
+  add_step(a, 0, 0,
+           {{"aten::zero_", 0, {x}, {x}},
+            {"aten::mul", 1, {x, varg("2.0")}, {y}},
+            {"aten::_reshape_alias", 2, {y, varg("[2,2]"), varg("[2,1]")}, {r}},
+            {"aten::sum", 3, {r}, {hashed(targ({20}), 4)}}});
+  add_step(b, 0, 0,
+           {{"aten::mul", 0, {x, varg("2.0")}, {y}},
+            {"aten::to", 1, {y, varg("6")}, {y}},
+            {"aten::view", 2, {y, varg("[2,2]")}, {r}},
+            {"aten::sum", 3, {r}, {hashed(targ({20}), 4)}}});
+  CompareOptions first;
+  first.first = true;
+  const CompareResult c = compare_dumps(a, b, first);
+  REQUIRE(c.ops.size() == 3);
+  CHECK(c.ops[0].op == "aten::mul");
+  CHECK(c.ops[1].op == "aten::_reshape_alias");
+  CHECK(c.ops[1].name_b == "aten::view.0.forward");
+  CHECK(c.ops[2].op == "aten::sum");
+  REQUIRE(c.unmatched.size() == 2);
+  CHECK(c.unmatched[0].name == "aten::zero_.0.forward");
+  CHECK(c.unmatched[0].side == "a");
+  CHECK(c.unmatched[1].name == "aten::to.0.forward");
+  CHECK(c.unmatched[1].side == "b");
+  CHECK(c.aligned_fraction == Approx(6.0 / 8));  // 2 * 3 matched / (4 + 4)
+  CHECK_FALSE(c.found);
+  CHECK_FALSE(c.differs());  // --first: ops in one run only do not make the runs differ
+  // _reshape_alias has a stride argument that view lacks: noted, not a divergence; the
+  // tensors both have are equal.
+  CHECK(c.ops[1].args[2].note == "missing in b");
+  CHECK(c.ops[1].classification == "noise");
+}

@@ -228,8 +228,19 @@ struct OpCompare {
   /// "match" (bitwise or statistically identical), "noise" (within --noise-factor times the
   /// bound), "divergent".
   std::string classification = "match";
+  /// Module of the op (--by module): the module of the last parameter an op of A consumed
+  /// so far in its step ("fc1" for "fc1.weight"); "" before any.
+  std::string module;
 
   std::string to_json() const;
+};
+
+/// Ops of one module (--by module), over all compared steps.
+struct ModuleCompare {
+  std::string module;  ///< "" for ops before the first parameter of their step
+  int64_t ops = 0, match = 0, noise = 0, divergent = 0;
+  double max_ratio = 0;
+  std::optional<OpCompare> first_divergent;  ///< earliest by (step, seq, rank)
 };
 
 /// An op found in one dump only ("a" or "b").
@@ -256,8 +267,9 @@ struct CompareOptions {
   /// The inputs' differences seen through statistics are lower bounds: the error inherited
   /// from them counts this many times (ratio = error / (bound + weight * inherited)).
   double inherited_weight = 10;
-  bool first = false;  ///< find the first divergent op
-  bool exact = false;  ///< bitwise identity
+  bool first = false;      ///< find the first divergent op
+  bool exact = false;      ///< bitwise identity
+  bool by_module = false;  ///< fill CompareResult::modules
   /// Largest alignment table (cells) before the LCS falls back to matching by name.
   size_t max_lcs_cells = size_t{1} << 25;
 };
@@ -276,7 +288,9 @@ struct CompareResult {
   std::optional<UnmatchedOp> first_unmatched;  ///< earliest op present in one dump only
   int64_t match_ops = 0, noise_ops = 0, divergent_ops = 0;
   std::optional<OpCompare> max_noise;  ///< the noise op with the largest ratio
-  int64_t ops_a = 0, ops_b = 0;        ///< ops read from each dump (selected steps/ranks)
+  /// Per module in order of first appearance (filled with CompareOptions::by_module).
+  std::vector<ModuleCompare> modules;
+  int64_t ops_a = 0, ops_b = 0;  ///< ops read from each dump (selected steps/ranks)
   /// 2 * matched / (ops_a + ops_b): the share of ops that aligned (1 when both are empty).
   double aligned_fraction = 1;
 

@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <iostream>
+#include <tuple>
 
 #include "cli_common.h"
 
@@ -22,7 +23,42 @@ struct CompareArgs {
   double rtol = 0;
   double noise_factor = 10;
   double inherited_weight = 10;
+  std::string by = "op";
 };
+
+void print_modules(const CompareResult& r, const Terminal& term) {
+  if (r.modules.empty()) return;
+  const ModuleCompare* first = nullptr;
+  Table t({"module", "ops", "match", "noise", "divergent", "max ratio", "first divergent op",
+           "step", "error", "bound"});
+  for (const ModuleCompare& m : r.modules) {
+    const std::string name = m.module.empty() ? "(before any parameter)" : m.module;
+    if (m.first_divergent) {
+      const OpCompare& f = *m.first_divergent;
+      if (!first || std::tie(f.step, f.seq_a) <
+                        std::tie(first->first_divergent->step, first->first_divergent->seq_a))
+        first = &m;
+      t.add({name, num(m.ops), num(m.match), num(m.noise), num(m.divergent), num(m.max_ratio),
+             f.name, num(f.step), num(f.error), num(f.bound)},
+            Tone::kRed);
+    } else {
+      t.add({name, num(m.ops), num(m.match), num(m.noise), num(m.divergent), num(m.max_ratio), "",
+             "", "", ""});
+    }
+  }
+  t.print(std::cout, term);
+  if (first) {
+    const OpCompare& f = *first->first_divergent;
+    std::cout << paint(term, Tone::kRed,
+                       fmt::format("First divergent module: {} ({} at step {}: error {}, bound "
+                                   "{}, ratio {})",
+                                   first->module.empty() ? "(before any parameter)" : first->module,
+                                   f.name, f.step, num(f.error), num(f.bound), num(f.ratio)))
+              << '\n';
+  } else {
+    std::cout << paint(term, Tone::kGreen, "No module has a divergent op.") << '\n';
+  }
+}
 
 std::string pct(double v) { return std::isnan(v) ? "N/A" : num(v) + "%"; }
 
@@ -202,6 +238,11 @@ void add_compare_command(CLI::App& app, int& exit_code) {
                   "also require a divergent op to add more than this relative error (0: off)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--by", args->by,
+                  "op: per op (default); module: also per module (an op consuming parameter "
+                  "fc1.weight belongs to fc1, the ops after it inherit it)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"op", "module"}));
   cmd->add_flag("--all", args->all, "statistics mode: print every tensor, not only warnings");
   cmd->add_flag("--json", args->json, "print the result as JSON");
   cmd->footer(
@@ -234,6 +275,7 @@ void add_compare_command(CLI::App& app, int& exit_code) {
     opt.rtol = args->rtol;
     opt.noise_factor = args->noise_factor;
     opt.inherited_weight = args->inherited_weight;
+    opt.by_module = args->by == "module";
     CompareResult r;
     {
       Progress progress(term, args->a + " and " + args->b);
@@ -241,12 +283,15 @@ void add_compare_command(CLI::App& app, int& exit_code) {
     }
     if (args->json) {
       print_json(r.to_json());
-    } else if (args->exact) {
-      print_exact(r, *args, term);
-    } else if (args->first) {
-      print_first(r, *args, term);
     } else {
-      print_statistics(r, *args, term);
+      if (args->exact) {
+        print_exact(r, *args, term);
+      } else if (args->first) {
+        print_first(r, *args, term);
+      } else {
+        print_statistics(r, *args, term);
+      }
+      print_modules(r, term);
     }
     exit_code = r.differs() ? kExitFound : kExitClean;
   });

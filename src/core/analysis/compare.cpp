@@ -274,6 +274,24 @@ std::optional<OpCompare> group_first(const std::vector<OpCompare>& divergent,
   return std::nullopt;
 }
 
+// Module attribution: an op consuming a parameter ("fc1.weight") belongs to its module
+// ("fc1"); the ops after it, until the next such op, inherit it.
+std::vector<std::string> modules_of(const std::vector<OpRecord>& ops) {
+  std::vector<std::string> out;
+  std::string current;
+  for (const OpRecord& r : ops) {
+    for (const Arg& in : r.inputs) {
+      if (!in.is_tensor() || in.tensor->param.empty()) continue;
+      const std::string& p = in.tensor->param;
+      const size_t dot = p.rfind('.');
+      current = dot == std::string::npos ? "(root)" : p.substr(0, dot);
+      break;
+    }
+    out.push_back(current);
+  }
+  return out;
+}
+
 CompareResult compare_groups(const Groups& ga, const Groups& gb, const CompareOptions& opt) {
   CompareResult res;
   res.first_mode = opt.first;
@@ -291,6 +309,7 @@ CompareResult compare_groups(const Groups& ga, const Groups& gb, const CompareOp
       continue;
     }
     const std::vector<OpRecord>& b = it->second;
+    const std::vector<std::string> module_of = modules_of(a);
     bool by_lcs = false;
     std::vector<OpCompare> divergent, inexact;
     std::vector<size_t> divergent_at, inexact_at;
@@ -300,6 +319,7 @@ CompareResult compare_groups(const Groups& ga, const Groups& gb, const CompareOp
         continue;
       }
       Verdict v = compare_pair(a[i], b[j], opt);
+      v.oc.module = module_of[static_cast<size_t>(i)];
       res.warnings += v.oc.warning ? 1 : 0;
       if (v.oc.classification == "match") {
         ++res.match_ops;
@@ -336,6 +356,22 @@ CompareResult compare_groups(const Groups& ga, const Groups& gb, const CompareOp
   }
   for (const UnmatchedOp& u : res.unmatched) {
     if (!res.first_unmatched || earlier(u, *res.first_unmatched)) res.first_unmatched = u;
+  }
+  if (opt.by_module) {
+    std::map<std::string, size_t> index;
+    for (const OpCompare& o : res.ops) {  // (step, rank) groups in order, seq within
+      auto [at, added] = index.emplace(o.module, res.modules.size());
+      if (added) res.modules.push_back(ModuleCompare{o.module});
+      ModuleCompare& m = res.modules[at->second];
+      ++m.ops;
+      if (o.classification == "match") ++m.match;
+      if (o.classification == "noise") ++m.noise;
+      if (o.classification == "divergent") {
+        ++m.divergent;
+        if (!m.first_divergent || earlier(o, *m.first_divergent)) m.first_divergent = o;
+      }
+      if (std::isfinite(o.ratio)) m.max_ratio = std::max(m.max_ratio, o.ratio);
+    }
   }
   if (res.ops_a + res.ops_b > 0)
     res.aligned_fraction =
@@ -394,6 +430,7 @@ nlohmann::json op_json(const OpCompare& o) {
       {"output_error", number(o.output_error)},
       {"score", o.score > 0 && std::isinf(o.score) ? nlohmann::json("inf") : number(o.score)},
       {"classification", o.classification},
+      {"module", o.module},
       {"error", o.error > 0 && std::isinf(o.error) ? nlohmann::json("inf") : number(o.error)},
       {"inherited",
        o.inherited > 0 && std::isinf(o.inherited) ? nlohmann::json("inf") : number(o.inherited)},
@@ -462,6 +499,32 @@ std::string CompareResult::to_json() const {
   j["unmatched"] = std::move(un);
   j["only_a"] = only_a;
   j["only_b"] = only_b;
+  if (!modules.empty()) {
+    nlohmann::json ms = nlohmann::json::array();
+    const ModuleCompare* first_module = nullptr;
+    for (const ModuleCompare& m : modules) {
+      nlohmann::json mj{
+          {"module", m.module},       {"ops", m.ops},
+          {"match", m.match},         {"noise", m.noise},
+          {"divergent", m.divergent}, {"max_ratio", analysis_detail::number(m.max_ratio)}};
+      if (m.first_divergent) {
+        const OpCompare& f = *m.first_divergent;
+        mj["first_divergent"] = nlohmann::json{{"step", f.step},
+                                               {"rank", f.rank},
+                                               {"seq", f.seq_a},
+                                               {"name", f.name},
+                                               {"error", analysis_detail::number(f.error)},
+                                               {"bound", analysis_detail::number(f.bound)},
+                                               {"ratio", analysis_detail::number(f.ratio)}};
+        if (!first_module || earlier(f, *first_module->first_divergent)) first_module = &m;
+      } else {
+        mj["first_divergent"] = nullptr;
+      }
+      ms.push_back(std::move(mj));
+    }
+    j["modules"] = std::move(ms);
+    j["first_module"] = first_module ? nlohmann::json(first_module->module) : nlohmann::json();
+  }
   if (!first_mode && !exact_mode) {
     nlohmann::json rows = nlohmann::json::array();
     for (const OpCompare& o : ops) rows.push_back(op_json(o));

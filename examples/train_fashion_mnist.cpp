@@ -6,6 +6,7 @@
 //                       [--dump DIR] [--config config.json] [--seed 1234] [--threads N]
 //                       [--log-every 100] [--no-debugger] [--bf16] [--overwrite]
 //                       [--no-normalise] [--sorted-labels] [--eval-in-train-mode]
+//                       [--perturb-step S [--perturb R]]
 //
 // The last three plant the bugs `precprobe check` finds (docs/checklist.md): pixels left in
 // [0, 1], batches in label order instead of shuffled, evaluation without model->eval().
@@ -17,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "fashion_mnist.h"
@@ -39,6 +41,8 @@ struct Flags {
   bool normalise = true;
   bool sorted_labels = false;
   bool eval_in_train_mode = false;
+  int64_t perturb_step = -1;  // >= 0: conv1's output is multiplied by a constant every step
+  double perturb = 0;         // ... which is 1 + perturb at perturb_step, 1 elsewhere
 };
 
 [[noreturn]] void usage(const char* argv0, int code) {
@@ -47,6 +51,9 @@ struct Flags {
                "          [--config FILE] [--seed N] [--threads N] [--log-every N]\n"
                "          [--no-debugger] [--bf16] [--overwrite]\n"
                "          [--no-normalise] [--sorted-labels] [--eval-in-train-mode]\n"
+               "          [--perturb-step S [--perturb R]]\n"
+               "  --perturb-step S: multiply conv1's output by a constant every step (1, and\n"
+               "  1 + R at step S): two runs with different R differ in that one op\n"
                "Trains a small CNN on Fashion-MNIST with precprobe's PrecisionDebugger on.\n",
                argv0);
   std::exit(code);
@@ -93,6 +100,10 @@ Flags parse_flags(int argc, char** argv) {
       f.sorted_labels = true;
     else if (a == "--eval-in-train-mode")
       f.eval_in_train_mode = true;
+    else if (a == "--perturb-step")
+      f.perturb_step = std::stoll(value());
+    else if (a == "--perturb")
+      f.perturb = std::stod(value());
     else if (a == "--help" || a == "-h")
       usage(argv[0], 0);
     else {
@@ -116,7 +127,9 @@ struct NetImpl : torch::nn::Module {
         fc(register_module("fc", torch::nn::Linear(32 * 7 * 7, 10))) {}
 
   torch::Tensor forward(torch::Tensor x) {
-    x = torch::max_pool2d(torch::relu(bn1(conv1(x))), 2);
+    x = conv1(x);
+    if (act_scale) x = x * *act_scale;
+    x = torch::max_pool2d(torch::relu(bn1(x)), 2);
     x = torch::max_pool2d(torch::relu(bn2(conv2(x))), 2);
     return fc(drop(x.flatten(1)));
   }
@@ -127,6 +140,7 @@ struct NetImpl : torch::nn::Module {
   torch::nn::BatchNorm2d bn2;
   torch::nn::Dropout drop;
   torch::nn::Linear fc;
+  std::optional<double> act_scale;  // --perturb-step
 };
 TORCH_MODULE(Net);
 
@@ -217,6 +231,8 @@ int main(int argc, char** argv) try {
       auto y = train.labels.index_select(0, idx);
       if (dbg) dbg->observe_batch(x, y, epoch);
 
+      if (flags.perturb_step >= 0)
+        net->act_scale = step == flags.perturb_step ? 1 + flags.perturb : 1.0;
       auto logits = net->forward(x);
       auto loss = torch::cross_entropy_loss(logits.to(torch::kFloat32), y);
       opt.zero_grad();
@@ -240,6 +256,7 @@ int main(int argc, char** argv) try {
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (flags.bf16) set_cpu_autocast_bf16(false);
+  net->act_scale.reset();
   if (dbg) {
     checked_evaluation(net, test, *dbg, !flags.eval_in_train_mode);
     dbg->stop();

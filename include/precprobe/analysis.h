@@ -15,6 +15,7 @@
 #include <iosfwd>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -200,9 +201,12 @@ struct ArgCompare {
   std::vector<int64_t> shape_n, shape_b;
   StatDiff max, min, mean, norm;
   bool warning = false;  ///< msprobe's statistics rule
-  double error = 0;      ///< relative error used by --first (see docs/cli.md)
-  bool exact = true;     ///< bitwise equal (hash, or all statistics)
-  std::string note;      ///< "shape differs", "non-finite counts differ", ...
+  double error = 0;      ///< relative error of the statistics (see docs/cli.md)
+  /// Absolute error estimate: max(|dMax|, |dMin|, |dMean|, |dNorm| / sqrt(n)), a lower bound
+  /// of max |N - B| over the elements; |N - B| for numbers; infinity when not comparable.
+  double abs_error = 0;
+  bool exact = true;  ///< bitwise equal (hash, or all statistics)
+  std::string note;   ///< "shape differs", "non-finite counts differ", ...
 };
 
 struct OpCompare {
@@ -215,8 +219,28 @@ struct OpCompare {
   double input_error = 0, output_error = 0;
   double score = 0;  ///< output_error - input_error: error this op added
   bool exact = true;
+  // Noise model (docs/cli.md "Noise model"): errors relative to the scale of the computation.
+  double error = 0;      ///< output error / scale S of the worst output
+  double inherited = 0;  ///< sum over inputs of kappa * input error / input scale
+  double bound = 0;      ///< rounding allowance gamma_n(u) of the worst output
+  double ratio = 0;      ///< error / (bound + inherited_weight * inherited); inf when both are 0
+  int64_t terms = 1;     ///< n: summands per element of the worst output
+  /// "match" (bitwise or statistically identical), "noise" (within --noise-factor times the
+  /// bound), "divergent".
+  std::string classification = "match";
+  /// Module of the op (--by module): the module of the last parameter an op of A consumed
+  /// so far in its step ("fc1" for "fc1.weight"); "" before any.
+  std::string module;
 
   std::string to_json() const;
+};
+
+/// Ops of one module (--by module), over all compared steps.
+struct ModuleCompare {
+  std::string module;  ///< "" for ops before the first parameter of their step
+  int64_t ops = 0, match = 0, noise = 0, divergent = 0;
+  double max_ratio = 0;
+  std::optional<OpCompare> first_divergent;  ///< earliest by (step, seq, rank)
 };
 
 /// An op found in one dump only ("a" or "b").
@@ -236,9 +260,16 @@ struct CompareOptions {
   std::optional<std::pair<int, int>> ranks;
   /// --first: an op diverges when the error it adds (output error minus input error, both
   /// relative to the tensor's magnitude) exceeds this.
-  double rtol = 1e-3;
-  bool first = false;  ///< find the first divergent op
-  bool exact = false;  ///< bitwise identity
+  /// Extra floor: a divergent op must also add more than this relative error (0: none).
+  double rtol = 0;
+  /// An op is divergent when the error it adds exceeds noise_factor times its bound.
+  double noise_factor = 10;
+  /// The inputs' differences seen through statistics are lower bounds: the error inherited
+  /// from them counts this many times (ratio = error / (bound + weight * inherited)).
+  double inherited_weight = 10;
+  bool first = false;      ///< find the first divergent op
+  bool exact = false;      ///< bitwise identity
+  bool by_module = false;  ///< fill CompareResult::modules
   /// Largest alignment table (cells) before the LCS falls back to matching by name.
   size_t max_lcs_cells = size_t{1} << 25;
 };
@@ -255,6 +286,13 @@ struct CompareResult {
   bool identical = true;                       ///< --exact: everything bitwise equal
   std::optional<OpCompare> first;              ///< the op found (--first or --exact)
   std::optional<UnmatchedOp> first_unmatched;  ///< earliest op present in one dump only
+  int64_t match_ops = 0, noise_ops = 0, divergent_ops = 0;
+  std::optional<OpCompare> max_noise;  ///< the noise op with the largest ratio
+  /// Per module in order of first appearance (filled with CompareOptions::by_module).
+  std::vector<ModuleCompare> modules;
+  int64_t ops_a = 0, ops_b = 0;  ///< ops read from each dump (selected steps/ranks)
+  /// 2 * matched / (ops_a + ops_b): the share of ops that aligned (1 when both are empty).
+  double aligned_fraction = 1;
 
   std::string to_json() const;
   /// True when the result differs in the sense of the selected mode (exit status 1).
@@ -271,6 +309,30 @@ CompareResult compare_dumps(const DumpData& a, const DumpData& b,
 std::vector<std::pair<int64_t, int64_t>> align_sequences(const std::vector<std::string>& a,
                                                          const std::vector<std::string>& b,
                                                          size_t max_cells = size_t{1} << 25);
+
+/// Unit roundoff u of a c10 dtype name: Float 2^-24, BFloat16 2^-8, Half 2^-11, Double
+/// 2^-53; 0 for integral and bool dtypes.
+double unit_roundoff(std::string_view dtype) noexcept;
+/// Higham's gamma_n = n u / (1 - n u); infinity when n u >= 1.
+double gamma_n(double n, double u) noexcept;
+/// A number written as JSON text ("0.5", "-3", "1e-7"); nullopt otherwise.
+std::optional<double> numeric_value(const std::string& json);
+
+/// The rounding allowance of one output of an op.
+struct OutputBound {
+  double scale = 0;  ///< S: the magnitude its error is measured against
+  double terms = 1;  ///< n: summands per output element (1: one rounding)
+  double u = 0;      ///< unit roundoff of the output
+  double bound = 0;  ///< gamma_n(n, u) plus the statistics' float32 storage, relative to S
+};
+
+/// The noise model of one op pair (A's and B's records; magnitudes over both).
+struct OpNoise {
+  std::vector<OutputBound> outputs;
+  std::vector<double> input_scale;  ///< what each input's error is measured against
+  std::vector<double> input_kappa;  ///< how many times that relative error may pass on
+};
+OpNoise op_noise(const OpRecord& a, const OpRecord& b);
 
 /// msprobe's statistics comparison of one tensor (sets diffs, rel_pct and warning).
 void compare_stats(const TensorStats& n, const TensorStats& b, ArgCompare& out);

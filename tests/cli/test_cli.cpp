@@ -639,6 +639,31 @@ TEST_CASE("compare --first: the 1 % change is the act_scale mul at step 1", "[cl
   CHECK(human.out.find("value differs: 1.01 vs 1.0") != std::string::npos);
 }
 
+TEST_CASE("compare --by module: the 1 % change is in fc1's scope", "[cli][compare]") {
+  // The act_scale mul runs after fc1's addmm and before fc2's: it inherits module fc1.
+  json j = run_json(
+      "compare " + dump("diverged_1pct") + " " + dump("clean") + " --first --by module", 1);
+  CHECK(j["name"] == "aten::mul.0.forward");
+  CHECK(j["module"] == "fc1");
+  CHECK(j["first_module"] == "fc1");
+  REQUIRE(j["modules"].size() == 2);
+  json& fc1 = j["modules"][0];
+  CHECK(fc1["module"] == "fc1");
+  CHECK(fc1["first_divergent"]["name"] == "aten::mul.0.forward");
+  CHECK(fc1["first_divergent"]["step"] == 1);
+  CHECK(fc1["ops"].get<int64_t>() == fc1["match"].get<int64_t>() + fc1["noise"].get<int64_t>() +
+                                         fc1["divergent"].get<int64_t>());
+  CHECK(j["modules"][1]["module"] == "fc2");
+  int64_t total = 0;
+  for (auto& m : j["modules"]) total += m["ops"].get<int64_t>();
+  CHECK(total == j["matched"].get<int64_t>());
+  Run human =
+      run("compare " + dump("diverged_1pct") + " " + dump("clean") + " --first --by module");
+  CHECK(human.out.find("First divergent module: fc1 (aten::mul.0.forward at step 1") !=
+        std::string::npos);
+  CHECK(run("compare " + dump("clean") + " " + dump("clean") + " --by layer").status == 2);
+}
+
 TEST_CASE("compare --ranks: rank 0's overflow run against rank 1's clean run", "[cli][compare]") {
   json j = run_json("compare " + dump("overflow") + " --ranks 0 1 --first", 1);
   CHECK(j["found"] == true);

@@ -23,3 +23,16 @@ if(TARGET precprobe_cli)
   add_dependencies(test_cli precprobe_cli)
   target_compile_definitions(test_cli PRIVATE PRECPROBE_CLI="$<TARGET_FILE:precprobe_cli>")
 endif()
+
+# compare on real runs of the example: 1 vs 2 threads is rounding noise, not divergence;
+# a planted 1e-3 relative change of one op at step 3 is named exactly.
+if(TARGET precprobe_cli AND TARGET train_fashion_mnist)
+  foreach(mode threads perturb)
+    add_test(NAME compare_e2e_${mode}
+             COMMAND ${CMAKE_COMMAND} -DEXAMPLE=$<TARGET_FILE:train_fashion_mnist>
+                     -DCLI=$<TARGET_FILE:precprobe_cli> -DMODE=${mode} -DSTEPS=60 -DPSTEP=3
+                     -DDUMP=${CMAKE_CURRENT_BINARY_DIR}/compare_e2e_${mode}
+                     -P ${CMAKE_CURRENT_LIST_DIR}/run_compare_e2e.cmake)
+    set_tests_properties(compare_e2e_${mode} PROPERTIES TIMEOUT 300 LABELS "cli;e2e")
+  endforeach()
+endif()

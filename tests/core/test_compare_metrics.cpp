@@ -121,3 +121,237 @@ TEST_CASE("compare_stats: msprobe warning rule and relative errors", "[analysis]
   compare_stats(stats_of({0.5, 1}), stats_of({0, 1}), zero);
   CHECK(std::isnan(zero.min.rel_pct));
 }
+
+// ------------------------------------------------------------------ noise model
+
+namespace {
+
+// Two records of one op: A's and B's.
+std::pair<DumpData, DumpData> one_op(const std::string& op, std::vector<Arg> in_a,
+                                     std::vector<Arg> out_a, std::vector<Arg> in_b,
+                                     std::vector<Arg> out_b, Direction dir = Direction::kForward) {
+  DumpData a, b;
+  add_step(a, 0, 0, {{op, 0, std::move(in_a), std::move(out_a), 0, 0, dir}});
+  add_step(b, 0, 0, {{op, 0, std::move(in_b), std::move(out_b), 0, 0, dir}});
+  return {a, b};
+}
+
+Arg hashed(Arg a, uint64_t h) {
+  a.tensor->hash = h;
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("unit roundoff and Higham's gamma_n", "[analysis][compare][noise]") {
+  CHECK(unit_roundoff("Float") == std::ldexp(1.0, -24));    // 5.960464477539063e-08
+  CHECK(unit_roundoff("BFloat16") == std::ldexp(1.0, -8));  // 0.00390625
+  CHECK(unit_roundoff("Half") == std::ldexp(1.0, -11));     // 0.00048828125
+  CHECK(unit_roundoff("Double") == std::ldexp(1.0, -53));
+  CHECK(unit_roundoff("Long") == 0);
+  CHECK(unit_roundoff("Bool") == 0);
+  // gamma_1000 in float32: 1000 * 2^-24 / (1 - 1000 * 2^-24) = 5.9604644775390625e-05 /
+  // 0.99994039535522461 = 5.9608197700840286e-05.
+  CHECK(gamma_n(1000, std::ldexp(1.0, -24)) == Approx(5.9608197700840286e-05).epsilon(1e-14));
+  // bf16, n = 64: 0.25 / 0.75.
+  CHECK(gamma_n(64, std::ldexp(1.0, -8)) == Approx(1.0 / 3).epsilon(1e-15));
+  CHECK(std::isinf(gamma_n(256, std::ldexp(1.0, -8))));  // n u = 1: no bound
+}
+
+TEST_CASE("noise model: the bound of mm and convolution_backward by hand",
+          "[analysis][compare][noise]") {
+  // C = A B, A 2x3 = {1..6}, B 3x2 = {1, -1, 2, -2, 0.5, 0.5}: C = {6.5, -3.5, 16.5, -11.5}.
+  Arg a = targ({1, 2, 3, 4, 5, 6}), b = targ({1, -1, 2, -2, 0.5, 0.5});
+  a.tensor->shape = {2, 3};
+  b.tensor->shape = {3, 2};
+  Arg c = targ({6.5, -3.5, 16.5, -11.5});
+  c.tensor->shape = {2, 2};
+  OpRecord r = make_op(0, 0, {"aten::mm", 0, {a, b}, {c}});
+  const OpNoise nz = op_noise(r, r);
+  REQUIRE(nz.outputs.size() == 1);
+  // n = 3 (inner dimension); S = max(|C|max, n rms(A) rms(B)) = max(16.5, 3 sqrt(91/6)
+  // sqrt(10.5/6)) = max(16.5, 15.4556) = 16.5.
+  CHECK(nz.outputs[0].terms == 3);
+  CHECK(3 * std::sqrt(91.0 / 6) * std::sqrt(10.5 / 6) == Approx(15.45558).epsilon(1e-6));
+  CHECK(nz.outputs[0].scale == Approx(16.5));
+  // gamma_3 = 3 * 2^-24 / (1 - 3 * 2^-24) = 1.788139663006007e-07, plus the float32
+  // storage of the statistics, 2^-23 * |C|max / S = 1.1920928955078125e-07.
+  CHECK(nz.outputs[0].bound ==
+        Approx(1.788139663006007e-07 + 1.1920928955078125e-07).epsilon(1e-12));
+  // The inputs' errors are measured against their rms (the dot product's terms).
+  CHECK(nz.input_scale[0] == Approx(std::sqrt(91.0 / 6)));
+  CHECK(nz.input_scale[1] == Approx(std::sqrt(10.5 / 6)));
+
+  // convolution_backward(grad_output [8, 4, 5, 5], input [8, 2, 7, 7], weight [4, 2, 3, 3]):
+  // grad_input sums C_out * 3 * 3 = 36 products, grad_weight and grad_bias 8 * 5 * 5 = 200.
+  std::vector<double> g(800), x(784), w(72);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = (i % 2 ? 1 : -1) * 0.5;  // rms 0.5
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 2;                       // rms 2
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 0.25;                    // rms 0.25
+  Arg ga = targ(g), xa = targ(x), wa = targ(w);
+  ga.tensor->shape = {8, 4, 5, 5};
+  xa.tensor->shape = {8, 2, 7, 7};
+  wa.tensor->shape = {4, 2, 3, 3};
+  Arg gi = targ({0}), gw = targ({0}), gb = targ({1e-7});
+  OpRecord cb = make_op(0, 0, {"aten::convolution_backward", 0, {ga, xa, wa}, {gi, gw, gb}});
+  const OpNoise bn = op_noise(cb, cb);
+  REQUIRE(bn.outputs.size() == 3);
+  CHECK(bn.outputs[0].terms == 36);
+  CHECK(bn.outputs[0].scale == Approx(36 * 0.5 * 0.25));  // 4.5
+  CHECK(bn.outputs[1].terms == 200);
+  CHECK(bn.outputs[1].scale == Approx(200 * 0.5 * 2));  // 200
+  CHECK(bn.outputs[2].terms == 200);
+  CHECK(bn.outputs[2].scale == Approx(200 * 0.5));  // 100, not the 1e-7 it summed to
+  CHECK(bn.outputs[2].bound ==
+        Approx(gamma_n(200, std::ldexp(1.0, -24)) + std::ldexp(1.0, -23) * 1e-7 / 100));
+}
+
+TEST_CASE("noise model: a bias gradient that cancels to ~1e-7 is noise",
+          "[analysis][compare][noise]") {
+  // 1024 summands of magnitude 0.01 to 0.023 whose exact sum is 0 (each value and its negative),
+  // shuffled. Run A sums them in order in float32 (one thread); run B sums each half and
+  // adds the two partial sums (two threads). Both results are rounding residue.
+  std::vector<float> x;
+  for (int i = 0; i < 512; ++i) {
+    const float v = 0.01f * (1.0f + 0.0137f * static_cast<float>(i % 97));  // a gradient
+    x.push_back(v);
+    x.push_back(-v);
+  }
+  uint32_t s = 7;
+  for (size_t i = x.size() - 1; i > 0; --i) {
+    s = s * 1664525u + 1013904223u;
+    std::swap(x[i], x[s % (i + 1)]);
+  }
+  float one = 0, h1 = 0, h2 = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    one += x[i];
+    (i < 512 ? h1 : h2) += x[i];
+  }
+  const float two = h1 + h2;
+  // The two results (-4.32e-7 and -1.19e-7, emulated in Python with float32 rounding)
+  // differ by more than half their own size: "100 % relative".
+  const double d = std::fabs(static_cast<double>(one) - static_cast<double>(two));
+  CHECK(one == Approx(-4.3213367462158203e-07).epsilon(1e-6));
+  CHECK(two == Approx(-1.1920928955078125e-07).epsilon(1e-6));
+  REQUIRE(d > 0.5 * std::max(std::fabs(one), std::fabs(two)));
+  std::vector<double> xd(x.begin(), x.end());
+  double sum_abs = 0;
+  for (double v : xd) sum_abs += std::fabs(v);
+  const Arg in = hashed(targ(xd), 7);  // the same gradient in both runs
+  auto [a, b] = one_op("aten::sum", {in, varg("[0]")}, {targ({one})}, {in, varg("[0]")},
+                       {targ({two})}, Direction::kBackward);
+  const CompareResult r = compare_dumps(a, b, {});
+  REQUIRE(r.ops.size() == 1);
+  const OpCompare& o = r.ops[0];
+  // msprobe-style relative error of the output statistics: ~100 %.
+  CHECK(o.output_error > 0.3);
+  // Against the summands: n = 1024, S = n rms(x) = sqrt(1024) ||x||.
+  const double norm = in.tensor->norm;
+  CHECK(o.terms == 1024);
+  CHECK(o.error == Approx(d / (32 * norm)).epsilon(1e-6));
+  CHECK(o.inherited == 0);
+  const double bound =
+      gamma_n(1024, std::ldexp(1.0, -24)) +
+      std::ldexp(1.0, -23) * std::max(std::fabs(one), std::fabs(two)) / (32 * norm);
+  CHECK(o.bound == Approx(bound).epsilon(1e-9));
+  CHECK(o.ratio == Approx(o.error / bound).epsilon(1e-9));
+  CHECK(o.ratio < 1);  // within the bound itself, not only within 10 times it
+  CHECK(o.classification == "noise");
+  CHECK(r.noise_ops == 1);
+  CompareOptions first;
+  first.first = true;
+  const CompareResult f = compare_dumps(a, b, first);
+  CHECK_FALSE(f.found);
+  CHECK_FALSE(f.differs());
+
+  // The same sum off by 1e-3 of the summands' magnitude sum |x| is no rounding: with
+  // n u = 6.1e-5 the allowance is ~6.1e-4 of S, and 1e-3 sum|x| ~ 1e-3 S.
+  auto [a2, b2] = one_op("aten::sum", {in, varg("[0]")}, {targ({one})}, {in, varg("[0]")},
+                         {targ({one + 1e-3 * sum_abs})}, Direction::kBackward);
+  const CompareResult g = compare_dumps(a2, b2, first);
+  REQUIRE(g.ops.size() == 1);
+  CHECK(g.ops[0].classification == "divergent");
+  CHECK(g.ops[0].ratio > 10);
+  CHECK(g.found);
+  CHECK(g.first->op == "aten::sum");
+}
+
+TEST_CASE("noise model: scalars are compared with a tolerance, never exactly",
+          "[analysis][compare][noise]") {
+  // aten::item of a float32 0-d tensor that differs by one ulp: 0.1f vs nextafter(0.1f).
+  const float x0 = 0.1f, x1 = std::nextafter(0.1f, 1.0f);
+  Arg t0 = targ({x0}), t1 = targ({x1});
+  t0.tensor->shape = t1.tensor->shape = {};
+  auto [a, b] = one_op("aten::item", {t0}, {varg("0.10000000149011612")}, {t1},
+                       {varg("0.10000000894069672")});
+  CompareOptions first;
+  first.first = true;
+  const CompareResult r = compare_dumps(a, b, first);
+  REQUIRE(r.ops.size() == 1);
+  const OpCompare& o = r.ops[0];
+  REQUIRE(o.args.size() == 2);
+  // The output's relative error is finite: 7.4505806e-09 / 0.10000000894069672.
+  CHECK(o.args[1].error == Approx(7.4505806e-09 / 0.10000000894069672).epsilon(1e-6));
+  CHECK(std::isfinite(o.args[1].error));
+  CHECK(o.classification == "noise");  // inherited from the tensor, not added
+  CHECK_FALSE(r.found);
+
+  // A constant that differs by 1 % is no rounding (the golden diverged_1pct case) ...
+  const Arg h = hashed(targ({1, 2}), 3);
+  auto [c, e] = one_op("aten::mul", {h, varg("1.01")}, {targ({1.01, 2.02})}, {h, varg("1.0")},
+                       {targ({1, 2})});
+  const CompareResult k = compare_dumps(c, e, first);
+  CHECK(k.found);
+  CHECK(k.ops[0].classification == "divergent");
+  CHECK(k.ops[0].args[1].error == Approx(0.01 / 1.01));
+  // ... one that differs in its last float64 bits is (a host-side computation).
+  auto [c2, e2] = one_op("aten::mul", {h, varg("0.30000000000000004")}, {targ({0.3, 0.6})},
+                         {h, varg("0.3")}, {targ({0.3, 0.6})});
+  const CompareResult k2 = compare_dumps(c2, e2, first);
+  CHECK_FALSE(k2.found);
+  CHECK(k2.ops[0].classification == "noise");
+  // A different integer or string is never rounding.
+  auto [c3, e3] = one_op("aten::sum", {h, varg("[0]")}, {targ({3})}, {h, varg("[1]")}, {targ({3})});
+  CHECK(compare_dumps(c3, e3, first).found);
+}
+
+TEST_CASE("compare aligns runs of two LibTorch versions on the ops both have",
+          "[analysis][compare]") {
+  // A (1.13): reshape through aten::_reshape_alias; zero_grad zeroes the gradient.
+  // B (2.x): reshape through aten::view; no aten::zero_ (gradients set to None); an extra
+  // aten::to. The ops both have pair up; the others are listed, not blamed.
+  Arg x = hashed(targ({1, 2, 3, 4}), 1), y = hashed(targ({2, 4, 6, 8}), 2);
+  Arg r = hashed(targ({1, 2, 3, 4}), 3);
+  r.tensor->shape = {2, 2};
+  DumpData a, b;
+  add_step(a, 0, 0,
+           {{"aten::zero_", 0, {x}, {x}},
+            {"aten::mul", 1, {x, varg("2.0")}, {y}},
+            {"aten::_reshape_alias", 2, {y, varg("[2,2]"), varg("[2,1]")}, {r}},
+            {"aten::sum", 3, {r}, {hashed(targ({20}), 4)}}});
+  add_step(b, 0, 0,
+           {{"aten::mul", 0, {x, varg("2.0")}, {y}},
+            {"aten::to", 1, {y, varg("6")}, {y}},
+            {"aten::view", 2, {y, varg("[2,2]")}, {r}},
+            {"aten::sum", 3, {r}, {hashed(targ({20}), 4)}}});
+  CompareOptions first;
+  first.first = true;
+  const CompareResult c = compare_dumps(a, b, first);
+  REQUIRE(c.ops.size() == 3);
+  CHECK(c.ops[0].op == "aten::mul");
+  CHECK(c.ops[1].op == "aten::_reshape_alias");
+  CHECK(c.ops[1].name_b == "aten::view.0.forward");
+  CHECK(c.ops[2].op == "aten::sum");
+  REQUIRE(c.unmatched.size() == 2);
+  CHECK(c.unmatched[0].name == "aten::zero_.0.forward");
+  CHECK(c.unmatched[0].side == "a");
+  CHECK(c.unmatched[1].name == "aten::to.0.forward");
+  CHECK(c.unmatched[1].side == "b");
+  CHECK(c.aligned_fraction == Approx(6.0 / 8));  // 2 * 3 matched / (4 + 4)
+  CHECK_FALSE(c.found);
+  CHECK_FALSE(c.differs());  // --first: ops in one run only do not make the runs differ
+  // _reshape_alias has a stride argument that view lacks: noted, not a divergence; the
+  // tensors both have are equal.
+  CHECK(c.ops[1].args[2].note == "missing in b");
+  CHECK(c.ops[1].classification == "noise");
+}

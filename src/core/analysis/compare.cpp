@@ -47,7 +47,9 @@ Groups load(RecordSource& src, const CompareOptions& opt, int side) {
 }
 
 // One side's arguments against the other's; returns the largest tensor error and sets
-// `value_differs` when a non-tensor argument (a constant from user code) differs.
+// `value_differs` when a non-tensor argument differs in a way rounding cannot explain (a
+// different string, integer or list, or a missing argument). Numbers that differ get a
+// relative error and are judged by the noise model in compare_pair.
 double compare_args(const std::vector<Arg>& a, const std::vector<Arg>& b, const char* io,
                     OpCompare& oc, bool& value_differs) {
   double worst = 0;
@@ -57,22 +59,37 @@ double compare_args(const std::vector<Arg>& a, const std::vector<Arg>& b, const 
     ac.index = static_cast<int>(i);
     if (i >= a.size() || i >= b.size()) {
       ac.tensor = (i < a.size() ? a[i] : b[i]).is_tensor();
-      ac.error = kInf;
+      ac.error = ac.abs_error = kInf;
       ac.exact = false;
       ac.warning = true;
+      // Another LibTorch version may call an overload with more or fewer arguments
+      // (aten::_reshape_alias(x, size, stride) vs aten::view(x, size)): noted; the
+      // arguments both runs have decide.
       ac.note = i >= a.size() ? "missing in a" : "missing in b";
-      value_differs = true;
     } else if (a[i].is_tensor() && b[i].is_tensor()) {
       compare_stats(*a[i].tensor, *b[i].tensor, ac);
       worst = std::max(worst, ac.error);
     } else {
       ac.tensor = false;
       ac.exact = a[i].is_tensor() == b[i].is_tensor() && a[i].value == b[i].value;
-      ac.error = ac.exact ? 0 : kInf;
       if (!ac.exact) {
         ac.note = "value differs: " + a[i].value + " vs " + b[i].value;
-        ac.warning = true;
-        value_differs = true;
+        const std::optional<double> x = a[i].is_tensor() ? std::nullopt : numeric_value(a[i].value);
+        const std::optional<double> y = b[i].is_tensor() ? std::nullopt : numeric_value(b[i].value);
+        const bool integral = a[i].value.find_first_of(".eE") == std::string::npos &&
+                              b[i].value.find_first_of(".eE") == std::string::npos;
+        if (x.has_value() && y.has_value() && !integral) {
+          const double xv = x.value_or(0), yv = y.value_or(0);
+          ac.abs_error = std::fabs(xv - yv);
+          const double mag = std::max(std::fabs(xv), std::fabs(yv));
+          ac.error = ac.abs_error / mag;
+          // msprobe's statistics rule, applied to the value itself.
+          ac.warning = ac.abs_error / (mag + 1e-10) > 0.5;
+        } else {
+          ac.error = ac.abs_error = kInf;
+          ac.warning = true;
+          value_differs = true;
+        }
       }
     }
     oc.warning = oc.warning || ac.warning;
@@ -87,7 +104,13 @@ struct Verdict {
   bool divergent = false;
 };
 
-Verdict compare_pair(const OpRecord& a, const OpRecord& b, double rtol) {
+// x / scale with 0 / 0 = 0 and x / 0 = infinity.
+double relative(double x, double scale) {
+  if (!(x > 0)) return 0;
+  return scale > 0 ? x / scale : kInf;
+}
+
+Verdict compare_pair(const OpRecord& a, const OpRecord& b, const CompareOptions& opt) {
   Verdict v;
   OpCompare& oc = v.oc;
   oc.step = a.step;
@@ -110,9 +133,71 @@ Verdict compare_pair(const OpRecord& a, const OpRecord& b, double rtol) {
     oc.exact = true;
     oc.warning = false;
     oc.score = 0;
+    oc.classification = "match";
     return v;
   }
-  v.divergent = in_value || out_value || oc.score > rtol;
+  if (oc.exact) {
+    oc.classification = "match";
+    return v;
+  }
+  // Noise model: the error each output carries beyond what its inputs brought, against
+  // the rounding the op may make (docs/cli.md, "Noise model").
+  const OpNoise nz = op_noise(a, b);
+  const size_t n_in = std::min(a.inputs.size(), b.inputs.size());
+  double u_op = 0;
+  for (const OutputBound& ob : nz.outputs) u_op = std::max(u_op, ob.u);
+  if (!(u_op > 0)) u_op = std::ldexp(1.0, -24);
+  double inherited = 0;
+  bool constant_differs = false;
+  for (size_t i = 0; i < oc.args.size() && oc.args[i].io == "input"; ++i) {
+    const ArgCompare& ac = oc.args[i];
+    if (ac.exact || i >= n_in) continue;
+    double rel = 0;
+    if (ac.tensor) {
+      rel = relative(ac.abs_error, nz.input_scale[i]);
+    } else {
+      // A number from the caller (a constant, or a value computed on the host from an
+      // earlier item()): one rounding of the op's precision, times the noise factor, is
+      // what it may differ by; beyond that the op was called with a different constant.
+      rel = ac.error;
+      if (!(rel <= opt.noise_factor * u_op)) {
+        constant_differs = true;  // the op's own cause, not inherited
+        continue;
+      }
+    }
+    inherited += nz.input_kappa[i] * rel;
+  }
+  oc.inherited = inherited;
+  oc.ratio = 0;
+  bool have = false;
+  for (size_t k = 0; k < oc.args.size(); ++k) {
+    const ArgCompare& ac = oc.args[k];
+    if (ac.io != "output") continue;
+    const size_t out_index = static_cast<size_t>(ac.index);
+    if (out_index >= nz.outputs.size()) continue;
+    const OutputBound& ob = nz.outputs[out_index];
+    // What the op's own rounding and its inputs' differences can explain: bound +
+    // weight * inherited. The statistics see only part of an input's difference (its
+    // extremes, mean and norm), so the inherited estimate is a lower bound and is weighted
+    // (docs/cli.md: measured 12 times too low on the example's batch-summed gradients).
+    const double err = relative(ac.abs_error, ob.scale);
+    const double allowed = ob.bound + opt.inherited_weight * inherited;
+    const double ratio = std::isinf(err) && std::isinf(inherited) ? 0
+                         : !(err > 0)                             ? 0
+                         : allowed > 0                            ? err / allowed
+                                                                  : kInf;
+    if (!have || ratio > oc.ratio) {
+      have = true;
+      oc.ratio = ratio;
+      oc.error = err;
+      oc.bound = ob.bound;
+      oc.terms = static_cast<int64_t>(std::llround(std::min(ob.terms, 9e18)));
+    }
+  }
+  const double added = std::isinf(oc.error) && std::isinf(inherited) ? 0 : oc.error - inherited;
+  const bool beyond_noise = oc.ratio > opt.noise_factor && added > opt.rtol;
+  v.divergent = in_value || out_value || constant_differs || beyond_noise;
+  oc.classification = v.divergent ? "divergent" : "noise";
   return v;
 }
 
@@ -122,6 +207,28 @@ bool earlier(const OpCompare& x, const OpCompare& y) {
 
 bool earlier(const UnmatchedOp& x, const UnmatchedOp& y) {
   return std::tie(x.step, x.seq, x.rank) < std::tie(y.step, y.seq, y.rank);
+}
+
+// What the LCS aligns on: the op (the reshape family as one: LibTorch 1.13 reshapes through
+// aten::_reshape_alias, 2.x through aten::view), its direction and its first output's
+// shape, so that an op is paired only with a call computing the same thing.
+std::string align_key(const OpRecord& r) {
+  static const char* const kViews[] = {"aten::view", "aten::_reshape_alias", "aten::reshape",
+                                       "aten::_unsafe_view", "aten::flatten"};
+  std::string key = r.op;
+  for (const char* v : kViews) {
+    if (r.op == v) key = "view";
+  }
+  key += ".";
+  key += to_string(r.dir);
+  for (const Arg& o : r.outputs) {
+    if (!o.is_tensor()) continue;
+    key += "[";
+    for (int64_t d : o.tensor->shape) key += std::to_string(d) + ",";
+    key += "]";
+    break;
+  }
+  return key;
 }
 
 std::vector<std::pair<int64_t, int64_t>> pair_group(const std::vector<OpRecord>& a,
@@ -142,8 +249,8 @@ std::vector<std::pair<int64_t, int64_t>> pair_group(const std::vector<OpRecord>&
     return pairs;
   }
   std::vector<std::string> ka, kb;
-  for (const OpRecord& r : a) ka.push_back(r.op + "." + std::string(to_string(r.dir)));
-  for (const OpRecord& r : b) kb.push_back(r.op + "." + std::string(to_string(r.dir)));
+  for (const OpRecord& r : a) ka.push_back(align_key(r));
+  for (const OpRecord& r : b) kb.push_back(align_key(r));
   return align_sequences(ka, kb, opt.max_lcs_cells);
 }
 
@@ -167,6 +274,24 @@ std::optional<OpCompare> group_first(const std::vector<OpCompare>& divergent,
   return std::nullopt;
 }
 
+// Module attribution: an op consuming a parameter ("fc1.weight") belongs to its module
+// ("fc1"); the ops after it, until the next such op, inherit it.
+std::vector<std::string> modules_of(const std::vector<OpRecord>& ops) {
+  std::vector<std::string> out;
+  std::string current;
+  for (const OpRecord& r : ops) {
+    for (const Arg& in : r.inputs) {
+      if (!in.is_tensor() || in.tensor->param.empty()) continue;
+      const std::string& p = in.tensor->param;
+      const size_t dot = p.rfind('.');
+      current = dot == std::string::npos ? "(root)" : p.substr(0, dot);
+      break;
+    }
+    out.push_back(current);
+  }
+  return out;
+}
+
 CompareResult compare_groups(const Groups& ga, const Groups& gb, const CompareOptions& opt) {
   CompareResult res;
   res.first_mode = opt.first;
@@ -176,6 +301,7 @@ CompareResult compare_groups(const Groups& ga, const Groups& gb, const CompareOp
     // Named references, not structured bindings: clang 14 won't capture those in a lambda.
     const GroupKey& key = kv.first;
     const std::vector<OpRecord>& a = kv.second;
+    res.ops_a += static_cast<int64_t>(a.size());
     auto it = gb.find(key);
     if (it == gb.end()) {
       res.only_a.push_back(key);
@@ -183,6 +309,7 @@ CompareResult compare_groups(const Groups& ga, const Groups& gb, const CompareOp
       continue;
     }
     const std::vector<OpRecord>& b = it->second;
+    const std::vector<std::string> module_of = modules_of(a);
     bool by_lcs = false;
     std::vector<OpCompare> divergent, inexact;
     std::vector<size_t> divergent_at, inexact_at;
@@ -191,8 +318,17 @@ CompareResult compare_groups(const Groups& ga, const Groups& gb, const CompareOp
         res.unmatched.push_back(i < 0 ? unmatched(b[j], "b") : unmatched(a[i], "a"));
         continue;
       }
-      Verdict v = compare_pair(a[i], b[j], opt.rtol);
+      Verdict v = compare_pair(a[i], b[j], opt);
+      v.oc.module = module_of[static_cast<size_t>(i)];
       res.warnings += v.oc.warning ? 1 : 0;
+      if (v.oc.classification == "match") {
+        ++res.match_ops;
+      } else if (v.oc.classification == "noise") {
+        ++res.noise_ops;
+        if (!res.max_noise || v.oc.ratio > res.max_noise->ratio) res.max_noise = v.oc;
+      } else {
+        ++res.divergent_ops;
+      }
       if (v.divergent) {
         divergent.push_back(v.oc);
         divergent_at.push_back(static_cast<size_t>(i));
@@ -213,6 +349,7 @@ CompareResult compare_groups(const Groups& ga, const Groups& gb, const CompareOp
     res.aligned_by_lcs += by_lcs ? 1 : 0;
   }
   for (const auto& [key, b] : gb) {
+    res.ops_b += static_cast<int64_t>(b.size());
     if (ga.count(key)) continue;
     res.only_b.push_back(key);
     for (const OpRecord& r : b) res.unmatched.push_back(unmatched(r, "b"));
@@ -220,6 +357,25 @@ CompareResult compare_groups(const Groups& ga, const Groups& gb, const CompareOp
   for (const UnmatchedOp& u : res.unmatched) {
     if (!res.first_unmatched || earlier(u, *res.first_unmatched)) res.first_unmatched = u;
   }
+  if (opt.by_module) {
+    std::map<std::string, size_t> index;
+    for (const OpCompare& o : res.ops) {  // (step, rank) groups in order, seq within
+      auto [at, added] = index.emplace(o.module, res.modules.size());
+      if (added) res.modules.push_back(ModuleCompare{o.module});
+      ModuleCompare& m = res.modules[at->second];
+      ++m.ops;
+      if (o.classification == "match") ++m.match;
+      if (o.classification == "noise") ++m.noise;
+      if (o.classification == "divergent") {
+        ++m.divergent;
+        if (!m.first_divergent || earlier(o, *m.first_divergent)) m.first_divergent = o;
+      }
+      if (std::isfinite(o.ratio)) m.max_ratio = std::max(m.max_ratio, o.ratio);
+    }
+  }
+  if (res.ops_a + res.ops_b > 0)
+    res.aligned_fraction =
+        2.0 * static_cast<double>(res.ops.size()) / static_cast<double>(res.ops_a + res.ops_b);
   res.found = first_divergent.has_value();
   res.identical = !first_inexact && res.unmatched.empty();
   res.first = opt.exact ? first_inexact : first_divergent;
@@ -239,6 +395,8 @@ nlohmann::json arg_json(const ArgCompare& a) {
   nlohmann::json j{{"io", a.io},           {"index", a.index},         {"tensor", a.tensor},
                    {"warning", a.warning}, {"error", number(a.error)}, {"exact", a.exact},
                    {"note", a.note}};
+  j["abs_error"] =
+      a.abs_error > 0 && std::isinf(a.abs_error) ? nlohmann::json("inf") : number(a.abs_error);
   if (a.tensor) {
     j["dtype_n"] = a.dtype_n;
     j["dtype_b"] = a.dtype_b;
@@ -271,6 +429,14 @@ nlohmann::json op_json(const OpCompare& o) {
       {"input_error", number(o.input_error)},
       {"output_error", number(o.output_error)},
       {"score", o.score > 0 && std::isinf(o.score) ? nlohmann::json("inf") : number(o.score)},
+      {"classification", o.classification},
+      {"module", o.module},
+      {"error", o.error > 0 && std::isinf(o.error) ? nlohmann::json("inf") : number(o.error)},
+      {"inherited",
+       o.inherited > 0 && std::isinf(o.inherited) ? nlohmann::json("inf") : number(o.inherited)},
+      {"bound", number(o.bound)},
+      {"terms", o.terms},
+      {"ratio", o.ratio > 0 && std::isinf(o.ratio) ? nlohmann::json("inf") : number(o.ratio)},
       {"args", std::move(args)}};
 }
 
@@ -285,7 +451,7 @@ std::string OpCompare::to_json() const { return analysis_detail::dump(op_json(*t
 
 bool CompareResult::differs() const noexcept {
   if (exact_mode) return !identical;
-  if (first_mode) return found || !unmatched.empty();
+  if (first_mode) return found;
   return warnings > 0 || !unmatched.empty();
 }
 
@@ -300,11 +466,32 @@ std::string CompareResult::to_json() const {
                    {"matched", ops.size()},
                    {"warnings", warnings},
                    {"unmatched_count", unmatched.size()},
-                   {"aligned_by_lcs", aligned_by_lcs}};
+                   {"aligned_by_lcs", aligned_by_lcs},
+                   {"aligned_fraction", aligned_fraction},
+                   {"ops_a", ops_a},
+                   {"ops_b", ops_b},
+                   {"match_ops", match_ops},
+                   {"noise_ops", noise_ops},
+                   {"divergent_ops", divergent_ops}};
   if (first) {
     j.update(op_json(*first));
   } else {
-    for (const char* k : {"step", "rank", "seq", "name", "op", "direction"}) j[k] = nullptr;
+    for (const char* k : {"step", "rank", "seq", "name", "op", "direction", "classification",
+                          "error", "bound", "ratio"})
+      j[k] = nullptr;
+  }
+  if (max_noise) {
+    const OpCompare& m = *max_noise;
+    j["max_noise"] = nlohmann::json{{"step", m.step},
+                                    {"rank", m.rank},
+                                    {"seq", m.seq_a},
+                                    {"name", m.name},
+                                    {"error", analysis_detail::number(m.error)},
+                                    {"inherited", analysis_detail::number(m.inherited)},
+                                    {"bound", analysis_detail::number(m.bound)},
+                                    {"ratio", analysis_detail::number(m.ratio)}};
+  } else {
+    j["max_noise"] = nullptr;
   }
   j["first_unmatched"] = first_unmatched ? unmatched_json(*first_unmatched) : nlohmann::json();
   nlohmann::json un = nlohmann::json::array();
@@ -312,6 +499,32 @@ std::string CompareResult::to_json() const {
   j["unmatched"] = std::move(un);
   j["only_a"] = only_a;
   j["only_b"] = only_b;
+  if (!modules.empty()) {
+    nlohmann::json ms = nlohmann::json::array();
+    const ModuleCompare* first_module = nullptr;
+    for (const ModuleCompare& m : modules) {
+      nlohmann::json mj{
+          {"module", m.module},       {"ops", m.ops},
+          {"match", m.match},         {"noise", m.noise},
+          {"divergent", m.divergent}, {"max_ratio", analysis_detail::number(m.max_ratio)}};
+      if (m.first_divergent) {
+        const OpCompare& f = *m.first_divergent;
+        mj["first_divergent"] = nlohmann::json{{"step", f.step},
+                                               {"rank", f.rank},
+                                               {"seq", f.seq_a},
+                                               {"name", f.name},
+                                               {"error", analysis_detail::number(f.error)},
+                                               {"bound", analysis_detail::number(f.bound)},
+                                               {"ratio", analysis_detail::number(f.ratio)}};
+        if (!first_module || earlier(f, *first_module->first_divergent)) first_module = &m;
+      } else {
+        mj["first_divergent"] = nullptr;
+      }
+      ms.push_back(std::move(mj));
+    }
+    j["modules"] = std::move(ms);
+    j["first_module"] = first_module ? nlohmann::json(first_module->module) : nlohmann::json();
+  }
   if (!first_mode && !exact_mode) {
     nlohmann::json rows = nlohmann::json::array();
     for (const OpCompare& o : ops) rows.push_back(op_json(o));

@@ -1,6 +1,7 @@
 // Comparison metrics of one tensor pair: msprobe's tensor-mode metrics (compare_tensors),
 // its statistics-mode columns and warning rule (compare_stats), and the --first error.
 // The msprobe definitions are reproduced literally; docs/cli.md states each of them.
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -165,6 +166,26 @@ double stats_error(const TensorStats& n, const TensorStats& b) {
                    rel(n.norm, b.norm, norm_mag)});
 }
 
+namespace {
+
+// max(|dMax|, |dMin|, |dMean|, |dNorm| / sqrt(n)): each is at most max_i |N_i - B_i|
+// (|dNorm| <= ||N - B||_2 <= sqrt(n) max_i |N_i - B_i|).
+double stats_abs_error(const TensorStats& n, const TensorStats& b) {
+  if (n.hash && b.hash && *n.hash == *b.hash) return 0;
+  if (n.shape != b.shape || n.numel != b.numel) return kInf;
+  if (n.nan != b.nan || n.pinf != b.pinf || n.ninf != b.ninf) return kInf;
+  const int64_t finite = n.numel - n.non_finite();
+  if (finite <= 0) return 0;
+  auto d = [](double x, double y) {
+    if (std::isnan(x) || std::isnan(y)) return std::isnan(x) && std::isnan(y) ? 0.0 : kInf;
+    return std::fabs(x - y);
+  };
+  return std::max({d(n.max, b.max), d(n.min, b.min), d(n.mean, b.mean),
+                   d(n.norm, b.norm) / std::sqrt(static_cast<double>(finite))});
+}
+
+}  // namespace
+
 void compare_stats(const TensorStats& n, const TensorStats& b, ArgCompare& out) {
   out.tensor = true;
   out.dtype_n = n.dtype;
@@ -182,6 +203,7 @@ void compare_stats(const TensorStats& n, const TensorStats& b, ArgCompare& out) 
   out.warning = warn;
   out.error = stats_error(n, b);
   out.exact = stats_bitwise_equal(n, b);
+  out.abs_error = out.exact ? 0 : stats_abs_error(n, b);
   if (n.shape != b.shape) {
     out.note = "shape differs";
   } else if (n.nan != b.nan || n.pinf != b.pinf || n.ninf != b.ninf) {

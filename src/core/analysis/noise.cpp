@@ -1,0 +1,315 @@
+// The rounding-error model of `compare` (docs/cli.md, "Noise model"): per output of an op,
+// the scale S its error is measured against, the number of summands n per output element
+// and the allowance gamma_n(u) (Higham, Accuracy and Stability of Numerical Algorithms, 2nd
+// ed., §3.1 eq. 3.4/3.5 for dot products, §4.2 for summation); per input, the scale its own
+// error is measured against and how much of it may pass into the outputs (kappa).
+//
+// Only the statistics of the dump are known (min, max, norm, numel): magnitudes are estimated
+// from them. rms = norm / sqrt(finite elements) stands for a row's typical |x|, so that
+// sum_k |x_k| <= sqrt(n) * ||x_row||_2 ~= n * rms (Cauchy-Schwarz) and
+// sum_k |a_k||b_k| <= ||a_row|| ||b_col|| ~= n * rms(a) * rms(b).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "precprobe/analysis.h"
+
+namespace precprobe {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Magnitudes of one argument over both runs.
+struct Mag {
+  bool tensor = false;
+  double mag = 0;  // largest |x|
+  double rms = 0;  // norm / sqrt(finite elements)
+  double u = 0;    // unit roundoff of its dtype (0: integral or not a float)
+  std::vector<int64_t> shape;
+  int64_t numel = 0;
+};
+
+double finite_or_zero(double v) { return std::isfinite(v) ? v : 0; }
+
+Mag mag_of(const Arg* a, const Arg* b) {
+  Mag m;
+  for (const Arg* x : {a, b}) {
+    if (x == nullptr) continue;
+    if (x->is_tensor()) {
+      const TensorStats& t = *x->tensor;
+      m.tensor = true;
+      m.mag = std::max(m.mag, finite_or_zero(t.abs_max()));
+      const int64_t finite = t.numel - t.non_finite();
+      if (finite > 0)
+        m.rms = std::max(m.rms, finite_or_zero(t.norm) / std::sqrt(static_cast<double>(finite)));
+      m.u = std::max(m.u, unit_roundoff(t.dtype));
+      if (m.shape.empty()) m.shape = t.shape;
+      m.numel = std::max(m.numel, t.numel);
+    } else if (auto v = numeric_value(x->value)) {
+      m.mag = std::max(m.mag, std::fabs(*v));
+      m.rms = m.mag;
+    }
+  }
+  return m;
+}
+
+int64_t dim_size(const Mag& m, int64_t d) {
+  const auto r = static_cast<int64_t>(m.shape.size());
+  if (r == 0) return 1;
+  if (d < 0) d += r;
+  if (d < 0 || d >= r) return 1;
+  return std::max<int64_t>(1, m.shape[static_cast<size_t>(d)]);
+}
+
+int64_t last_dim(const Mag& m) { return dim_size(m, -1); }
+
+bool one_of(const std::string& op, std::initializer_list<const char*> names) {
+  for (const char* n : names) {
+    if (op == n) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+double unit_roundoff(std::string_view dtype) noexcept {
+  if (dtype == "Float" || dtype == "ComplexFloat") return std::ldexp(1.0, -24);
+  if (dtype == "Double" || dtype == "ComplexDouble") return std::ldexp(1.0, -53);
+  if (dtype == "Half") return std::ldexp(1.0, -11);
+  if (dtype == "BFloat16") return std::ldexp(1.0, -8);
+  return 0;
+}
+
+double gamma_n(double n, double u) noexcept {
+  const double nu = n * u;
+  return nu >= 1 ? kInf : nu / (1 - nu);
+}
+
+std::optional<double> numeric_value(const std::string& json) {
+  if (json.empty()) return std::nullopt;
+  const char c = json[0];
+  if (!(c == '-' || (c >= '0' && c <= '9'))) return std::nullopt;
+  char* end = nullptr;
+  const double v = std::strtod(json.c_str(), &end);
+  if (end != json.c_str() + json.size()) return std::nullopt;
+  return v;
+}
+
+OpNoise op_noise(const OpRecord& a, const OpRecord& b) {
+  OpNoise nz;
+  const std::string& op = a.op;
+  const size_t n_in = std::max(a.inputs.size(), b.inputs.size());
+  const size_t n_out = std::max(a.outputs.size(), b.outputs.size());
+  std::vector<Mag> in(n_in), out(n_out);
+  for (size_t i = 0; i < n_in; ++i)
+    in[i] = mag_of(i < a.inputs.size() ? &a.inputs[i] : nullptr,
+                   i < b.inputs.size() ? &b.inputs[i] : nullptr);
+  for (size_t k = 0; k < n_out; ++k)
+    out[k] = mag_of(k < a.outputs.size() ? &a.outputs[k] : nullptr,
+                    k < b.outputs.size() ? &b.outputs[k] : nullptr);
+  auto input = [&](size_t i) -> const Mag& {
+    static const Mag kNone;
+    return i < in.size() ? in[i] : kNone;
+  };
+  // The unit roundoff of an output: its dtype's, or (a scalar such as aten::item's) the
+  // widest of the op's floating tensor inputs; a Python-side number is float64.
+  double u_inputs = 0;
+  for (const Mag& m : in) u_inputs = std::max(u_inputs, m.u);
+  // Storage of the statistics: mean and norm are written as float32 (one rounding each).
+  const double u_stats = std::ldexp(1.0, -23);
+
+  nz.outputs.resize(n_out);
+  for (size_t k = 0; k < n_out; ++k) {
+    OutputBound& ob = nz.outputs[k];
+    ob.u = out[k].tensor ? out[k].u : (u_inputs > 0 ? u_inputs : std::ldexp(1.0, -53));
+    ob.scale = out[k].mag;
+  }
+  nz.input_scale.resize(n_in);
+  nz.input_kappa.assign(n_in, 1.0);
+  // Default (element-wise and data movement): each error is measured against the largest
+  // |x| of its tensor; an input's error passes into the output through a function whose
+  // slope is at most about 1, so measured against the output's scale it counts
+  // mag_in / mag_out times (a subtraction that cancels turns a small relative error of its
+  // inputs into a large one of its output, and that is inherited, not added).
+  const double out_mag = n_out > 0 ? out[0].mag : 0;
+  for (size_t i = 0; i < n_in; ++i) {
+    nz.input_scale[i] = in[i].mag;
+    if (out_mag > 0) nz.input_kappa[i] = std::max(1.0, in[i].mag / out_mag);
+  }
+
+  auto dot = [&](size_t k, double terms, const Mag& x, const Mag& y, double added) {
+    if (k >= n_out) return;
+    nz.outputs[k].terms = terms;
+    nz.outputs[k].scale = std::max(out[k].mag, terms * x.rms * y.rms + added);
+  };
+  auto rms_inputs = [&](std::initializer_list<size_t> idx) {
+    for (size_t i : idx) {
+      if (i < n_in) {
+        nz.input_scale[i] = in[i].rms;
+        nz.input_kappa[i] = 1;
+      }
+    }
+  };
+
+  if (one_of(op,
+             {"aten::mm", "aten::bmm", "aten::matmul", "aten::dot", "aten::vdot", "aten::mv"})) {
+    dot(0, static_cast<double>(last_dim(input(0))), input(0), input(1), 0);
+    rms_inputs({0, 1});
+  } else if (one_of(op, {"aten::addmm", "aten::baddbmm", "aten::addbmm", "aten::addmv"})) {
+    dot(0, static_cast<double>(last_dim(input(1))), input(1), input(2), input(0).mag);
+    rms_inputs({1, 2});
+  } else if (op == "aten::linear") {
+    dot(0, static_cast<double>(last_dim(input(0))), input(0), input(1), input(2).mag);
+    rms_inputs({0, 1});
+  } else if (one_of(op, {"aten::convolution", "aten::_convolution", "aten::conv1d", "aten::conv2d",
+                         "aten::conv3d", "aten::mkldnn_convolution", "aten::_slow_conv2d_forward",
+                         "aten::thnn_conv2d", "aten::cudnn_convolution"})) {
+    const Mag& w = input(1);
+    const double terms =
+        w.shape.empty() ? 1.0 : static_cast<double>(w.numel) / static_cast<double>(dim_size(w, 0));
+    dot(0, terms, input(0), w, input(2).tensor ? input(2).mag : 0);
+    rms_inputs({0, 1});
+  } else if (one_of(op, {"aten::convolution_backward", "aten::mkldnn_convolution_backward",
+                         "aten::_slow_conv2d_backward", "aten::cudnn_convolution_backward"})) {
+    // (grad_output, input, weight, ...) -> (grad_input, grad_weight, grad_bias)
+    const Mag &go = input(0), &x = input(1), &w = input(2);
+    const double per_channel =
+        static_cast<double>(go.numel) / static_cast<double>(std::max<int64_t>(1, dim_size(go, 1)));
+    const double kernel =
+        w.shape.size() > 2
+            ? static_cast<double>(w.numel) / static_cast<double>(dim_size(w, 0) * dim_size(w, 1))
+            : 1.0;
+    dot(0, static_cast<double>(dim_size(go, 1)) * kernel, go, w, 0);
+    dot(1, per_channel, go, x, 0);
+    if (n_out > 2) {
+      nz.outputs[2].terms = per_channel;
+      nz.outputs[2].scale = std::max(out[2].mag, per_channel * go.rms);
+    }
+    rms_inputs({0, 1, 2});
+  } else if (one_of(op, {"aten::sum", "aten::nansum", "aten::mean", "aten::sum_to_size"})) {
+    const Mag& x = input(0);
+    const double terms = n_out > 0 && out[0].numel > 0
+                             ? static_cast<double>(x.numel) / static_cast<double>(out[0].numel)
+                             : static_cast<double>(x.numel);
+    if (n_out > 0) {
+      nz.outputs[0].terms = std::max(1.0, terms);
+      nz.outputs[0].scale = std::max(out[0].mag, (op == "aten::mean" ? 1.0 : terms) * x.rms);
+    }
+    rms_inputs({0});
+  } else if (one_of(op, {"aten::norm", "aten::linalg_vector_norm", "aten::frobenius_norm"})) {
+    const Mag& x = input(0);
+    if (n_out > 0 && out[0].numel > 0)
+      nz.outputs[0].terms =
+          std::max(1.0, static_cast<double>(x.numel) / static_cast<double>(out[0].numel));
+    rms_inputs({0});
+    if (n_out > 0 && x.rms > 0) nz.input_kappa[0] = 1;
+  } else if (one_of(op, {"aten::_softmax", "aten::softmax", "aten::_log_softmax",
+                         "aten::log_softmax", "aten::logsumexp"})) {
+    // Reduction over `dim` (argument 1) of exp(x - max): |d softmax| <= 2 softmax |dx|, and
+    // |d log_softmax| <= 2 |dx|: the input's absolute error passes twice.
+    const Mag& x = input(0);
+    int64_t d = -1;
+    if (a.inputs.size() > 1 && !a.inputs[1].is_tensor())
+      if (auto v = numeric_value(a.inputs[1].value)) d = static_cast<int64_t>(*v);
+    for (OutputBound& ob : nz.outputs) ob.terms = static_cast<double>(dim_size(x, d));
+    const bool log = op.find("log") != std::string::npos;
+    if (n_in > 0)
+      nz.input_kappa[0] =
+          log ? 2 * std::max(1.0, x.mag / std::max(out_mag, 1e-300)) : 2 * std::max(1.0, x.mag);
+  } else if (one_of(op, {"aten::_softmax_backward_data", "aten::_log_softmax_backward_data"})) {
+    // (grad_output, output, dim, ...): grad_output minus softmax times its row sum.
+    const Mag &go = input(0), &y = input(1);
+    int64_t d = -1;
+    if (a.inputs.size() > 2 && !a.inputs[2].is_tensor())
+      if (auto v = numeric_value(a.inputs[2].value)) d = static_cast<int64_t>(*v);
+    const double terms = static_cast<double>(dim_size(go, d));
+    if (n_out > 0) {
+      nz.outputs[0].terms = terms;
+      nz.outputs[0].scale = std::max(out[0].mag, go.mag);
+    }
+    if (n_in > 1) {
+      nz.input_kappa[0] = 2;
+      nz.input_kappa[1] = 2 * std::max(1.0, y.mag);
+    }
+  } else if (one_of(op, {"aten::nll_loss", "aten::nll_loss_forward", "aten::nll_loss2d_forward",
+                         "aten::cross_entropy_loss", "aten::nll_loss_nd", "aten::nll_loss2d"})) {
+    // A mean over the batch of picked log-probabilities.
+    const Mag& x = input(0);
+    const double terms = static_cast<double>(dim_size(x, 0));
+    for (OutputBound& ob : nz.outputs) {
+      ob.terms = terms;
+      ob.scale = std::max(ob.scale, x.mag);
+    }
+    if (n_in > 0) nz.input_kappa[0] = 1;
+  } else if (one_of(
+                 op,
+                 {"aten::native_batch_norm", "aten::batch_norm", "aten::_batch_norm_impl_index",
+                  "aten::native_layer_norm", "aten::layer_norm", "aten::group_norm",
+                  "aten::native_group_norm", "aten::_native_batch_norm_legit",
+                  "aten::_native_batch_norm_legit_no_training", "aten::native_batch_norm_backward",
+                  "aten::native_layer_norm_backward", "aten::batch_norm_backward",
+                  "aten::native_group_norm_backward", "aten::cudnn_batch_norm",
+                  "aten::cudnn_batch_norm_backward", "aten::miopen_batch_norm"})) {
+    // Mean and variance are sums over the normalised elements (batch_norm: every element of
+    // a channel; layer_norm: the normalised trailing dimensions); (x - mean) / std scales
+    // the input's absolute error by 1 / std. std is estimated from the input's own
+    // statistics (whole tensor: rms is an upper estimate of a channel's std when the mean
+    // is small; when it is not, mean subtraction cancels and the input's error counts
+    // mag / std times).
+    const bool backward = op.find("backward") != std::string::npos;
+    const Mag& x = input(backward ? 1 : 0);
+    double terms = 1;
+    if (op.find("layer_norm") != std::string::npos) {
+      const Mag& w = input(backward ? 3 : 2);
+      terms =
+          w.tensor && w.numel > 0 ? static_cast<double>(w.numel) : static_cast<double>(last_dim(x));
+    } else {
+      terms =
+          static_cast<double>(x.numel) / static_cast<double>(std::max<int64_t>(1, dim_size(x, 1)));
+    }
+    for (OutputBound& ob : nz.outputs) ob.terms = std::max(1.0, terms);
+    // Every input's error may pass through amplified by mag / std of the normalised input
+    // (mean subtraction), and by the output's own scale.
+    double std_est = 0;
+    const TensorStats* xs = nullptr;
+    const size_t xi = backward ? 1 : 0;
+    if (xi < a.inputs.size() && a.inputs[xi].is_tensor()) xs = &*a.inputs[xi].tensor;
+    if (xs != nullptr) {
+      const double finite = static_cast<double>(xs->numel - xs->non_finite());
+      if (finite > 0) {
+        const double ms = finite_or_zero(xs->norm) * finite_or_zero(xs->norm) / finite;
+        const double mean = finite_or_zero(xs->mean);
+        std_est = std::sqrt(std::max(0.0, ms - mean * mean));
+      }
+    }
+    const double cancel = std_est > 0 ? std::max(1.0, x.mag / std_est) : 1.0;
+    for (size_t i = 0; i < n_in; ++i) {
+      nz.input_kappa[i] =
+          cancel * std::max(1.0, out_mag > 0 ? in[i].mag / out_mag : 1.0) * (backward ? 2 : 1);
+    }
+    for (OutputBound& ob : nz.outputs) ob.terms *= cancel;
+  } else if (one_of(op, {"aten::mul", "aten::mul_", "aten::addcmul", "aten::addcmul_", "aten::div",
+                         "aten::div_", "aten::addcdiv", "aten::addcdiv_"})) {
+    // |d(xy)| <= |y||dx| + |x||dy|: each input's error counts |other| / |xy| times.
+    double prod = 1;
+    for (const Mag& m : in)
+      if (m.mag > 0) prod *= m.mag;
+    for (size_t i = 0; i < n_in; ++i)
+      if (out_mag > 0) nz.input_kappa[i] = std::max(1.0, prod / out_mag);
+  } else if (one_of(op, {"aten::exp", "aten::exp_", "aten::pow", "aten::pow_", "aten::sigmoid",
+                         "aten::tanh", "aten::gelu", "aten::silu", "aten::elu", "aten::softplus",
+                         "aten::expm1", "aten::exp2"})) {
+    // |d exp(x)| = exp(x) |dx|: the relative error of the output is the absolute one of x.
+    for (size_t i = 0; i < n_in; ++i)
+      nz.input_kappa[i] = std::max(nz.input_kappa[i], std::max(1.0, in[i].mag));
+  }
+
+  for (size_t k = 0; k < n_out; ++k) {
+    OutputBound& ob = nz.outputs[k];
+    ob.bound = gamma_n(ob.terms, ob.u);
+    if (out[k].tensor && ob.scale > 0) ob.bound += u_stats * out[k].mag / ob.scale;
+  }
+  return nz;
+}
+
+}  // namespace precprobe

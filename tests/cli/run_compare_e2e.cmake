@@ -1,0 +1,68 @@
+# Two real runs of train_fashion_mnist, then `precprobe compare --first --json` on them.
+#   MODE threads: 1 vs 2 intra-op threads (the runs differ only by summation order): no op
+#                 may be divergent (exit 0), and some ops must differ (noise), else the test
+#                 compares nothing.
+#   MODE perturb: one thread each; conv1's output is scaled by 1 + 1e-3 at step PSTEP in A
+#                 only: the first divergent op must be that aten::mul, forward, at PSTEP.
+cmake_policy(SET CMP0054 NEW)
+# Statistics computed inside each op (async_stats off): with the worker thread, under load
+# (two of these tests at once), one run recorded a copy_ at step 0 (detach, empty_like,
+# copy_ of conv2.weight) whose output statistics differ from its input's: summarised after
+# a later write, a probe issue that compare rightly calls divergent.
+file(WRITE ${DUMP}_config.json "{\"async_stats\": false}\n")
+set(common --steps ${STEPS} --log-every 0 --overwrite --seed 1234 --config ${DUMP}_config.json)
+if(MODE STREQUAL "threads")
+  set(args_a --threads 1)
+  set(args_b --threads 2)
+else()
+  set(args_a --threads 1 --perturb-step ${PSTEP} --perturb 1e-3)
+  set(args_b --threads 1 --perturb-step ${PSTEP})
+endif()
+foreach(side a b)
+  execute_process(COMMAND ${EXAMPLE} ${common} ${args_${side}} --dump ${DUMP}_${side}
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "example (${side}) failed (${rc}):\n${out}\n${err}")
+  endif()
+endforeach()
+execute_process(COMMAND ${CLI} compare ${DUMP}_a ${DUMP}_b --first OUTPUT_VARIABLE text)
+message("${text}")
+execute_process(COMMAND ${CLI} compare ${DUMP}_a ${DUMP}_b --first --json
+                RESULT_VARIABLE rc OUTPUT_VARIABLE json)
+string(JSON found GET "${json}" found)
+string(JSON noise GET "${json}" noise_ops)
+string(JSON divergent GET "${json}" divergent_ops)
+string(JSON fraction GET "${json}" aligned_fraction)
+if(MODE STREQUAL "threads")
+  if(NOT rc EQUAL 0 OR found OR NOT divergent EQUAL 0)
+    string(JSON name GET "${json}" name)
+    string(JSON ratio GET "${json}" ratio)
+    message(FATAL_ERROR "1 vs 2 threads: exit ${rc}, found ${found} (${name}, ratio ${ratio}), "
+                        "${divergent} divergent ops")
+  endif()
+  if(noise LESS 1)
+    message(FATAL_ERROR "1 vs 2 threads: no op differs at all; the comparison tested nothing")
+  endif()
+  string(JSON max_ratio GET "${json}" max_noise ratio)
+  message("noise ops: ${noise}, largest ratio ${max_ratio}, aligned ${fraction}")
+else()
+  string(JSON step GET "${json}" step)
+  string(JSON op GET "${json}" op)
+  string(JSON dir GET "${json}" direction)
+  string(JSON cls GET "${json}" classification)
+  if(NOT rc EQUAL 1 OR NOT found OR NOT step EQUAL PSTEP OR NOT op STREQUAL "aten::mul"
+     OR NOT dir STREQUAL "forward" OR NOT cls STREQUAL "divergent")
+    message(FATAL_ERROR "planted 1e-3 at step ${PSTEP}: exit ${rc}, found ${found}: ${op} "
+                        "${dir} at step ${step} (${cls})")
+  endif()
+  # Before the planted step the runs are bitwise equal.
+  math(EXPR before "${PSTEP} - 1")
+  execute_process(COMMAND ${CLI} compare ${DUMP}_a ${DUMP}_b --exact --step ${before}
+                  RESULT_VARIABLE rc_exact OUTPUT_QUIET)
+  if(NOT rc_exact EQUAL 0)
+    message(FATAL_ERROR "step ${before} differs before the planted change (exit ${rc_exact})")
+  endif()
+endif()
+if(NOT fraction STREQUAL "1.0" AND NOT fraction STREQUAL "1")
+  message(FATAL_ERROR "the same program aligned only ${fraction} of its ops")
+endif()

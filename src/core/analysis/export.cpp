@@ -146,19 +146,13 @@ class TableWriter {
 };
 
 Row op_row(const OpRecord& r, const std::string& name, const char* io, int index, const Arg* arg) {
-  Row row{{"step", cell(r.step)},
-          {"rank", cell(r.rank)},
-          {"seq", cell(r.seq)},
-          {"name", cell(name)},
-          {"op", cell(r.op)},
-          {"overload", cell(r.overload)},
-          {"dir", cell(std::string(to_string(r.dir)))},
-          {"depth", cell(r.depth)},
-          {"thread", cell(r.thread)},
-          {"scope", cell(r.scope)},
-          {"node", cell(r.node)},
-          {"io", cell(io)},
-          {"index", cell(index)}};
+  Row row{{"step", cell(r.step)},   {"rank", cell(r.rank)},
+          {"seq", cell(r.seq)},     {"name", cell(name)},
+          {"op", cell(r.op)},       {"overload", cell(r.overload)},
+          {"call", cell(r.call)},   {"dir", cell(std::string(to_string(r.dir)))},
+          {"depth", cell(r.depth)}, {"thread", cell(r.thread)},
+          {"scope", cell(r.scope)}, {"node", cell(r.node)},
+          {"io", cell(io)},         {"index", cell(index)}};
   const TensorStats* t = arg && arg->tensor ? &*arg->tensor : nullptr;
   row.emplace_back("li", cell(t ? t->list_index : int64_t{-1}));
   row.emplace_back("dtype", cell(t ? t->dtype : std::string()));

@@ -201,10 +201,10 @@ Forward forward_step0() {
 json summary(const std::string& name) { return run_json("summary " + dump(name), 0); }
 
 const std::vector<std::string> kOpsColumns = {
-    "step",   "rank",  "seq",  "name", "op",    "overload", "dir",   "depth",
-    "thread", "scope", "node", "io",   "index", "li",       "dtype", "shape",
-    "numel",  "nan",   "pinf", "ninf", "zero",  "neg",      "pos",   "min",
-    "max",    "mean",  "norm", "hash", "param", "rg",       "value"};
+    "step",  "rank",   "seq",   "name", "op",   "overload", "call", "dir",
+    "depth", "thread", "scope", "node", "io",   "index",    "li",   "dtype",
+    "shape", "numel",  "nan",   "pinf", "ninf", "zero",     "neg",  "pos",
+    "min",   "max",    "mean",  "norm", "hash", "param",    "rg",   "value"};
 
 }  // namespace
 
@@ -893,6 +893,8 @@ TEST_CASE("export: the four streams as CSV and JSON Lines", "[cli][export]") {
     }
     if (r.at("name") == "aten::addmm.1.forward") {
       saw_origin = true;
+      CHECK(r.at("call") == "1");
+      CHECK(olines[i]["call"] == 1);
       CHECK(r.at("pinf") == "1");
       CHECK(r.at("depth") == "1");
     }

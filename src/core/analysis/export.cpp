@@ -17,7 +17,7 @@ using analysis_detail::RecordSource;
 // A row is a list of (column, cell); cells are formatted straight to text (a JSON
 // document per row would cost several times the decoding itself on large dumps).
 struct Cell {
-  enum Kind : uint8_t { kNull, kInt, kDouble, kBool, kString, kShape } kind = kNull;
+  enum Kind : uint8_t { kNull, kInt, kDouble, kFloat32, kBool, kString, kShape } kind = kNull;
   int64_t i = 0;
   double d = 0;
   std::string s;
@@ -28,6 +28,12 @@ Cell cell(int64_t v) { return Cell{Cell::kInt, v, 0, {}, nullptr}; }
 Cell cell(int v) { return cell(int64_t{v}); }
 Cell cell(uint32_t v) { return cell(int64_t{v}); }
 Cell cell(double v) { return std::isfinite(v) ? Cell{Cell::kDouble, 0, v, {}, nullptr} : Cell{}; }
+// mean and norm: the shortest text of their float32 rounding, as the dump has them
+// (docs/dump-format.md), so the table holds the same numbers as a reader of the dump's text.
+Cell cell_float32(double v) {
+  if (!std::isfinite(v)) return Cell{};
+  return std::isfinite(static_cast<float>(v)) ? Cell{Cell::kFloat32, 0, v, {}, nullptr} : cell(v);
+}
 Cell cell(bool v) { return Cell{Cell::kBool, v ? 1 : 0, 0, {}, nullptr}; }
 Cell cell(std::string v) { return Cell{Cell::kString, 0, 0, std::move(v), nullptr}; }
 Cell cell(const char* v) { return cell(std::string(v)); }
@@ -74,6 +80,9 @@ void value_text(std::string& out, const Cell& c) {
       break;
     case Cell::kDouble:
       out += fmt::format("{}", c.d);
+      break;
+    case Cell::kFloat32:
+      out += fmt::format("{}", static_cast<float>(c.d));
       break;
     case Cell::kBool:
       out += c.i ? "true" : "false";
@@ -168,8 +177,8 @@ Row op_row(const OpRecord& r, const std::string& name, const char* io, int index
   row.emplace_back("pos", count(&TensorStats::pos));
   row.emplace_back("min", stat(&TensorStats::min));
   row.emplace_back("max", stat(&TensorStats::max));
-  row.emplace_back("mean", stat(&TensorStats::mean));
-  row.emplace_back("norm", stat(&TensorStats::norm));
+  row.emplace_back("mean", t ? cell_float32(t->mean) : Cell{});
+  row.emplace_back("norm", t ? cell_float32(t->norm) : Cell{});
   row.emplace_back("hash", t && t->hash ? cell(hex(*t->hash)) : Cell{});
   row.emplace_back("param", cell(t ? t->param : std::string()));
   row.emplace_back("rg", cell(t ? t->requires_grad : false));

@@ -9,7 +9,10 @@ set -euo pipefail
 
 core_pkgs=(build-essential clang libclang-rt-14-dev cmake ninja-build pkg-config ccache git zstd zlib1g-dev
            libfmt-dev nlohmann-json3-dev libzstd-dev libxxhash-dev catch2 libcli11-dev
-           libbenchmark-dev chromium fonts-dejavu-core)
+           libbenchmark-dev chromium fonts-dejavu-core
+           python3 python3-pandas python3-zstandard)
+# python3-pandas, python3-zstandard: the pandas recipe of docs/dump-format.md (tests/flat);
+# its DuckDB query runs with @duckdb/node-api from npm (tests/flat/package-lock.json).
 torch_pkgs=(libtorch-dev libgloo-dev libopenblas0-pthread dataset-fashion-mnist)
 # The trixie root for the LibTorch 2.6 stage of scripts/test.sh.
 core_pkgs+=(mmdebstrap)

@@ -77,14 +77,16 @@ RankInfo load_rank(const fs::path& dir, int fallback_rank, int fallback_world) {
     throw Error(fmt::format("{}: not a JSON object", meta_path.string()));
   }
   auto v = meta.find("format_version");
+  const std::string supported = fmt::format(
+      "this precprobe reads format_version {} to {}; a newer precprobe reads newer dumps",
+      kOldestDumpFormatVersion, kDumpFormatVersion);
   if (v == meta.end()) {
-    throw Error(fmt::format("{}: no \"format_version\" (this precprobe reads format_version {})",
-                            meta_path.string(), kDumpFormatVersion));
+    throw Error(fmt::format("{}: no \"format_version\" ({})", meta_path.string(), supported));
   }
-  if (!v->is_number_integer() || v->get<int64_t>() != kDumpFormatVersion) {
-    throw Error(fmt::format(
-        "{}: format_version {} is not supported (this precprobe reads format_version {})",
-        meta_path.string(), v->dump(), kDumpFormatVersion));
+  if (!v->is_number_integer() || v->get<int64_t>() < kOldestDumpFormatVersion ||
+      v->get<int64_t>() > kDumpFormatVersion) {
+    throw Error(fmt::format("{}: format_version {} is not supported ({})", meta_path.string(),
+                            v->dump(), supported));
   }
   info.rank = meta_int(meta, "rank", meta_path, fallback_rank);
   info.world_size = meta_int(meta, "world_size", meta_path, fallback_world);

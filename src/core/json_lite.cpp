@@ -60,14 +60,8 @@ void TextOut::grow(size_t n) {
 void TextOut::int64(int64_t v) { p_ = fmt::format_to(p_, FMT_COMPILE("{}"), v); }
 
 void TextOut::number(double v) {
-  if (std::isnan(v)) {
-    lit("\"nan\"");
-  } else if (std::isinf(v)) {
-    if (v > 0) {
-      lit("\"inf\"");
-    } else {
-      lit("\"-inf\"");
-    }
+  if (!std::isfinite(v)) {
+    lit("null");  // format_version 2: JSON has no NaN/Inf; the caller names them if needed
   } else {
     p_ = fmt::format_to(p_, FMT_COMPILE("{}"), v);
   }
@@ -76,7 +70,7 @@ void TextOut::number(double v) {
 void TextOut::float32(double v) {
   auto f = static_cast<float>(v);
   if (!std::isfinite(f)) {
-    number(v);  // NaN/Inf, or a double beyond the float range: keep it whole
+    number(v);  // NaN/Inf (null), or a double beyond the float range: keep it whole
   } else {
     p_ = fmt::format_to(p_, FMT_COMPILE("{}"), f);
   }
@@ -301,10 +295,24 @@ bool Cursor::number_token(std::string_view& tok) noexcept {
   return true;
 }
 
+bool Cursor::nonfinite_name(double& v) noexcept {
+  skip_ws();
+  if (p_ < end_ && *p_ == '"') return number_slow(v);
+  return fail("expected \"nan\", \"inf\" or \"-inf\"");
+}
+
 bool Cursor::number_slow(double& v) noexcept {
   skip_ws();
+  if (end_ - p_ >= 4 && std::memcmp(p_, "null", 4) == 0) {
+    // format_version 2: a non-finite value is null (NaN unless a "<key>_nonfinite" field
+    // names it).
+    v = std::numeric_limits<double>::quiet_NaN();
+    p_ += 4;
+    return true;
+  }
   if (p_ < end_ && *p_ == '"') {
-    // Non-finite values are strings (JSON has no NaN); compare without allocating.
+    // format_version 1 wrote non-finite values as strings (JSON has no NaN); compare
+    // without allocating.
     const char* q = p_ + 1;
     const char* close =
         static_cast<const char*>(std::memchr(q, '"', std::min<size_t>(6, end_ - q)));

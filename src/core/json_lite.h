@@ -58,7 +58,8 @@ class TextOut {
 
   static constexpr size_t kMaxNumber = 32;
   void int64(int64_t v);
-  /// Shortest text that parses back to exactly `v`; NaN/±Inf as "nan", "inf", "-inf".
+  /// Shortest text that parses back to exactly `v`; NaN/±Inf as null (the record writer
+  /// adds the "<key>_nonfinite" field where the non-finite value itself is information).
   void number(double v);
   /// Shortest text of `v` rounded to float32 (statistics whose last bits carry no
   /// information). Values outside the float32 range are written as doubles.
@@ -209,8 +210,11 @@ class Cursor {
   inline bool int64(int64_t& v) noexcept;
   inline bool int32(int32_t& v) noexcept;
   inline bool uint32(uint32_t& v) noexcept;
-  /// A number, or one of the strings "nan", "inf", "-inf".
+  /// A number, null (NaN: format_version 2) or one of the strings "nan", "inf", "-inf"
+  /// (format_version 1).
   inline bool number(double& v) noexcept;
+  /// The value of a "<key>_nonfinite" field: one of the strings "nan", "inf", "-inf".
+  bool nonfinite_name(double& v) noexcept;
   /// Like number(), then rounded to float32 when that is finite (see TextOut::float32).
   bool number_float32(double& v) noexcept {
     if (!number(v)) return false;

@@ -5,6 +5,11 @@
 // their float32 rounding: their last bits carry no information (the float64 accumulation
 // already differs from any other summation order there) and the shorter text keeps a
 // compressed tensor record small.
+//
+// format_version 2: every number is a JSON number or null. A non-finite double is null;
+// where the non-finite value is itself information (everything but the undefined NaN
+// statistics of a tensor without finite elements) a string field "<key>_nonfinite" follows
+// it: "nan", "inf" or "-inf" (docs/dump-format.md, "Non-finite values").
 #include "precprobe/records.h"
 
 #include <fmt/format.h>
@@ -80,9 +85,29 @@ void end_line(TextOut& o) {
   o.put('\n');
 }
 
+// "\"nan\"", "\"inf\"" or "\"-inf\"" for a non-finite `v`.
+std::string_view nonfinite_text(double v) {
+  if (std::isnan(v)) return "\"nan\"";
+  return v > 0 ? "\"inf\"" : "\"-inf\"";
+}
+
+// `,"<key>_nonfinite":"inf"`; the caller reserved kFieldBound.
+void nonfinite_sibling(TextOut& o, std::string_view key, double v) {
+  o.lit(",\"");
+  o.raw(key);
+  o.lit("_nonfinite\":");
+  o.raw(nonfinite_text(v));
+}
+
+// A tensor statistic: null when undefined (NaN: no finite element, the counts say so);
+// ±Inf (only from a float64 overflow) also gets its "<key>_nonfinite" field.
+void stat_field(TextOut& o, std::string_view key, double v) {
+  if (std::isinf(v)) nonfinite_sibling(o, key, v);
+}
+
 void append_tensor(const TensorStats& t, TextOut& o) {
   o.reserve(40 + TextOut::string_bound(t.dtype.size()) + TextOut::string_bound(t.device.size()) +
-            t.shape.size() * 21 + 12 * kFieldBound + TextOut::string_bound(t.param.size()));
+            t.shape.size() * 21 + 16 * kFieldBound + TextOut::string_bound(t.param.size()));
   o.lit("{\"dtype\":");
   o.string(t.dtype);
   o.lit(",\"shape\":[");
@@ -109,12 +134,16 @@ void append_tensor(const TensorStats& t, TextOut& o) {
   o.int64(t.pos);
   o.lit(",\"min\":");
   o.number(t.min);
+  stat_field(o, "min", t.min);
   o.lit(",\"max\":");
   o.number(t.max);
+  stat_field(o, "max", t.max);
   o.lit(",\"mean\":");
   o.float32(t.mean);
+  stat_field(o, "mean", t.mean);
   o.lit(",\"norm\":");
   o.float32(t.norm);
+  stat_field(o, "norm", t.norm);
   if (t.hash) {
     o.lit(",\"hash\":");
     o.hex64(*t.hash);
@@ -130,17 +159,49 @@ void append_tensor(const TensorStats& t, TextOut& o) {
   o.put('}');
 }
 
+constexpr std::string_view kNonfiniteNames[] = {"\"nan\"", "\"inf\"", "\"-inf\""};
+
+// True when the JSON text of a value holds "nan", "inf" or "-inf" (the probe's names for
+// non-finite doubles, arg_json.cpp).
+bool has_nonfinite_name(std::string_view text) {
+  if (text.find('"') == std::string_view::npos) return false;  // numbers, lists, null
+  for (std::string_view n : kNonfiniteNames) {
+    if (text.find(n) != std::string_view::npos) return true;
+  }
+  return false;
+}
+
+// The value with each "nan", "inf", "-inf" replaced by null.
+std::string names_to_null(std::string_view text) {
+  std::string out(text);
+  for (std::string_view n : kNonfiniteNames) {
+    for (size_t at = out.find(n); at != std::string::npos; at = out.find(n, at + 4)) {
+      out.replace(at, n.size(), "null");
+    }
+  }
+  return out;
+}
+
 void append_arg(const Arg& a, TextOut& o) {
   if (a.tensor) {
     append_tensor(*a.tensor, o);
     return;
   }
-  o.reserve(8 + TextOut::string_bound(a.value.size()));
+  o.reserve(24 + 2 * TextOut::string_bound(a.value.size()));
   o.lit("{\"v\":");
   if (a.value.empty()) {
     o.lit("null");
   } else if (json::is_valid_value(a.value)) {
-    o.raw(a.value);
+    if (!has_nonfinite_name(a.value)) {
+      o.raw(a.value);
+    } else {
+      // The probe names non-finite doubles "nan", "inf", "-inf": they become null in "v",
+      // and "v_nonfinite" keeps the value with its names (a string, or a list of them).
+      std::string numbers = names_to_null(a.value);
+      o.raw(json::is_valid_value(numbers) ? std::string_view(numbers) : "null");
+      o.lit(",\"v_nonfinite\":");
+      o.raw(a.value);
+    }
   } else {
     // A producer bug must not make the whole line unreadable: keep the text as a string.
     o.string(a.value);
@@ -224,10 +285,14 @@ void int_field(TextOut& o, std::string_view quoted_key, int64_t v) {
   o.put(',');
 }
 
-void number_field(TextOut& o, std::string_view quoted_key, double v) {
-  o.reserve(kFieldBound);
-  o.raw(quoted_key);
+// "<key>":<v>, and for a non-finite v (null) "<key>_nonfinite":"nan"|"inf"|"-inf".
+void number_field(TextOut& o, std::string_view key, double v) {
+  o.reserve(2 * kFieldBound + 2 * key.size());
+  o.put('"');
+  o.raw(key);
+  o.lit("\":");
   o.number(v);
+  if (!std::isfinite(v)) nonfinite_sibling(o, key, v);
   o.put(',');
 }
 
@@ -253,10 +318,10 @@ void append_json(const ScalerRecord& r, std::string& out) {
   bool_field(o, "\"found_inf\":", r.found_inf);
   int_field(o, "\"n_bad\":", r.nonfinite_params);
   string_list(o, "\"bad\":", r.bad_params);
-  number_field(o, "\"gn_scaled\":", r.grad_norm_scaled);
-  number_field(o, "\"gn\":", r.grad_norm);
-  number_field(o, "\"scale\":", r.scale_before);
-  number_field(o, "\"scale_next\":", r.scale_after);
+  number_field(o, "gn_scaled", r.grad_norm_scaled);
+  number_field(o, "gn", r.grad_norm);
+  number_field(o, "scale", r.scale_before);
+  number_field(o, "scale_next", r.scale_after);
   int_field(o, "\"tracker\":", r.growth_tracker);
   bool_field(o, "\"skipped\":", r.skipped);
   str_field(o, "\"event\":", r.event);
@@ -269,14 +334,14 @@ void append_json(const GradRecord& r, std::string& out) {
   o.put('{');
   int_field(o, "\"step\":", r.step);
   str_field(o, "\"param\":", r.param);
-  number_field(o, "\"gn\":", r.grad_norm);
-  number_field(o, "\"gmax\":", r.grad_abs_max);
-  number_field(o, "\"gmean\":", r.grad_abs_mean);
+  number_field(o, "gn", r.grad_norm);
+  number_field(o, "gmax", r.grad_abs_max);
+  number_field(o, "gmean", r.grad_abs_mean);
   int_field(o, "\"gnan\":", r.grad_nan);
   int_field(o, "\"ginf\":", r.grad_inf);
   bool_field(o, "\"has_grad\":", r.has_grad);
-  number_field(o, "\"wn\":", r.weight_norm);
-  number_field(o, "\"ur\":", r.update_ratio);
+  number_field(o, "wn", r.weight_norm);
+  number_field(o, "ur", r.update_ratio);
   string_list(o, "\"watch\":", r.watch);
   end_line(o);
 }
@@ -287,7 +352,7 @@ void append_json(const ScalarRecord& r, std::string& out) {
   o.put('{');
   int_field(o, "\"step\":", r.step);
   str_field(o, "\"name\":", r.name);
-  number_field(o, "\"value\":", r.value);
+  number_field(o, "value", r.value);
   end_line(o);
 }
 

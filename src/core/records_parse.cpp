@@ -4,6 +4,7 @@
 // line after line into one record allocates almost nothing. Unknown keys are skipped (a
 // newer minor writer may add some); a known key with a value of the wrong type fails the
 // line. Input is untrusted: see json_lite.h.
+#include <cmath>
 #include <string>
 
 #include "json_lite.h"
@@ -171,9 +172,15 @@ bool parse_tensor_fast(Cursor& c, TensorStats& t) {
   if (!c.token(",\"neg\":") || !c.int64(t.neg)) return false;
   if (!c.token(",\"pos\":") || !c.int64(t.pos)) return false;
   if (!c.token(",\"min\":") || !c.number(t.min)) return false;
+  if (std::isnan(t.min) && c.token(",\"min_nonfinite\":") && !c.nonfinite_name(t.min)) return false;
   if (!c.token(",\"max\":") || !c.number(t.max)) return false;
+  if (std::isnan(t.max) && c.token(",\"max_nonfinite\":") && !c.nonfinite_name(t.max)) return false;
   if (!c.token(",\"mean\":") || !c.number_float32(t.mean)) return false;
+  if (std::isnan(t.mean) && c.token(",\"mean_nonfinite\":") && !c.nonfinite_name(t.mean))
+    return false;
   if (!c.token(",\"norm\":") || !c.number_float32(t.norm)) return false;
+  if (std::isnan(t.norm) && c.token(",\"norm_nonfinite\":") && !c.nonfinite_name(t.norm))
+    return false;
   if (c.token(",\"hash\":")) {
     uint64_t h = 0;
     if (!c.hex64(h)) return false;
@@ -194,6 +201,16 @@ bool parse_tensor_fast(Cursor& c, TensorStats& t) {
   return c.token("}");
 }
 
+// 0..3 for "min_nonfinite", "max_nonfinite", "mean_nonfinite", "norm_nonfinite"; else -1.
+int stat_sibling_id(std::string_view k) {
+  static constexpr std::string_view kNames[] = {"min_nonfinite", "max_nonfinite", "mean_nonfinite",
+                                                "norm_nonfinite"};
+  for (int i = 0; i < 4; ++i) {
+    if (k == kNames[i]) return i;
+  }
+  return -1;
+}
+
 // {"v": <json>} for a value, else the statistics of a tensor.
 bool parse_arg(Cursor& c, Arg& a) {
   const char* start = c.position();
@@ -210,10 +227,12 @@ bool parse_arg(Cursor& c, Arg& a) {
   if (c.quoted_key("v")) {
     a.tensor.reset();
     if (!c.raw_value(a.value)) return false;
-    // Only unknown keys may follow (skipped).
+    // "v_nonfinite" (the value with its non-finite numbers named) replaces "v"; unknown
+    // keys are skipped.
     while (c.consume(',')) {
       std::string_view k;
-      if (!c.key(k) || !c.skip_value(2)) return false;
+      if (!c.key(k)) return false;
+      if (k == "v_nonfinite" ? !c.raw_value(a.value) : !c.skip_value(2)) return false;
     }
     return c.expect('}');
   }
@@ -223,16 +242,29 @@ bool parse_arg(Cursor& c, Arg& a) {
   a.value.clear();
   bool saw_value = false;
   bool saw_dtype = false;
+  std::string named_value;  // "v_nonfinite"
+  // "<stat>_nonfinite" for min, max, mean, norm: applied after the object, in any order.
+  double named[4];
+  bool has_named[4] = {false, false, false, false};
   if (!c.consume('}')) {
     int expected = 0;
     do {
       int id = kUnknownKey;
       std::string_view k;
       if (!next_tensor_key(c, expected, id, k)) return false;
-      if (id == kUnknownKey && k == "v") {
-        saw_value = true;
-        if (!c.raw_value(a.value)) return false;
-        continue;
+      if (id == kUnknownKey) {
+        if (k == "v" || k == "v_nonfinite") {
+          std::string& into = k == "v" ? a.value : named_value;
+          saw_value = true;
+          if (!c.raw_value(into)) return false;
+          continue;
+        }
+        int stat = stat_sibling_id(k);
+        if (stat >= 0) {
+          if (!c.nonfinite_name(named[stat])) return false;
+          has_named[stat] = true;
+          continue;
+        }
       }
       saw_dtype |= id == kDtype;
       if (!tensor_value(c, id, t)) return false;
@@ -241,7 +273,12 @@ bool parse_arg(Cursor& c, Arg& a) {
   }
   if (saw_value) {
     a.tensor.reset();
+    if (!named_value.empty()) a.value.swap(named_value);
     return true;
+  }
+  double* stats[4] = {&t.min, &t.max, &t.mean, &t.norm};
+  for (int i = 0; i < 4; ++i) {
+    if (has_named[i]) *stats[i] = named[i];
   }
   if (!saw_dtype) return c.fail("argument has neither \"dtype\" (a tensor) nor \"v\" (a value)");
   return true;
@@ -395,6 +432,27 @@ bool parse_line(std::string_view line, std::string* error, F&& on_member) {
   return ok;
 }
 
+bool ends_nonfinite(std::string_view k) {
+  constexpr std::string_view kSuffix = "_nonfinite";
+  return k.size() > kSuffix.size() && k.substr(k.size() - kSuffix.size()) == kSuffix;
+}
+
+// "<key>_nonfinite" fields of a record, applied after the whole line so that they win
+// over "<key>": null in any key order.
+struct Named {
+  double values[8];
+  double* targets[8];
+  int n = 0;
+  bool read(Cursor& c, double& target) {
+    if (n == 8) return c.skip_value(1);  // only repeated keys get here
+    targets[n] = &target;
+    return c.nonfinite_name(values[n++]);
+  }
+  void apply() {
+    for (int i = 0; i < n; ++i) *targets[i] = values[i];
+  }
+};
+
 bool missing(std::string* error, const char* what) {
   if (error != nullptr) *error = what;
   return false;
@@ -469,7 +527,14 @@ bool parse_record(std::string_view line, OpRecord& out, std::string* error) {
 
 bool parse_record(std::string_view line, ScalerRecord& out, std::string* error) {
   out = ScalerRecord{};
-  return parse_line(line, error, [&](Cursor& c, std::string_view k) {
+  Named named;
+  bool ok = parse_line(line, error, [&](Cursor& c, std::string_view k) {
+    if (ends_nonfinite(k)) {
+      if (k == "gn_scaled_nonfinite") return named.read(c, out.grad_norm_scaled);
+      if (k == "gn_nonfinite") return named.read(c, out.grad_norm);
+      if (k == "scale_nonfinite") return named.read(c, out.scale_before);
+      if (k == "scale_next_nonfinite") return named.read(c, out.scale_after);
+    }
     if (k == "step") return c.int64(out.step);
     if (k == "opt") return c.int32(out.optimizer);
     if (k == "group") return c.int32(out.group);
@@ -485,12 +550,22 @@ bool parse_record(std::string_view line, ScalerRecord& out, std::string* error) 
     if (k == "event") return c.string(out.event);
     return c.skip_value(1);
   });
+  named.apply();
+  return ok;
 }
 
 bool parse_record(std::string_view line, GradRecord& out, std::string* error) {
   out = GradRecord{};
   bool has_param = false;
+  Named named;
   bool ok = parse_line(line, error, [&](Cursor& c, std::string_view k) {
+    if (ends_nonfinite(k)) {
+      if (k == "gn_nonfinite") return named.read(c, out.grad_norm);
+      if (k == "gmax_nonfinite") return named.read(c, out.grad_abs_max);
+      if (k == "gmean_nonfinite") return named.read(c, out.grad_abs_mean);
+      if (k == "wn_nonfinite") return named.read(c, out.weight_norm);
+      if (k == "ur_nonfinite") return named.read(c, out.update_ratio);
+    }
     if (k == "step") return c.int64(out.step);
     if (k == "param") {
       has_param = true;
@@ -507,6 +582,7 @@ bool parse_record(std::string_view line, GradRecord& out, std::string* error) {
     if (k == "watch") return parse_string_list(c, out.watch);
     return c.skip_value(1);
   });
+  named.apply();
   if (ok && !has_param) return missing(error, "grad record without \"param\"");
   return ok;
 }
@@ -514,7 +590,9 @@ bool parse_record(std::string_view line, GradRecord& out, std::string* error) {
 bool parse_record(std::string_view line, ScalarRecord& out, std::string* error) {
   out = ScalarRecord{};
   bool has_name = false;
+  Named named;
   bool ok = parse_line(line, error, [&](Cursor& c, std::string_view k) {
+    if (k == "value_nonfinite") return named.read(c, out.value);
     if (k == "step") return c.int64(out.step);
     if (k == "name") {
       has_name = true;
@@ -523,6 +601,7 @@ bool parse_record(std::string_view line, ScalarRecord& out, std::string* error) 
     if (k == "value") return c.number(out.value);
     return c.skip_value(1);
   });
+  named.apply();
   if (ok && !has_name) return missing(error, "scalar record without \"name\"");
   return ok;
 }

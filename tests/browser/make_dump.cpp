@@ -162,7 +162,7 @@ int main(int argc, char** argv) {
   precprobe::DumpWriter w(wo);
   // The fields PrecisionDebugger writes (src/probe/debugger.cpp), with made-up values.
   w.write_meta(
-      R"({"format_version":1,"precprobe_version":"synthetic","torch_version":"none",)"
+      R"({"format_version":2,"precprobe_version":"synthetic","torch_version":"none",)"
       R"("rank":0,"world_size":1,"task":"statistics","level":"L1","device":"cpu",)"
       R"("host":"make_dump","state":"stopped","step":)" +
       std::to_string(a.steps) +

@@ -8,6 +8,7 @@
 // step runs), the tests check relations between dumps and commands instead.
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdio>
@@ -21,6 +22,9 @@
 #include <string>
 #include <vector>
 
+#include "frame_stream.h"
+#include "precprobe/reader.h"
+#include "precprobe/writer.h"
 #include "precprobe_catch.h"
 
 namespace {
@@ -201,10 +205,10 @@ Forward forward_step0() {
 json summary(const std::string& name) { return run_json("summary " + dump(name), 0); }
 
 const std::vector<std::string> kOpsColumns = {
-    "step",   "rank",  "seq",  "name", "op",    "overload", "dir",   "depth",
-    "thread", "scope", "node", "io",   "index", "li",       "dtype", "shape",
-    "numel",  "nan",   "pinf", "ninf", "zero",  "neg",      "pos",   "min",
-    "max",    "mean",  "norm", "hash", "param", "rg",       "value"};
+    "step",  "rank",   "seq",   "name", "op",   "overload", "call", "dir",
+    "depth", "thread", "scope", "node", "io",   "index",    "li",   "dtype",
+    "shape", "numel",  "nan",   "pinf", "ninf", "zero",     "neg",  "pos",
+    "min",   "max",    "mean",  "norm", "hash", "param",    "rg",   "value"};
 
 }  // namespace
 
@@ -918,6 +922,8 @@ TEST_CASE("export: the four streams as CSV and JSON Lines", "[cli][export]") {
     }
     if (r.at("name") == "aten::addmm.1.forward") {
       saw_origin = true;
+      CHECK(r.at("call") == "1");
+      CHECK(olines[i]["call"] == 1);
       CHECK(r.at("pinf") == "1");
       CHECK(r.at("depth") == "1");
     }
@@ -1097,4 +1103,129 @@ TEST_CASE("check: the checklist on the probe's own records", "[cli][check]") {
   Run human = run("check " + dump("overflow"));
   CHECK(human.status == 1);
   CHECK(human.out.find("1 problem(s) found.") != std::string::npos);
+}
+
+namespace {
+
+// The golden dump `name` (written by the probe at format_version 1) written again by the
+// current DumpWriter, record for record: the same run at format_version 2.
+std::string rewrite_v2(const std::string& name) {
+  const std::string out = std::string(PRECPROBE_BINARY_DIR) + "/test_cli_v2/" + name;
+  precprobe::DumpReader reader(kData + name);
+  for (const precprobe::RankInfo& rank : reader.ranks()) {
+    precprobe::WriterOptions o;
+    o.dir = out + "/rank" + std::to_string(rank.rank);
+    o.overwrite = true;
+    precprobe::DumpWriter w(o);
+    json meta = json::parse(rank.meta_json);
+    REQUIRE(meta["format_version"] == 1);
+    meta["format_version"] = precprobe::kDumpFormatVersion;
+    w.write_meta(meta.dump());
+    precprobe::RecordFilter only;
+    only.ranks = {rank.rank};
+    reader.for_each_op(
+        only, [&](const precprobe::OpRecord& r) { return w.submit(precprobe::OpRecord(r)); });
+    reader.for_each_scaler(only, [&](const precprobe::ScalerRecord& r) {
+      return w.submit(precprobe::ScalerRecord(r));
+    });
+    reader.for_each_grad(
+        only, [&](const precprobe::GradRecord& r) { return w.submit(precprobe::GradRecord(r)); });
+    reader.for_each_scalar(only, [&](const precprobe::ScalarRecord& r) {
+      return w.submit(precprobe::ScalarRecord(r));
+    });
+    w.close();
+  }
+  return out;
+}
+
+// Output of `args` with the v2 copy's path written as the golden dump's.
+std::string normalized(std::string text, const std::string& from, const std::string& to) {
+  for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
+    text.replace(at, from.size(), to);
+  return text;
+}
+
+// JSON without what differs between a dump and its rewrite by construction: the version
+// number itself, the frame count of each stream (the writer cuts frames by time and count)
+// and the config's dump_path.
+void drop_encoding_keys(json& j) {
+  if (j.is_object()) {
+    for (const char* k : {"format_version", "frames", "dump_path"}) j.erase(k);
+    for (auto& [k, v] : j.items()) drop_encoding_keys(v);
+  } else if (j.is_array()) {
+    for (auto& v : j) drop_encoding_keys(v);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("every command reads format_version 1 and 2 alike", "[cli][format]") {
+  std::map<std::string, std::string> v2;
+  for (const char* name : {"clean", "overflow", "diverged_1pct", "extra_op"}) {
+    v2[name] = rewrite_v2(name);
+    json meta = json::parse(std::ifstream(v2[name] + "/rank0/meta.json"));
+    CHECK(meta["format_version"] == 2);
+  }
+  // The v2 overflow dump holds NaN statistics as null, the v1 one as "nan".
+  const auto text_of = [](const std::string& file) {
+    precprobe::FrameReader r;
+    std::string error, frame, all;
+    REQUIRE(r.open(file, &error));
+    while (r.next(frame)) all += frame;
+    return all;
+  };
+  const std::string ops_v1 = text_of(kData + "overflow/rank0/ops.jsonl.zst");
+  const std::string ops_v2 = text_of(v2["overflow"] + "/rank0/ops.jsonl.zst");
+  CHECK(ops_v1.find("\"max\":\"nan\"") != std::string::npos);
+  CHECK(ops_v2.find("\"max\":null") != std::string::npos);
+  for (const char* v1_only : {"\"min\":\"nan\"", "\"mean\":\"nan\"", "\"v\":\"nan\""})
+    CHECK(ops_v2.find(v1_only) == std::string::npos);
+  CHECK(ops_v2.find("\"v\":null,\"v_nonfinite\":\"nan\"") != std::string::npos);
+  CHECK(std::count(ops_v1.begin(), ops_v1.end(), '\n') ==
+        std::count(ops_v2.begin(), ops_v2.end(), '\n'));
+  for (const auto& [name, dir] : v2) {
+    CAPTURE(name);
+    const std::string a = dump(name), b = "'" + dir + "'";
+    std::vector<std::string> commands = {"summary", "overflow", "grads", "scale", "check"};
+    for (const std::string& c : commands) {
+      CAPTURE(c);
+      Run x = run(c + " " + a + " --json"), y = run(c + " " + b + " --json");
+      CHECK(x.status == y.status);
+      json jx = json::parse(x.out), jy = json::parse(normalized(y.out, dir, kData + name));
+      drop_encoding_keys(jx);
+      drop_encoding_keys(jy);
+      CHECK(jx == jy);
+      // Human output too (it names no frame counts except in summary's stream table).
+      if (c != "summary") {
+        Run hx = run(c + " " + a), hy = run(c + " " + b);
+        CHECK(hx.out == normalized(hy.out, dir, kData + name));
+      }
+    }
+    for (const char* stream : {"ops", "scaler", "grads", "events"}) {
+      CAPTURE(stream);
+      for (const char* format : {"jsonl", "csv"}) {
+        const std::string args = std::string(" --format ") + format + " --stream " + stream;
+        Run x = run("export " + a + args), y = run("export " + b + args);
+        CHECK(x.status == 0);
+        CHECK(x.out == y.out);
+      }
+    }
+    Run cx = run("compare " + a + " " + dump("clean") + " --json");
+    Run cy = run("compare " + b + " '" + v2["clean"] + "' --json");
+    CHECK(cx.status == cy.status);
+    json jcx = json::parse(cx.out);
+    json jcy = json::parse(
+        normalized(normalized(cy.out, dir, kData + name), v2["clean"], kData + "clean"));
+    drop_encoding_keys(jcx);
+    drop_encoding_keys(jcy);
+    CHECK(jcx == jcy);
+    const std::string html = std::string(PRECPROBE_BINARY_DIR) + "/test_cli_v2/" + name;
+    REQUIRE(run("report " + a + " -o '" + html + ".v1.html'").status <= 1);
+    REQUIRE(run("report " + b + " -o '" + html + ".v2.html'").status <= 1);
+    json rx = report_data(html + ".v1.html");
+    json ry = json::parse(normalized(report_data(html + ".v2.html").dump(), dir, kData + name));
+    drop_encoding_keys(rx);
+    drop_encoding_keys(ry);
+    CHECK(rx == ry);
+  }
 }

@@ -432,8 +432,8 @@ TEST_CASE("export writes one row per argument, CSV quoted", "[analysis][export]"
   std::getline(lines, row1);
   std::getline(lines, row2);
   std::getline(lines, row3);
-  CHECK(header.rfind("step,rank,seq,name,op,overload,dir,depth,thread,scope,node,io,index", 0) ==
-        0);
+  CHECK(header.rfind("step,rank,seq,name,op,overload,call,dir,depth,thread,scope,node,io,index",
+                     0) == 0);
   CHECK(row1.find("\"[2]\"") == std::string::npos);  // a one-element shape needs no quotes
   CHECK(row1.find(",[2],") != std::string::npos);
   CHECK(row2.find("\"\"\"a,b\"\"\"") != std::string::npos);  // "a,b" as JSON, then quoted

@@ -31,9 +31,9 @@ void add_export_command(CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember({"ops", "scaler", "grads", "events"}));
   cmd->add_option("-o,--output", args->output, "output file (default: stdout)");
   cmd->footer(
-      "Columns of --stream ops: step, rank, seq, name, op, overload, dir, depth, thread, scope,\n"
-      "node, io, index, li, dtype, shape, numel, nan, pinf, ninf, zero, neg, pos, min, max,\n"
-      "mean, norm, hash, param, rg, value. NaN/Inf statistics are empty (CSV) or null.\n\n"
+      "Columns of --stream ops: step, rank, seq, name, op, overload, call, dir, depth, thread,\n"
+      "scope, node, io, index, li, dtype, shape, numel, nan, pinf, ninf, zero, neg, pos, min,\n"
+      "max, mean, norm, hash, param, rg, value. NaN/Inf statistics are empty (CSV) or null.\n\n"
       "Examples:\n  precprobe export ./precprobe_dump --format csv -o ops.csv\n"
       "  precprobe export ./precprobe_dump --format jsonl --stream scaler");
   cmd->callback([args, &exit_code] {

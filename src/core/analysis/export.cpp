@@ -1,10 +1,12 @@
 // export_table: flat tables for spreadsheets and pandas. One column set per stream, the
 // same in CSV and JSON Lines; NaN/Inf are empty cells in CSV and null in JSON.
+#include <fmt/compile.h>
 #include <fmt/format.h>
 
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <ostream>
 
 #include "json_util.h"
@@ -17,7 +19,7 @@ using analysis_detail::RecordSource;
 // A row is a list of (column, cell); cells are formatted straight to text (a JSON
 // document per row would cost several times the decoding itself on large dumps).
 struct Cell {
-  enum Kind : uint8_t { kNull, kInt, kDouble, kBool, kString, kShape } kind = kNull;
+  enum Kind : uint8_t { kNull, kInt, kDouble, kFloat32, kBool, kString, kShape } kind = kNull;
   int64_t i = 0;
   double d = 0;
   std::string s;
@@ -28,6 +30,12 @@ Cell cell(int64_t v) { return Cell{Cell::kInt, v, 0, {}, nullptr}; }
 Cell cell(int v) { return cell(int64_t{v}); }
 Cell cell(uint32_t v) { return cell(int64_t{v}); }
 Cell cell(double v) { return std::isfinite(v) ? Cell{Cell::kDouble, 0, v, {}, nullptr} : Cell{}; }
+// mean and norm: the shortest text of their float32 rounding, as the dump has them
+// (docs/dump-format.md), so the table holds the same numbers as a reader of the dump's text.
+Cell cell_float32(double v) {
+  if (!std::isfinite(v)) return Cell{};
+  return std::isfinite(static_cast<float>(v)) ? Cell{Cell::kFloat32, 0, v, {}, nullptr} : cell(v);
+}
 Cell cell(bool v) { return Cell{Cell::kBool, v ? 1 : 0, 0, {}, nullptr}; }
 Cell cell(std::string v) { return Cell{Cell::kString, 0, 0, std::move(v), nullptr}; }
 Cell cell(const char* v) { return cell(std::string(v)); }
@@ -64,16 +72,23 @@ void json_string(std::string& out, const std::string& s) {
 }
 
 // Numbers and shapes as JSON text; fmt's "{}" is the shortest text that round-trips.
+// Formatted in place: a temporary string per cell cost a third of the export's time.
 void value_text(std::string& out, const Cell& c) {
+  auto to = std::back_inserter(out);
   switch (c.kind) {
     case Cell::kNull:
       out += "null";
       break;
-    case Cell::kInt:
-      out += std::to_string(c.i);
+    case Cell::kInt: {
+      const fmt::format_int text(c.i);
+      out.append(text.data(), text.size());
       break;
+    }
     case Cell::kDouble:
-      out += fmt::format("{}", c.d);
+      fmt::format_to(to, FMT_COMPILE("{}"), c.d);
+      break;
+    case Cell::kFloat32:
+      fmt::format_to(to, FMT_COMPILE("{}"), static_cast<float>(c.d));
       break;
     case Cell::kBool:
       out += c.i ? "true" : "false";
@@ -82,7 +97,13 @@ void value_text(std::string& out, const Cell& c) {
       json_string(out, c.s);
       break;
     case Cell::kShape:
-      out += fmt::format("[{}]", fmt::join(*c.shape, ","));
+      out += '[';
+      for (size_t i = 0; i < c.shape->size(); ++i) {
+        if (i > 0) out += ',';
+        const fmt::format_int text((*c.shape)[i]);
+        out.append(text.data(), text.size());
+      }
+      out += ']';
       break;
   }
 }
@@ -106,9 +127,9 @@ class TableWriter {
     if (format_ == ExportFormat::kJsonl) {
       line_ += '{';
       for (size_t k = 0; k < row.size(); ++k) {
-        if (k) line_ += ',';
-        json_string(line_, row[k].first);
-        line_ += ':';
+        line_ += k ? ",\"" : "\"";  // column names are plain identifiers
+        line_ += row[k].first;
+        line_ += "\":";
         value_text(line_, row[k].second);
       }
       line_ += "}\n";
@@ -125,10 +146,12 @@ class TableWriter {
         const Cell& c = row[k].second;
         if (c.kind == Cell::kString) {
           csv_field(line_, c.s);
+        } else if (c.kind == Cell::kShape && c.shape->size() > 1) {
+          line_ += '"';  // "[2,3]": the commas need quotes
+          value_text(line_, c);
+          line_ += '"';
         } else if (c.kind != Cell::kNull) {
-          std::string text;
-          value_text(text, c);
-          csv_field(line_, text);
+          value_text(line_, c);  // numbers, booleans, shapes of one dimension: no quotes
         }
       }
       line_ += '\n';
@@ -146,19 +169,13 @@ class TableWriter {
 };
 
 Row op_row(const OpRecord& r, const std::string& name, const char* io, int index, const Arg* arg) {
-  Row row{{"step", cell(r.step)},
-          {"rank", cell(r.rank)},
-          {"seq", cell(r.seq)},
-          {"name", cell(name)},
-          {"op", cell(r.op)},
-          {"overload", cell(r.overload)},
-          {"dir", cell(std::string(to_string(r.dir)))},
-          {"depth", cell(r.depth)},
-          {"thread", cell(r.thread)},
-          {"scope", cell(r.scope)},
-          {"node", cell(r.node)},
-          {"io", cell(io)},
-          {"index", cell(index)}};
+  Row row{{"step", cell(r.step)},   {"rank", cell(r.rank)},
+          {"seq", cell(r.seq)},     {"name", cell(name)},
+          {"op", cell(r.op)},       {"overload", cell(r.overload)},
+          {"call", cell(r.call)},   {"dir", cell(std::string(to_string(r.dir)))},
+          {"depth", cell(r.depth)}, {"thread", cell(r.thread)},
+          {"scope", cell(r.scope)}, {"node", cell(r.node)},
+          {"io", cell(io)},         {"index", cell(index)}};
   const TensorStats* t = arg && arg->tensor ? &*arg->tensor : nullptr;
   row.emplace_back("li", cell(t ? t->list_index : int64_t{-1}));
   row.emplace_back("dtype", cell(t ? t->dtype : std::string()));
@@ -174,8 +191,8 @@ Row op_row(const OpRecord& r, const std::string& name, const char* io, int index
   row.emplace_back("pos", count(&TensorStats::pos));
   row.emplace_back("min", stat(&TensorStats::min));
   row.emplace_back("max", stat(&TensorStats::max));
-  row.emplace_back("mean", stat(&TensorStats::mean));
-  row.emplace_back("norm", stat(&TensorStats::norm));
+  row.emplace_back("mean", t ? cell_float32(t->mean) : Cell{});
+  row.emplace_back("norm", t ? cell_float32(t->norm) : Cell{});
   row.emplace_back("hash", t && t->hash ? cell(hex(*t->hash)) : Cell{});
   row.emplace_back("param", cell(t ? t->param : std::string()));
   row.emplace_back("rg", cell(t ? t->requires_grad : false));

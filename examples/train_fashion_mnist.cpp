@@ -6,9 +6,13 @@
 //                       [--dump DIR] [--config config.json] [--seed 1234] [--threads N]
 //                       [--log-every 100] [--no-debugger] [--bf16] [--overwrite]
 //                       [--no-normalise] [--sorted-labels] [--eval-in-train-mode]
+//                       [--no-observe-batch]
 //
-// The last three plant the bugs `precprobe check` finds (docs/checklist.md): pixels left in
-// [0, 1], batches in label order instead of shuffled, evaluation without model->eval().
+// --no-normalise, --sorted-labels and --eval-in-train-mode plant the bugs `precprobe check`
+// finds (docs/checklist.md): pixels left in [0, 1], batches in label order instead of
+// shuffled, evaluation without model->eval(). --no-observe-batch leaves out the
+// dbg.observe_batch() calls: a program with only the README's three lines, judged from the
+// op records alone.
 #include <ATen/autocast_mode.h>
 #include <precprobe/precprobe.h>
 #include <torch/torch.h>
@@ -39,6 +43,7 @@ struct Flags {
   bool normalise = true;
   bool sorted_labels = false;
   bool eval_in_train_mode = false;
+  bool observe_batch = true;
 };
 
 [[noreturn]] void usage(const char* argv0, int code) {
@@ -47,6 +52,7 @@ struct Flags {
                "          [--config FILE] [--seed N] [--threads N] [--log-every N]\n"
                "          [--no-debugger] [--bf16] [--overwrite]\n"
                "          [--no-normalise] [--sorted-labels] [--eval-in-train-mode]\n"
+               "          [--no-observe-batch]\n"
                "Trains a small CNN on Fashion-MNIST with precprobe's PrecisionDebugger on.\n",
                argv0);
   std::exit(code);
@@ -93,6 +99,8 @@ Flags parse_flags(int argc, char** argv) {
       f.sorted_labels = true;
     else if (a == "--eval-in-train-mode")
       f.eval_in_train_mode = true;
+    else if (a == "--no-observe-batch")
+      f.observe_batch = false;
     else if (a == "--help" || a == "-h")
       usage(argv[0], 0);
     else {
@@ -157,13 +165,13 @@ double evaluate(Net& net, const fashion_mnist::Split& test) {
 
 // A short evaluation while the debugger records, its batches registered for the checklist.
 void checked_evaluation(Net& net, const fashion_mnist::Split& test,
-                        precprobe::PrecisionDebugger& dbg, bool eval_mode) {
+                        precprobe::PrecisionDebugger& dbg, bool eval_mode, bool observe) {
   torch::NoGradGuard no_grad;
   if (eval_mode) net->eval();
   for (int64_t i = 0; i < 1000; i += 500) {
     auto x = test.images.slice(0, i, i + 500);
     auto y = test.labels.slice(0, i, i + 500);
-    dbg.observe_batch(x, y);
+    if (observe) dbg.observe_batch(x, y);
     net->forward(x);
   }
   net->train();
@@ -213,7 +221,7 @@ int main(int argc, char** argv) try {
       auto idx = order.slice(0, i, i + flags.batch_size);
       auto x = train.images.index_select(0, idx);
       auto y = train.labels.index_select(0, idx);
-      if (dbg) dbg->observe_batch(x, y, epoch);
+      if (dbg && flags.observe_batch) dbg->observe_batch(x, y, epoch);
 
       auto logits = net->forward(x);
       auto loss = torch::cross_entropy_loss(logits.to(torch::kFloat32), y);
@@ -239,7 +247,7 @@ int main(int argc, char** argv) try {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (flags.bf16) set_cpu_autocast_bf16(false);
   if (dbg) {
-    checked_evaluation(net, test, *dbg, !flags.eval_in_train_mode);
+    checked_evaluation(net, test, *dbg, !flags.eval_in_train_mode, flags.observe_batch);
     dbg->stop();
   }
 

@@ -30,6 +30,15 @@ Tone tone_of(Verdict v) {
 }
 
 void print_checklist(const ChecklistResult& r, const Terminal& term) {
+  const auto causes = r.problems_by_cause();
+  if (!causes.empty()) {
+    std::cout << paint(term, Tone::kBold, "Problems, likely cause first:") << '\n';
+    for (size_t i = 0; i < causes.size(); ++i)
+      std::cout << fmt::format("  {}. ", i + 1)
+                << paint(term, Tone::kRed, fmt::format("{:<28}", causes[i]->id)) << causes[i]->title
+                << '\n';
+    std::cout << '\n';
+  }
   std::string group;
   for (const CheckItem& c : r.items) {
     if (c.group != group) {

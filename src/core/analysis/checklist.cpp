@@ -480,9 +480,18 @@ CheckItem check_loss(const Observed& o, const RecordsView& rv) {
       logged ? std::string()
              : fmt::format(" (from the output of {}; dbg.log_scalar(\"loss\", v) chooses another)",
                            rv.loss_op);
+  // First and last values, for the verdict `summary` and the report open with.
+  std::vector<std::pair<std::string, double>> ends;
+  if (!l.empty())
+    ends = {{"first_step", double(l.front().first)},
+            {"first_value", l.front().second},
+            {"last_step", double(l.back().first)},
+            {"last_value", l.back().second}};
+  c.figures = ends;
   // A NaN/Inf loss is decided from any number of values.
   for (const auto& [step, v] : l) {
     if (!std::isfinite(v)) {
+      c.figures.emplace_back("nonfinite_step", double(step));
       return set(c, Verdict::kProblem,
                  fmt::format("loss is {} at step {}, {:.4g} at step {}{}", v, step,
                              l.front().second, l.front().first, from)),
@@ -506,6 +515,7 @@ CheckItem check_loss(const Observed& o, const RecordsView& rv) {
                {"window", double(w)},
                {"first_mean", first},
                {"last_mean", last}};
+  c.figures.insert(c.figures.end(), ends.begin(), ends.end());
   const std::string means =
       fmt::format("mean of the first {} values {:.4g}, of the last {} {:.4g} (steps {}..{})", w,
                   first, w, last, l.front().first, l.back().first);

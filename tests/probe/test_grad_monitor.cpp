@@ -257,7 +257,7 @@ TEST_CASE("a parameter that starts at zero is judged by its update ratio once it
     CHECK(recs[1].watch.empty());
   }
   CHECK(ratios[1] == Approx(1.0).epsilon(1e-2));   // 2e-3 from 1e-3: as large as the weight
-  CHECK(ratios[10] == Approx(0.1).epsilon(1e-4));  // 11e-3 from 10e-3: armed from here
+  CHECK(ratios[10] == Approx(0.1).epsilon(1e-2));  // 11e-3 from 10e-3: armed about here
   CHECK(ratios[13] == Approx(1.0 / 13).epsilon(1e-2));
   CHECK(hits.empty());
   adam_step(0.1);  // a jump of 100x the usual step: 0.101 / 0.014 per element

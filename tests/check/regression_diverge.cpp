@@ -24,7 +24,7 @@ int main(int argc, char** argv) try {
   const torch::Tensor w = torch::randn({f, 1}) * 0.05;
   const torch::Tensor y = x.matmul(w) + 22.0 + 0.5 * torch::randn({n, 1});
 
-  torch::nn::Sequential model(torch::nn::Linear(f, 32), torch::nn::ReLU(),
+  torch::nn::Sequential model(torch::nn::Linear(f, 32), torch::nn::LeakyReLU(),
                               torch::nn::Linear(32, 1));
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.01));
 

@@ -98,9 +98,9 @@ void RecordsCollector::add(const OpRecord& op) {
     if (t.hash) by_hash_[*t.hash].push_back(t.param);
   }
 
-  // The model's input: the first parameter-consuming op's first floating non-parameter input.
-  if (has_param && !s.input_found && op.depth == 0) {
-    s.input_found = true;
+  // The model's input: the first floating non-parameter input of the step's first op that
+  // also reads a parameter (ops reading only parameters, e.g. aten::t of a weight, are passed).
+  if (has_param && !s.input && op.depth == 0) {
     for (const Arg& a : op.inputs) {
       if (a.tensor && a.tensor->param.empty() && is_floating(a.tensor->dtype) &&
           a.tensor->numel > 0) {

@@ -69,7 +69,6 @@ class RecordsCollector {
   };
   struct Step {
     bool backward = false;
-    bool input_found = false;
     std::optional<RecordsView::Input> input;
     std::vector<ModeUse> modes;
     std::optional<double> loss;

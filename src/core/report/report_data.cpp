@@ -190,6 +190,41 @@ json loss_curve(DumpReader& reader, const ReportOptions& o) {
           {"step", b.step},    {"min", opt_array(b.min)},      {"max", opt_array(b.max)}};
 }
 
+// Every scalar logged with log_scalar on the first rank (the checklist's own "check/...",
+// "replicas/..." and "lr_range" records excepted), each downsampled, in order of first
+// appearance, at most kMaxScalarCharts of them.
+json scalar_curves(DumpReader& reader, const ReportOptions& o) {
+  std::vector<std::string> order;
+  std::map<std::string, std::pair<std::vector<int64_t>, std::vector<double>>> series;
+  RecordFilter f;
+  if (!reader.ranks().empty()) f.ranks = {reader.ranks().front().rank};
+  reader.for_each_scalar(f, [&](const ScalarRecord& r) {
+    if (r.name.rfind("check/", 0) == 0 || r.name.rfind("replicas/", 0) == 0) return true;
+    auto it = series.find(r.name);
+    if (it == series.end()) {
+      if (series.size() >= kMaxScalarCharts) return true;
+      order.push_back(r.name);
+      it = series.emplace(r.name, std::make_pair(std::vector<int64_t>{}, std::vector<double>{}))
+               .first;
+    }
+    it->second.first.push_back(r.step);
+    it->second.second.push_back(r.value);
+    return true;
+  });
+  json out = json::array();
+  for (const std::string& name : order) {
+    const auto& [steps, values] = series[name];
+    Buckets b = downsample(steps, values, o.max_points);
+    out.push_back({{"name", name},
+                   {"n", steps.size()},
+                   {"bucket", b.size},
+                   {"step", b.step},
+                   {"min", opt_array(b.min)},
+                   {"max", opt_array(b.max)}});
+  }
+  return out;
+}
+
 // Ops whose outputs are uninitialized memory: their values are garbage, not a run's.
 bool uninitialized_output(const std::string& op) {
   return op == "aten::empty" || op == "aten::empty_like" || op == "aten::empty_strided" ||
@@ -300,6 +335,7 @@ std::string build_report_data(const ReportOptions& options) {
   data["precprobe_version"] = PRECPROBE_VERSION_STRING;
   data["runs"] = json::array({report::run_header(reader)});
   data["loss"] = report::loss_curve(reader, o);
+  data["scalars"] = report::scalar_curves(reader, o);
   data["scale"] = report::scale_section(reader, o);
   data["grads"] = report::grads_heatmap(reader, o);
   report::ops_pass(reader, o, data);

@@ -187,8 +187,9 @@
   }
 
   // ---- sections -----------------------------------------------------------------------
+  // The run's facts, meta.json, config and counters: collapsed, at the end.
   function renderHeader() {
-    const s = section("run", "Run");
+    const s = section("run", "Run details");
     (D.runs || []).forEach((run, i) => {
       s.appendChild(el("h3", { text: (D.runs.length > 1 ? (i === 0 ? "Run A: " : "Run B (reference): ") : "") + run.path }));
       const sum = run.summary || {};
@@ -213,7 +214,7 @@
       if (dropped) warn.push(`${dropped} records were dropped (overflow_policy = drop): counts below are lower bounds.`);
       if (trunc.length) warn.push(`${trunc.length} stream(s) end in a truncated frame: the run was killed mid-write.`);
       warn.forEach((w) => s.appendChild(el("p", { class: "warn", text: w })));
-      s.appendChild(box);
+      s.appendChild(el("details", { class: "run-details" }, el("summary", { text: "records, meta.json, config, counters" }), box));
       // meta.json of rank 0: its plain fields (versions, host, task, times) in one table, each
       // object (config, seed_report, counters, writer) in its own.
       const meta = ((run.ranks || [])[0] || {}).meta || {};
@@ -230,6 +231,72 @@
                        el("pre", { text: JSON.stringify(run.ranks, null, 2) })));
       if (run.summary) s.appendChild(el("details", {}, el("summary", { text: "precprobe summary --json" }),
                                         el("pre", { text: JSON.stringify(run.summary, null, 2) })));
+    });
+  }
+
+  // The answer first: what was recorded, the origin of the first NaN/Inf, the loss, the
+  // anomalies, the checklist's problems (likely cause first), data lost.
+  function renderVerdict() {
+    const run = (D.runs || [])[0] || {};
+    const sum = run.summary || {};
+    const C = D.checklist || { items: [], likely_causes: [] };
+    const item = (id) => (C.items || []).find((c) => c.id === id);
+    const s = section("verdict", "Verdict");
+    const rows = [];
+    const row = (label, text, cls) => rows.push(el("tr", { class: cls || "" }, el("th", { text: label }), el("td", { text })));
+    row("recorded", sum.step_min !== undefined && sum.step_min !== null
+      ? `steps ${sum.step_min} … ${sum.step_max} on ${(run.ranks || []).length} rank(s), ${fmt(sum.op_records)} op records`
+      : `no op records on ${(run.ranks || []).length} rank(s)`);
+    const ov = item("mp.overflow");
+    if (ov && ov.verdict === "problem") row("NaN/Inf", ov.evidence, "bad");
+    else if (sum.nonfinite_op_records) row("NaN/Inf", `in the outputs of ${sum.nonfinite_op_records} op records`, "bad");
+    else if (sum.op_records) row("NaN/Inf", "none in the op records", "ok");
+    const lt = item("hp.loss_trend");
+    const f = (lt && lt.figures) || {};
+    if (f.first_value !== undefined) {
+      let t = `${fmt(f.first_value)} (step ${f.first_step}) → ${f.last_value === null ? "NaN" : fmt(f.last_value)} (step ${f.last_step})`;
+      if (f.nonfinite_step !== undefined) t += `, first non-finite at step ${f.nonfinite_step}`;
+      row("loss", t, lt.verdict === "problem" ? "bad" : "");
+    }
+    const anomalies = [];
+    const G = D.grads;
+    if (G && G.watch_total) anomalies.push(`${G.watch_total} gradient records with watchpoint hits (first: ${G.watch[0].param} ${G.watch[0].names.join(", ")} at step ${G.watch[0].step})`);
+    if (sum.nonfinite_grad_records) anomalies.push(`${sum.nonfinite_grad_records} gradient records with NaN/Inf`);
+    if (D.scale && D.scale.skipped_total) anomalies.push(`${D.scale.skipped_total} skipped steps`);
+    row("anomalies", anomalies.length ? anomalies.join("; ") : "none", anomalies.length ? "warn" : "ok");
+    const causes = C.likely_causes || [];
+    row("checklist", causes.length ? `${causes.length} problem(s), likely cause first` : "no problem",
+         causes.length ? "bad" : "ok");
+    const st = sum.streams || run.streams || [];
+    const lost = [];
+    if (sum.dropped) lost.push(`${sum.dropped} records dropped (writer queue full)`);
+    st.filter((x) => x.truncated).forEach((x) => lost.push(`${x.path} truncated (${x.truncated_bytes} B lost)`));
+    row("data", lost.length ? lost.join("; ") : "complete", lost.length ? "warn" : "ok");
+    s.appendChild(el("table", { class: "verdict" }, el("tbody", {}, ...rows)));
+    if (causes.length) {
+      const ol = el("ol", { id: "likely-causes" });
+      causes.forEach((id) => { const c = item(id); if (c) ol.appendChild(el("li", {}, el("b", { text: `${c.id}: ${c.title}. ` }), el("span", { text: c.evidence }))); });
+      s.appendChild(ol);
+    }
+    if ((C.items || []).length) {
+      s.appendChild(el("details", {}, el("summary", { text: "every checklist item (precprobe check)" }),
+        dataTable("table-checklist", C.items.map((c) => ({ id: c.id, verdict: c.verdict, title: c.title, evidence: c.evidence })),
+                  { columns: [{ key: "id" }, { key: "verdict" }, { key: "title" }, { key: "evidence" }] })));
+    }
+  }
+
+  // Every scalar logged with log_scalar other than the loss (drawn above), one chart each.
+  function renderScalars() {
+    const list = (D.scalars || []).filter((c) => !(D.loss && c.name === D.loss.name) && c.step && c.step.length);
+    if (!list.length) return;
+    const s = section("scalars", "Scalars");
+    s.appendChild(note(`${list.length} scalar(s) logged with log_scalar besides the loss.`));
+    list.forEach((c, i) => {
+      s.appendChild(el("h3", { text: c.name }));
+      const one = c.bucket === 1;
+      chart(`chart-scalar-${i}`, { series: [{ label: "step" }, line(one ? c.name : "max", COLORS[i % COLORS.length]), line("min", COLORS[2], { show: !one })],
+                                   bands: [{ series: [1, 2], fill: "rgba(46,144,250,.15)" }] },
+            [c.step, c.max, c.min], s);
     });
   }
 
@@ -471,7 +538,8 @@
     }
   }
 
-  const steps = [renderHeader, renderLoss, renderScale, renderGrads, renderNonFinite, renderCompare, renderTopOps];
+  const steps = [renderVerdict, renderLoss, renderGrads, renderScalars, renderScale, renderNonFinite, renderCompare,
+                 renderTopOps, renderHeader];
   document.getElementById("loading").remove();
   for (const f of steps) {
     try { f(); } catch (e) {

@@ -168,12 +168,14 @@ void print_summary(const SummaryResult& s, bool verbose, const Terminal& term) {
         sc.backoffs, sc.growths);
   }
   if (s.nonfinite_op_records > 0) {
-    std::cout << paint(
-        term, Tone::kRed,
-        fmt::format("non-finite    {} op records with NaN/Inf outputs:\n", s.nonfinite_op_records));
-    Table t({"op", "records"});
-    for (const NameCount& c : s.nonfinite_ops) t.add({c.name, num(c.count)});
-    t.print(std::cout, term, "    ");
+    std::cout << paint(term, Tone::kRed,
+                       fmt::format("non-finite    {} op records with NaN/Inf outputs{}\n",
+                                   s.nonfinite_op_records, verbose ? ":" : " (--verbose: per op)"));
+    if (verbose) {
+      Table t({"op", "records"});
+      for (const NameCount& c : s.nonfinite_ops) t.add({c.name, num(c.count)});
+      t.print(std::cout, term, "    ");
+    }
   } else {
     std::cout << paint(term, Tone::kGreen, "non-finite    none in op outputs") << '\n';
   }

@@ -488,21 +488,20 @@ CheckItem check_loss(const Observed& o, const RecordsView& rv) {
             {"last_step", double(l.back().first)},
             {"last_value", l.back().second}};
   c.figures = ends;
-  // A NaN/Inf loss is decided from any number of values.
-  for (const auto& [step, v] : l) {
-    if (!std::isfinite(v)) {
-      c.figures.emplace_back("nonfinite_step", double(step));
-      return set(c, Verdict::kProblem,
-                 fmt::format("loss is {} at step {}, {:.4g} at step {}{}", v, step,
-                             l.front().second, l.front().first, from)),
-             c;
-    }
-  }
+  const auto bad =
+      std::find_if(l.begin(), l.end(), [](const auto& p) { return !std::isfinite(p.second); });
+  if (bad != l.end()) c.figures.emplace_back("nonfinite_step", double(bad->first));
   if (l.size() < kMinLossPoints) {
     return set(c, Verdict::kNotApplicable,
                logged ? fmt::format("{} loss values logged (dbg.log_scalar(\"loss\", v)); need {}",
                                     l.size(), kMinLossPoints)
                       : fmt::format("{} loss values{}; need {}", l.size(), from, kMinLossPoints)),
+           c;
+  }
+  if (bad != l.end()) {
+    return set(c, Verdict::kProblem,
+               fmt::format("loss is {} at step {}, {:.4g} at step {}{}", bad->second, bad->first,
+                           l.front().second, l.front().first, from)),
            c;
   }
   const size_t w = std::max<size_t>(3, l.size() / 5);

@@ -34,9 +34,8 @@ void print_checklist(const ChecklistResult& r, const Terminal& term) {
   if (!causes.empty()) {
     std::cout << paint(term, Tone::kBold, "Problems, likely cause first:") << '\n';
     for (size_t i = 0; i < causes.size(); ++i)
-      std::cout << fmt::format("  {}. ", i + 1)
-                << paint(term, Tone::kRed, fmt::format("{:<28}", causes[i]->id)) << causes[i]->title
-                << '\n';
+      std::cout << fmt::format("  {}. ", i + 1) << paint(term, Tone::kRed, causes[i]->id) << ": "
+                << causes[i]->evidence << '\n';
     std::cout << '\n';
   }
   std::string group;

@@ -262,10 +262,30 @@ json op_row(const OpRecord& r, double abs_max) {
           {"dtype", dtype},   {"shape", shape},     {"scope", r.scope}};
 }
 
-// One pass over the ops: per step, how many ops had a non-finite output; and the op calls
-// with the largest finite |output| (a min-heap of max_rows entries).
+bool is_loss_op(const std::string& op) {
+  static const char* const kLoss[] = {"aten::cross_entropy_loss",
+                                      "aten::nll_loss",
+                                      "aten::nll_loss_nd",
+                                      "aten::nll_loss2d",
+                                      "aten::mse_loss",
+                                      "aten::l1_loss",
+                                      "aten::smooth_l1_loss",
+                                      "aten::huber_loss",
+                                      "aten::binary_cross_entropy",
+                                      "aten::binary_cross_entropy_with_logits",
+                                      "aten::kl_div"};
+  return std::find(std::begin(kLoss), std::end(kLoss), op) != std::end(kLoss);
+}
+
+// One pass over the ops: per step, how many ops had a non-finite output; the op calls with
+// the largest finite |output| (a min-heap of max_rows entries); and, when no loss scalar was
+// logged, the loss op's output per step (the first rank's first loss op of each step).
 void ops_pass(DumpReader& reader, const ReportOptions& o, json& data) {
   std::map<int64_t, int64_t> per_step;
+  const bool want_loss = data["loss"].is_null();
+  const int loss_rank = reader.ranks().empty() ? 0 : reader.ranks().front().rank;
+  std::string loss_op;
+  std::map<int64_t, double> loss;
   using Top = std::pair<double, json>;
   auto cmp = [](const Top& a, const Top& b) { return a.first > b.first; };
   std::priority_queue<Top, std::vector<Top>, decltype(cmp)> top(cmp);
@@ -273,6 +293,13 @@ void ops_pass(DumpReader& reader, const ReportOptions& o, json& data) {
   int64_t total = 0;
   reader.for_each_op({}, [&](const OpRecord& r) {
     ++total;
+    if (want_loss && r.rank == loss_rank && r.dir == Direction::kForward && !r.outputs.empty() &&
+        r.outputs[0].tensor && r.outputs[0].tensor->numel == 1 && !loss.count(r.step) &&
+        is_loss_op(r.op) && (loss_op.empty() || loss_op == r.op)) {
+      const TensorStats& t = *r.outputs[0].tensor;
+      loss_op = r.op;
+      loss[r.step] = t.all_finite() ? t.mean : NAN;
+    }
     int64_t& n = per_step[r.step];
     n += r.outputs_non_finite();
     const double m = output_abs_max(r);
@@ -283,6 +310,16 @@ void ops_pass(DumpReader& reader, const ReportOptions& o, json& data) {
     return true;
   });
   if (total == 0) return;
+  if (!loss.empty()) {
+    std::vector<int64_t> ls;
+    std::vector<double> lv;
+    for (const auto& [st, v] : loss) ls.push_back(st), lv.push_back(v);
+    Buckets lb = downsample(ls, lv, o.max_points);
+    data["loss"] = {{"name", loss_op + " output"}, {"n", ls.size()},
+                    {"bucket", lb.size},           {"step", lb.step},
+                    {"min", opt_array(lb.min)},    {"max", opt_array(lb.max)},
+                    {"from_op", loss_op}};
+  }
   std::vector<int64_t> steps;
   std::vector<double> counts;
   int64_t steps_with = 0;

@@ -167,6 +167,17 @@
     R.charts[id] = u;
     return u;
   }
+  // A value axis whose labels fit (1.1e+13, not "0,000"), logarithmic when the positive values
+  // span more than three decades (a loss that explodes).
+  function valueAxes(...series) {
+    const v = series.flat().filter((x) => typeof x === "number" && isFinite(x));
+    let lo = Infinity, hi = -Infinity;
+    for (const x of v) { lo = Math.min(lo, x); hi = Math.max(hi, x); }
+    const log = v.length > 0 && lo > 0 && hi / lo > 1e3;
+    const label = (x) => (typeof x === "number" && x !== 0 && (Math.abs(x) >= 1e5 || Math.abs(x) < 1e-3) ? x.toExponential(1) : fmt(x));
+    return { scales: { x: { time: false }, y: log ? { distr: 3 } : {} },
+             axes: [{}, { size: 72, values: (u, vals) => vals.map(label) }] };
+  }
   const INT_INCRS = [];
   for (let p = 1; p <= 1e12; p *= 10) INT_INCRS.push(p, 2 * p, 5 * p);
   const line = (label, stroke, extra) => Object.assign({ label, stroke, width: 1.2, spanGaps: false }, extra || {});
@@ -294,8 +305,9 @@
     list.forEach((c, i) => {
       s.appendChild(el("h3", { text: c.name }));
       const one = c.bucket === 1;
-      chart(`chart-scalar-${i}`, { series: [{ label: "step" }, line(one ? c.name : "max", COLORS[i % COLORS.length]), line("min", COLORS[2], { show: !one })],
-                                   bands: [{ series: [1, 2], fill: "rgba(46,144,250,.15)" }] },
+      chart(`chart-scalar-${i}`, Object.assign(valueAxes(c.max, c.min), {
+                                   series: [{ label: "step" }, line(one ? c.name : "max", COLORS[i % COLORS.length]), line("min", COLORS[2], { show: !one })],
+                                   bands: [{ series: [1, 2], fill: "rgba(46,144,250,.15)" }] }),
             [c.step, c.max, c.min], s);
     });
   }
@@ -304,11 +316,13 @@
     const L = D.loss;
     if (!L || !L.step || !L.step.length) return;
     const s = section("loss", "Loss");
-    s.appendChild(note(`Scalar "${L.name}" logged with log_scalar, ${L.n} values` +
+    s.appendChild(note((L.from_op ? `The output of ${L.from_op} in each step (no "loss" scalar logged; dbg.log_scalar("loss", v) chooses one), ${L.n} values`
+                                   : `Scalar "${L.name}" logged with log_scalar, ${L.n} values`) +
       (L.bucket > 1 ? `; ${L.bucket} steps a bucket, its min and max drawn (spikes survive).` : ".")));
     const one = L.bucket === 1;  // one point a bucket: min = max, draw one line
-    chart("chart-loss", { series: [{ label: "step" }, line(one ? L.name : "max", COLORS[0]), line("min", COLORS[2], { show: !one })],
-                          bands: [{ series: [1, 2], fill: "rgba(46,144,250,.15)" }] },
+    chart("chart-loss", Object.assign(valueAxes(L.max, L.min), {
+                          series: [{ label: "step" }, line(one ? L.name : "max", COLORS[0]), line("min", COLORS[2], { show: !one })],
+                          bands: [{ series: [1, 2], fill: "rgba(46,144,250,.15)" }] }),
           [L.step, L.max, L.min], s);
   }
 

@@ -189,6 +189,13 @@ const uplotPoints = (page, id, series) =>
   const verdict = await page.$eval("#verdict", (e) => e.textContent).catch(() => "");
   check(/aten::addmm\.1\.forward/.test(verdict) && /1 problem\(s\)/.test(verdict),
         "golden overflow: the verdict names the origin and one checklist problem");
+  // Activations: fc1's and fc2's ops x 3 steps; fc2's output overflows at step 1 (x 1e38).
+  check((await num(page, "#activations-heatmap", "rows")) === 2 && (await num(page, "#activations-heatmap", "cols")) === 3,
+        "golden overflow: activations, 2 parameter-reading ops x 3 steps");
+  check((await num(page, "#activations-heatmap", "nonfinite")) === 1, "golden overflow: one non-finite activation cell");
+  const act = await page.evaluate(() => window.precprobeReport.data.activations);
+  check(act.rows[1] === "fc2.weight · aten::linear" && act.bad[1][1] === 1 && act.abs_max[1][1] > 1e38,
+        "golden overflow: fc2's output at step 1 is non-finite, its finite part near 3e38");
   const causes = await page.$$eval("#likely-causes li", (ls) => ls.map((l) => l.textContent));
   check(causes.length === 1 && causes[0].startsWith("mp.overflow"), "golden overflow: the likely cause is mp.overflow");
   check((await page.$eval("#run details.run-details", (d) => d.open).catch(() => true)) === false,

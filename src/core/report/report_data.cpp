@@ -286,6 +286,18 @@ void ops_pass(DumpReader& reader, const ReportOptions& o, json& data) {
   const int loss_rank = reader.ranks().empty() ? 0 : reader.ranks().front().rank;
   std::string loss_op;
   std::map<int64_t, double> loss;
+  // Activations: per op that reads a parameter (forward, outermost, not in place, its output
+  // not a parameter view such as aten::t's) and step, the largest finite |output| and
+  // whether an output held NaN/Inf.
+  struct ActCell {
+    int64_t step;
+    uint32_t row;
+    double abs_max;
+    bool bad;
+  };
+  std::vector<ActCell> act;
+  std::vector<std::string> act_rows;
+  std::unordered_map<std::string, uint32_t> act_index;
   using Top = std::pair<double, json>;
   auto cmp = [](const Top& a, const Top& b) { return a.first > b.first; };
   std::priority_queue<Top, std::vector<Top>, decltype(cmp)> top(cmp);
@@ -300,6 +312,32 @@ void ops_pass(DumpReader& reader, const ReportOptions& o, json& data) {
       loss_op = r.op;
       loss[r.step] = t.all_finite() ? t.mean : NAN;
     }
+    if (r.rank == loss_rank && r.dir == Direction::kForward && r.depth == 0 && !r.op.empty() &&
+        r.op.back() != '_' && !r.outputs.empty() && r.outputs[0].tensor &&
+        r.outputs[0].tensor->param.empty()) {
+      // A row per op computing with data and a parameter (not zeros_like(param) and the
+      // like), named after the parameter it reads, a weight before a bias.
+      const std::string* param = nullptr;
+      bool data_input = false;
+      for (const Arg& a : r.inputs) {
+        if (!a.tensor) continue;
+        if (a.tensor->param.empty()) {
+          data_input = data_input || a.tensor->dtype.find("Float") != std::string::npos ||
+                       a.tensor->dtype.find("Double") != std::string::npos ||
+                       a.tensor->dtype.find("Half") != std::string::npos;
+        } else if (param == nullptr || (param->find("weight") == std::string::npos &&
+                                        a.tensor->param.find("weight") != std::string::npos)) {
+          param = &a.tensor->param;
+        }
+      }
+      if (!data_input) param = nullptr;
+      if (param != nullptr) {
+        const std::string key = *param + " · " + r.op;
+        auto [it, added] = act_index.emplace(key, static_cast<uint32_t>(act_rows.size()));
+        if (added) act_rows.push_back(key);
+        act.push_back({r.step, it->second, output_abs_max(r), r.outputs_non_finite()});
+      }
+    }
     int64_t& n = per_step[r.step];
     n += r.outputs_non_finite();
     const double m = output_abs_max(r);
@@ -310,6 +348,40 @@ void ops_pass(DumpReader& reader, const ReportOptions& o, json& data) {
     return true;
   });
   if (total == 0) return;
+  if (!act.empty()) {
+    std::vector<int64_t> st;
+    for (const ActCell& c : act) st.push_back(c.step);
+    std::sort(st.begin(), st.end());
+    st.erase(std::unique(st.begin(), st.end()), st.end());
+    const size_t bucket = bucket_size(st.size(), std::max<size_t>(16, o.heatmap_columns));
+    const size_t cols = (st.size() + bucket - 1) / bucket;
+    const size_t rows = std::min<size_t>(act_rows.size(), kMaxHeatmapRows);
+    std::vector<std::vector<std::optional<double>>> mx(rows,
+                                                       std::vector<std::optional<double>>(cols));
+    std::vector<std::vector<int64_t>> bad(rows, std::vector<int64_t>(cols, 0));
+    for (const ActCell& c : act) {
+      if (c.row >= rows) continue;
+      const size_t col =
+          static_cast<size_t>((std::lower_bound(st.begin(), st.end(), c.step) - st.begin()) /
+                              static_cast<std::ptrdiff_t>(bucket));
+      bad[c.row][col] += c.bad;
+      if (c.abs_max >= 0) {
+        auto& v = mx[c.row][col];
+        v = v ? std::max(*v, c.abs_max) : c.abs_max;
+      }
+    }
+    json col_steps = json::array(), jmax = json::array(), jbad = json::array();
+    for (size_t c = 0; c < cols; ++c) col_steps.push_back(st[c * bucket]);
+    for (size_t r = 0; r < rows; ++r) {
+      jmax.push_back(opt_array(mx[r]));
+      jbad.push_back(bad[r]);
+    }
+    act_rows.resize(rows);
+    data["activations"] = {
+        {"n", act.size()},  {"rows", act_rows},   {"rows_total", act_index.size()},
+        {"bucket", bucket}, {"steps", col_steps}, {"last_step", st.back()},
+        {"abs_max", jmax},  {"bad", jbad}};
+  }
   if (!loss.empty()) {
     std::vector<int64_t> ls;
     std::vector<double> lv;

@@ -441,6 +441,61 @@
     }
   }
 
+  // Activations: per op that reads a parameter × step, colour = log10 of the largest finite
+  // |output|, red = NaN/Inf in an output: values growing before they overflow.
+  function renderActivations() {
+    const A = D.activations;
+    if (!A || !A.rows || !A.rows.length) return;
+    const s = section("activations", "Activations");
+    s.appendChild(note(`Largest |output| of each op that reads a parameter (parameter · op), per step (${A.n} op calls, ` +
+      `${A.rows.length} rows` + (A.rows_total > A.rows.length ? ` of ${A.rows_total}` : "") + "). Colour: log10 of the largest finite |output| in the cell" +
+      (A.bucket > 1 ? ` (${A.bucket} steps a column)` : "") + "; red: NaN/Inf in an output; grey: not run."));
+    let lo = Infinity, hi = -Infinity;
+    for (const row of A.abs_max) for (const v of row) if (v !== null && v > 0) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
+    const llo = Math.log10(lo), lhi = Math.log10(hi), span = lhi - llo || 1;
+    const rows = A.rows.length, cols = A.steps.length;
+    const labelW = Math.min(320, 8 + 7 * Math.max(...A.rows.map((p) => p.length)));
+    const cw = Math.max(2, Math.min(24, Math.floor(1100 / cols))), ch = Math.max(6, Math.min(18, Math.floor(480 / rows)));
+    const cv = el("canvas", { id: "activations-heatmap", width: labelW + cols * cw, height: rows * ch + 22 });
+    const tip = el("div", { class: "tip" });
+    s.appendChild(el("p", { class: "note" }, "log10 max |output|: ", fmt(llo), el("canvas", { class: "legend-bar", id: "act-legend", width: 160, height: 10 }),
+                     fmt(lhi), el("span", { class: "swatch", style: "background:#d92d20" }), "non-finite",
+                     el("span", { class: "swatch", style: "background:#e4e7ec" }), "not run"));
+    s.appendChild(el("div", { class: "heatwrap" }, cv, tip));
+    const lg = document.getElementById("act-legend").getContext("2d");
+    for (let x = 0; x < 160; x++) { lg.fillStyle = viridis(x / 159); lg.fillRect(x, 0, 1, 10); }
+    const g = cv.getContext("2d");
+    let cells = 0, bad = 0;
+    g.font = "11px system-ui, sans-serif"; g.textBaseline = "middle";
+    for (let r = 0; r < rows; r++) {
+      const every = Math.ceil(11 / ch);
+      if (r % every === 0) { g.fillStyle = "#1d2330"; g.fillText(A.rows[r], 2, Math.max(6, r * ch + ch / 2), labelW - 6); }
+      for (let c = 0; c < cols; c++) {
+        const v = A.abs_max[r][c], nb = A.bad[r][c];
+        if (nb > 0) { g.fillStyle = "#d92d20"; bad++; }
+        else if (v === null) g.fillStyle = "#e4e7ec";
+        else g.fillStyle = viridis(v > 0 ? (Math.log10(v) - llo) / span : 0);
+        if (v !== null || nb > 0) cells++;
+        g.fillRect(labelW + c * cw, r * ch, cw, ch);
+      }
+    }
+    g.fillStyle = "#667085";
+    for (let c = 0; c < cols; c += Math.max(1, Math.ceil(cols / 8)))
+      g.fillText(String(A.steps[c]), labelW + c * cw, rows * ch + 11);
+    cv.dataset.rows = String(rows); cv.dataset.cols = String(cols);
+    cv.dataset.points = String(cells); cv.dataset.nonfinite = String(bad);
+    cv.addEventListener("mousemove", (ev) => {
+      const b = cv.getBoundingClientRect();
+      const c = Math.floor((ev.clientX - b.left - labelW) / cw), r = Math.floor((ev.clientY - b.top) / ch);
+      if (!(c >= 0 && c < cols && r >= 0 && r < rows)) { tip.style.display = "none"; return; }
+      const last = c + 1 < cols ? A.steps[c + 1] - 1 : A.last_step;
+      tip.textContent = `${A.rows[r]} · steps ${A.steps[c]}–${last} · max |output| ${fmt(A.abs_max[r][c])}` +
+        (A.bad[r][c] ? ` · ${A.bad[r][c]} with NaN/Inf` : "");
+      tip.style.display = "block"; tip.style.left = (ev.offsetX + 12) + "px"; tip.style.top = (ev.offsetY + 12) + "px";
+    });
+    cv.addEventListener("mouseleave", () => { tip.style.display = "none"; });
+  }
+
   function opCard(o, title, id) {
     const card = el("div", { class: "card", id });
     card.appendChild(el("h3", { text: title }));
@@ -552,8 +607,8 @@
     }
   }
 
-  const steps = [renderVerdict, renderLoss, renderGrads, renderScalars, renderScale, renderNonFinite, renderCompare,
-                 renderTopOps, renderHeader];
+  const steps = [renderVerdict, renderLoss, renderGrads, renderActivations, renderScalars, renderScale, renderNonFinite,
+                 renderCompare, renderTopOps, renderHeader];
   document.getElementById("loading").remove();
   for (const f of steps) {
     try { f(); } catch (e) {

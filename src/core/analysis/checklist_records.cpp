@@ -68,6 +68,9 @@ RecordsView::Input input_of(const OpRecord& op, const TensorStats& t) {
 void RecordsCollector::add(const OpRecord& op) {
   if (!rank_) rank_ = op.rank;
   if (op.rank != *rank_) return;
+  // A step is judged once a later one starts (a rank's records come in step order): only the
+  // steps in flight are held.
+  if (!steps_.empty() && op.step > steps_.rbegin()->first) flush_before(op.step);
   Step& s = steps_[op.step];
   if (op.dir == Direction::kBackward) {
     s.backward = true;
@@ -145,11 +148,12 @@ void RecordsCollector::add(const OpRecord& op) {
   }
 }
 
-RecordsView RecordsCollector::finish() {
-  RecordsView v = std::move(v_);
-  for (auto& [hash, names] : by_hash_)
-    if (names.size() > 1) v.identical.push_back(names);
-  for (auto& [step, s] : steps_) {
+void RecordsCollector::flush_before(int64_t step, bool all) {
+  RecordsView& v = v_;
+  for (auto it = steps_.begin(); it != steps_.end() && (all || it->first < step);
+       it = steps_.erase(it)) {
+    const int64_t at = it->first;
+    Step& s = it->second;
     if (s.input) {
       s.input->train = s.backward;
       v.inputs.push_back(*s.input);
@@ -163,16 +167,23 @@ RecordsView RecordsCollector::finish() {
         bad = true;
         (grad ? v.train_in_eval : v.eval_in_train) += 1;
         if (!v.first_bad_step) {
-          v.first_bad_step = step;
+          v.first_bad_step = at;
           v.first_bad_op = m.op;
         }
       }
     }
     v.train_passes += train_pass;
     v.eval_passes += eval_pass;
-    if (s.backward && s.loss) v.loss.emplace_back(step, *s.loss);
+    if (s.backward && s.loss) v.loss.emplace_back(at, *s.loss);
     if (s.backward && s.target) v.targets.push_back(*s.target);
   }
+}
+
+RecordsView RecordsCollector::finish() {
+  flush_before(0, /*all=*/true);
+  RecordsView v = std::move(v_);
+  for (auto& [hash, names] : by_hash_)
+    if (names.size() > 1) v.identical.push_back(names);
   return v;
 }
 

@@ -62,6 +62,8 @@ class RecordsCollector {
   RecordsView finish();
 
  private:
+  // Judges the steps before `step` (all of them with `all`) and drops them.
+  void flush_before(int64_t step, bool all = false);
   struct ModeUse {
     std::string op;
     bool training = false;

@@ -7,9 +7,13 @@
 //                       [--log-every 100] [--no-debugger] [--bf16] [--overwrite]
 //                       [--no-normalise] [--sorted-labels] [--eval-in-train-mode]
 //                       [--perturb-step S [--perturb R]]
+//                       [--no-observe-batch]
 //
-// The last three plant the bugs `precprobe check` finds (docs/checklist.md): pixels left in
-// [0, 1], batches in label order instead of shuffled, evaluation without model->eval().
+// --no-normalise, --sorted-labels and --eval-in-train-mode plant the bugs `precprobe check`
+// finds (docs/checklist.md): pixels left in [0, 1], batches in label order instead of
+// shuffled, evaluation without model->eval(). --no-observe-batch leaves out the
+// dbg.observe_batch() calls: a program with only the README's three lines, judged from the
+// op records alone.
 #include <ATen/autocast_mode.h>
 #include <precprobe/precprobe.h>
 #include <torch/torch.h>
@@ -43,6 +47,7 @@ struct Flags {
   bool eval_in_train_mode = false;
   int64_t perturb_step = -1;  // >= 0: conv1's output is multiplied by a constant every step
   double perturb = 0;         // ... which is 1 + perturb at perturb_step, 1 elsewhere
+  bool observe_batch = true;
 };
 
 [[noreturn]] void usage(const char* argv0, int code) {
@@ -52,6 +57,7 @@ struct Flags {
                "          [--no-debugger] [--bf16] [--overwrite]\n"
                "          [--no-normalise] [--sorted-labels] [--eval-in-train-mode]\n"
                "          [--perturb-step S [--perturb R]]\n"
+               "          [--no-observe-batch]\n"
                "  --perturb-step S: multiply conv1's output by a constant every step (1, and\n"
                "  1 + R at step S): two runs with different R differ in that one op\n"
                "Trains a small CNN on Fashion-MNIST with precprobe's PrecisionDebugger on.\n",
@@ -104,6 +110,8 @@ Flags parse_flags(int argc, char** argv) {
       f.perturb_step = std::stoll(value());
     else if (a == "--perturb")
       f.perturb = std::stod(value());
+    else if (a == "--no-observe-batch")
+      f.observe_batch = false;
     else if (a == "--help" || a == "-h")
       usage(argv[0], 0);
     else {
@@ -173,13 +181,13 @@ double evaluate(Net& net, const fashion_mnist::Split& test) {
 
 // A short evaluation while the debugger records, its batches registered for the checklist.
 void checked_evaluation(Net& net, const fashion_mnist::Split& test,
-                        precprobe::PrecisionDebugger& dbg, bool eval_mode) {
+                        precprobe::PrecisionDebugger& dbg, bool eval_mode, bool observe) {
   torch::NoGradGuard no_grad;
   if (eval_mode) net->eval();
   for (int64_t i = 0; i < 1000; i += 500) {
     auto x = test.images.slice(0, i, i + 500);
     auto y = test.labels.slice(0, i, i + 500);
-    dbg.observe_batch(x, y);
+    if (observe) dbg.observe_batch(x, y);
     net->forward(x);
   }
   net->train();
@@ -229,7 +237,7 @@ int main(int argc, char** argv) try {
       auto idx = order.slice(0, i, i + flags.batch_size);
       auto x = train.images.index_select(0, idx);
       auto y = train.labels.index_select(0, idx);
-      if (dbg) dbg->observe_batch(x, y, epoch);
+      if (dbg && flags.observe_batch) dbg->observe_batch(x, y, epoch);
 
       if (flags.perturb_step >= 0)
         net->act_scale = step == flags.perturb_step ? 1 + flags.perturb : 1.0;
@@ -258,7 +266,7 @@ int main(int argc, char** argv) try {
   if (flags.bf16) set_cpu_autocast_bf16(false);
   net->act_scale.reset();
   if (dbg) {
-    checked_evaluation(net, test, *dbg, !flags.eval_in_train_mode);
+    checked_evaluation(net, test, *dbg, !flags.eval_in_train_mode, flags.observe_batch);
     dbg->stop();
   }
 

@@ -90,6 +90,9 @@ struct ChecklistResult {
   bool problem() const noexcept;
   /// The item with this id, or nullptr.
   const CheckItem* find(std::string_view id) const noexcept;
+  /// The items that are a problem, likely cause first: data and API mistakes before their
+  /// symptoms (a diverging loss, an overflow). The JSON lists their ids as "likely_causes".
+  std::vector<const CheckItem*> problems_by_cause() const;
   std::string to_json() const;
 };
 

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include "precprobe/options.h"
 #include "precprobe/writer.h"
@@ -84,6 +85,13 @@ class PrecisionDebugger {
   template <typename ModuleT>
   void start(const std::shared_ptr<ModuleT>& model) {
     start(std::static_pointer_cast<torch::nn::Module>(model));
+  }
+  /// As start(model), for a module held by value (`Net model; dbg.start(model);`): the
+  /// debugger keeps a pointer that does not own it; the module must outlive stop().
+  template <typename ModuleT,
+            std::enable_if_t<std::is_base_of<torch::nn::Module, ModuleT>::value, int> = 0>
+  void start(ModuleT& model) {
+    start(std::shared_ptr<torch::nn::Module>(std::shared_ptr<torch::nn::Module>(), &model));
   }
 
   /// Stops observing; flushes. Idempotent.

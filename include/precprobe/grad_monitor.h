@@ -65,7 +65,9 @@ struct WatchThresholds {
   bool weight_all_zero = true;
   /// "weight_not_changed": update ratio exactly 0 (the step did not move the parameter).
   bool weight_not_changed = true;
-  /// "weight_change_too_large": update ratio above this.
+  /// "weight_change_too_large": update ratio above this, once the parameter has a scale: a
+  /// parameter is judged from the first step its ratio was at or below this (one that starts
+  /// at zero, e.g. a bias, moves by as much as it weighs until it has grown).
   std::optional<double> weight_change_too_large = 0.1;
   /// "weight_change_too_small": update ratio above 0 and below this.
   std::optional<double> weight_change_too_small = 1e-4;

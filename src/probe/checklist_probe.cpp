@@ -153,8 +153,10 @@ void observe_batch_of(PrecisionDebugger& dbg, const torch::nn::Module* model,
     dbg.log_scalar(std::string(cs::kBatchBegin), static_cast<double>(epoch));
     dbg.log_scalar(std::string(cs::kGradEnabled), grad ? 1 : 0);
     if (model != nullptr) {
-      int64_t stat_training = 0;
-      for (const auto& m : model->modules(/*include_self=*/true))
+      // The model itself apart: modules(include_self) needs it owned by a shared_ptr, and a
+      // module started by value (start(Net&)) is not.
+      int64_t stat_training = is_stat_module(*model) && model->is_training();
+      for (const auto& m : model->modules(/*include_self=*/false))
         stat_training += is_stat_module(*m) && m->is_training();
       dbg.log_scalar(std::string(cs::kTraining), model->is_training() ? 1 : 0);
       dbg.log_scalar(std::string(cs::kStatModulesTraining), static_cast<double>(stat_training));

@@ -19,6 +19,10 @@ struct Entry {
   std::string name;
   at::Tensor param;
   at::Tensor prev;  // the weights at the previous observe(), same strides when dense
+  // weight_change_too_large judges a parameter only once its update ratio has been at or
+  // below the threshold: a parameter that starts at zero (a bias, a BatchNorm shift) has no
+  // scale yet, and its first updates are as large as the weight itself.
+  bool ratio_armed = false;
 };
 
 // Everything observe() needs about one parameter, before it becomes a GradRecord.
@@ -154,10 +158,10 @@ struct GradMonitor::Impl {
     }
   }
 
-  GradRecord to_record(int64_t step, const Entry& e, const Raw& raw);
+  GradRecord to_record(int64_t step, Entry& e, const Raw& raw);
 };
 
-GradRecord GradMonitor::Impl::to_record(int64_t step, const Entry& e, const Raw& raw) {
+GradRecord GradMonitor::Impl::to_record(int64_t step, Entry& e, const Raw& raw) {
   const WatchThresholds& t = o.watch;
   GradRecord r;
   r.step = step;
@@ -193,8 +197,12 @@ GradRecord GradMonitor::Impl::to_record(int64_t step, const Entry& e, const Raw&
   if (raw.has_prev) {
     const double ur = r.update_ratio;
     if (t.weight_not_changed && !(ur > 0)) hit(r, "weight_not_changed", ur, 0);
-    if (t.weight_change_too_large && ur > *t.weight_change_too_large) {
-      hit(r, "weight_change_too_large", ur, *t.weight_change_too_large);
+    if (t.weight_change_too_large) {
+      if (ur > *t.weight_change_too_large) {
+        if (e.ratio_armed) hit(r, "weight_change_too_large", ur, *t.weight_change_too_large);
+      } else if (ur > 0) {
+        e.ratio_armed = true;
+      }
     }
     if (t.weight_change_too_small && ur > 0 && ur < *t.weight_change_too_small) {
       hit(r, "weight_change_too_small", ur, *t.weight_change_too_small);
@@ -207,7 +215,7 @@ GradMonitor::GradMonitor(const torch::nn::Module& module, GradMonitorOptions opt
     : impl_(std::make_unique<Impl>()) {
   impl_->o = std::move(options);
   for (const auto& item : module.named_parameters(/*recurse=*/true)) {
-    impl_->entries.push_back({item.key(), item.value(), {}});
+    impl_->entries.push_back({item.key(), item.value(), {}, false});
   }
 }
 
@@ -215,7 +223,8 @@ GradMonitor::GradMonitor(std::vector<std::pair<std::string, at::Tensor>> named,
                          GradMonitorOptions options)
     : impl_(std::make_unique<Impl>()) {
   impl_->o = std::move(options);
-  for (auto& [name, t] : named) impl_->entries.push_back({std::move(name), std::move(t), {}});
+  for (auto& [name, t] : named)
+    impl_->entries.push_back({std::move(name), std::move(t), {}, false});
 }
 
 GradMonitor::~GradMonitor() = default;

@@ -212,6 +212,12 @@ int main(int argc, char** argv) {
     loss.value = 2.3 * std::exp(-0.0005 * static_cast<double>(step)) + 0.1 +
                  (step == a.overflow_step ? 5.0 : 0.0);
     w.submit(std::move(loss));
+    // A second scalar the report must chart too: a learning rate halved every 20 steps.
+    precprobe::ScalarRecord lr;
+    lr.step = step;
+    lr.name = "lr";
+    lr.value = 1e-3 * std::pow(0.5, static_cast<double>(step / 20));
+    w.submit(std::move(lr));
   }
   w.close();
   const auto c = w.counters();

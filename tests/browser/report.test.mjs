@@ -100,6 +100,15 @@ const uplotPoints = (page, id, series) =>
   check((await uplotPoints(page, "chart-scale", 3)) === 1, "scale chart: one backoff marked");
   check((await uplotPoints(page, "chart-scale", 4)) === 0, "scale chart: no growth in 60 steps");
   check((await uplotPoints(page, "chart-loss", 1)) === 60, "loss chart: 60 points");
+  // Every other logged scalar gets its chart: the lr, halved every 20 steps.
+  check((await page.$eval("#scalars h3", (e) => e.textContent).catch(() => "")) === "lr", "scalars: the lr charted");
+  check((await uplotPoints(page, "chart-scalar-0", 1)) === 60, "lr chart: 60 points");
+  check((await page.evaluate(() => window.precprobeReport.charts["chart-scalar-0"].data[1][59])) === 1e-3 * 0.25,
+        "lr chart: 1e-3 / 4 at step 59");
+  // The verdict comes first, the run's details last.
+  const ids = await page.$$eval("main > section", (ss) => ss.map((x) => x.id));
+  check(ids[0] === "verdict" && ids[1] === "loss" && ids[ids.length - 1] === "run",
+        `sections: verdict, loss first, run details last (${ids.join(", ")})`);
   check((await num(page, "#heatmap", "rows")) === 4 && (await num(page, "#heatmap", "cols")) === 60, "heat map 4 params x 60 steps");
   check((await num(page, "#heatmap", "points")) === 240, "heat map: 240 cells drawn");
   check((await num(page, "#heatmap", "nonfinite")) === 2, "heat map: the 2 non-finite cells of step 30 marked");
@@ -177,6 +186,20 @@ const uplotPoints = (page, id, series) =>
         "golden overflow: origin aten::addmm.1.forward (inside aten::linear), scope and parameters shown");
   check((await page.evaluate(() => window.precprobeReport.data.overflow.step)) === 1, "golden overflow: origin at step 1");
   check((await page.$$eval("#run h3", (hs) => hs.length)) >= 1, "golden overflow: run header");
+  const verdict = await page.$eval("#verdict", (e) => e.textContent).catch(() => "");
+  check(/aten::addmm\.1\.forward/.test(verdict) && /1 problem\(s\)/.test(verdict),
+        "golden overflow: the verdict names the origin and one checklist problem");
+  // Activations: fc1's and fc2's ops x 3 steps; fc2's output overflows at step 1 (x 1e38).
+  check((await num(page, "#activations-heatmap", "rows")) === 2 && (await num(page, "#activations-heatmap", "cols")) === 3,
+        "golden overflow: activations, 2 parameter-reading ops x 3 steps");
+  check((await num(page, "#activations-heatmap", "nonfinite")) === 1, "golden overflow: one non-finite activation cell");
+  const act = await page.evaluate(() => window.precprobeReport.data.activations);
+  check(act.rows[1] === "fc2.weight · aten::linear" && act.bad[1][1] === 1 && act.abs_max[1][1] > 1e38,
+        "golden overflow: fc2's output at step 1 is non-finite, its finite part near 3e38");
+  const causes = await page.$$eval("#likely-causes li", (ls) => ls.map((l) => l.textContent));
+  check(causes.length === 1 && causes[0].startsWith("mp.overflow"), "golden overflow: the likely cause is mp.overflow");
+  check((await page.$eval("#run details.run-details", (d) => d.open).catch(() => true)) === false,
+        "golden overflow: meta.json, config and counters collapsed");
   await close();
 }
 {

@@ -1,7 +1,9 @@
-# Runs the example with FLAG, then `precprobe check --json` on its dump. ITEM empty: the
-# checklist must be clean (exit 0); else exit 1 and ITEM's verdict must be "problem".
+# Runs the example with FLAG (comma-separated flags), then `precprobe check --json` on its
+# dump. ITEM empty: the checklist must be clean (exit 0); else exit 1 and ITEM's verdict must
+# be "problem". MAX_NA: at most that many items n/a when FLAG holds --no-observe-batch.
+string(REPLACE "," ";" flags "${FLAG}")
 execute_process(COMMAND ${EXAMPLE} --steps 30 --threads 1 --log-every 0 --overwrite
-                        --dump ${DUMP} ${FLAG}
+                        --dump ${DUMP} ${flags}
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "example failed (${rc}):\n${out}\n${err}")
@@ -13,11 +15,15 @@ string(JSON n LENGTH "${json}" items)
 math(EXPR last "${n} - 1")
 set(problems "")
 set(found "")
+set(na "")
 foreach(i RANGE ${last})
   string(JSON id GET "${json}" items ${i} id)
   string(JSON verdict GET "${json}" items ${i} verdict)
   if(verdict STREQUAL "problem")
     list(APPEND problems ${id})
+  endif()
+  if(verdict STREQUAL "n/a")
+    list(APPEND na ${id})
   endif()
   if(id STREQUAL ITEM)
     set(found ${verdict})
@@ -29,4 +35,8 @@ if(ITEM STREQUAL "")
   endif()
 elseif(NOT rc EQUAL 1 OR NOT found STREQUAL "problem")
   message(FATAL_ERROR "${FLAG}: exit ${rc}, ${ITEM} is '${found}' (problems: ${problems})")
+endif()
+list(LENGTH na n_na)
+if(FLAG MATCHES "--no-observe-batch" AND DEFINED MAX_NA AND n_na GREATER MAX_NA)
+  message(FATAL_ERROR "${FLAG}: ${n_na} items n/a (at most ${MAX_NA}): ${na}")
 endif()

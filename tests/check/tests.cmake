@@ -1,12 +1,21 @@
 # End to end: train_fashion_mnist for a few steps with the debugger on, then
 # `precprobe check` on its dump. The clean run must show no problem; each planted bug
-# (--no-normalise, --sorted-labels, --eval-in-train-mode) must flip its item.
+# (--no-normalise, --sorted-labels, --eval-in-train-mode) must flip its item. The plain_*
+# cases run without observe_batch (--no-observe-batch: the README's three lines only), so
+# the items are decided from the op records; there at most 7 items may be n/a (ignore index,
+# learning rate, module hash, replicas, GradScaler, clipping: nothing of theirs ran or was
+# given; class imbalance: the label counts are not in the records, only their range).
+# Flags are separated by commas.
 if(TARGET precprobe_cli AND TARGET train_fashion_mnist)
   set(_check_cases
       "clean|"
       "no_normalise|--no-normalise|data.inputs_not_normalised"
       "sorted_labels|--sorted-labels|data.no_shuffling"
-      "eval_in_train_mode|--eval-in-train-mode|api.train_eval_mode")
+      "eval_in_train_mode|--eval-in-train-mode|api.train_eval_mode"
+      "plain|--no-observe-batch"
+      "plain_no_normalise|--no-observe-batch,--no-normalise|data.inputs_not_normalised"
+      "plain_sorted_labels|--no-observe-batch,--sorted-labels|data.no_shuffling"
+      "plain_eval_in_train_mode|--no-observe-batch,--eval-in-train-mode|api.train_eval_mode")
   foreach(case ${_check_cases})
     string(REPLACE "|" ";" parts "${case}")
     list(GET parts 0 name)
@@ -20,9 +29,23 @@ if(TARGET precprobe_cli AND TARGET train_fashion_mnist)
              COMMAND ${CMAKE_COMMAND} -DEXAMPLE=$<TARGET_FILE:train_fashion_mnist>
                      -DCLI=$<TARGET_FILE:precprobe_cli>
                      -DDUMP=${CMAKE_CURRENT_BINARY_DIR}/check_e2e_${name} "-DFLAG=${flag}"
-                     "-DITEM=${item}" -P ${CMAKE_CURRENT_LIST_DIR}/run_check.cmake)
+                     "-DITEM=${item}" -DMAX_NA=7 -P ${CMAKE_CURRENT_LIST_DIR}/run_check.cmake)
     set_tests_properties(check_e2e_${name} PROPERTIES TIMEOUT 120 LABELS "check;e2e")
   endforeach()
+endif()
+
+# A regression on unnormalised tabular data (features up to ~700) that diverges to NaN with
+# plain SGD, instrumented with the README's three lines only: `check` must name the
+# unnormalised inputs as the first likely cause.
+if(TARGET precprobe::precprobe AND TARGET precprobe_cli)
+  add_executable(precprobe_regression_diverge ${CMAKE_CURRENT_LIST_DIR}/regression_diverge.cpp)
+  target_link_libraries(precprobe_regression_diverge PRIVATE precprobe::precprobe)
+  add_test(NAME check_e2e_regression_diverge
+           COMMAND ${CMAKE_COMMAND} -DPROGRAM=$<TARGET_FILE:precprobe_regression_diverge>
+                   -DCLI=$<TARGET_FILE:precprobe_cli>
+                   -DDUMP=${CMAKE_CURRENT_BINARY_DIR}/check_e2e_regression_diverge
+                   -P ${CMAKE_CURRENT_LIST_DIR}/run_regression.cmake)
+  set_tests_properties(check_e2e_regression_diverge PROPERTIES TIMEOUT 120 LABELS "check;e2e")
 endif()
 
 # The probe-side checklist test reads Fashion-MNIST through examples/fashion_mnist.h (zlib).

@@ -4,7 +4,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
+#include "precprobe/checklist.h"
+#include "precprobe/reader.h"
 #include "precprobe_catch.h"
 #include "probe/debugger_fixture.h"
 
@@ -112,6 +115,49 @@ TEST_CASE("a Linear forward and backward: names, call indices, seqnr, parameters
               return true;
           return false;
         }) >= 1);
+}
+
+TEST_CASE("start() takes a module held by value", "[debugger]") {
+  // `Net model; dbg.start(model);` as a user writes it without TORCH_MODULE: parameter
+  // names, gradient records and observe_batch's mode as with a shared_ptr.
+  struct Plain : torch::nn::Module {
+    Plain() {
+      fc = register_module("fc", torch::nn::Linear(4, 3));
+      bn = register_module("bn", torch::nn::BatchNorm1d(3));
+    }
+    torch::nn::Linear fc{nullptr};
+    torch::nn::BatchNorm1d bn{nullptr};
+  };
+  TempDir dir("dbg_by_value");
+  torch::manual_seed(0);
+  Plain model;
+  auto x = torch::randn({8, 4});
+  {
+    DebuggerOptions o = options_in(dir, false);
+    o.grad_monitor = true;
+    PrecisionDebugger dbg(o);
+    dbg.start(model);
+    dbg.observe_batch(x, torch::zeros({8}, torch::kLong));
+    model.bn->forward(model.fc->forward(x)).sum().backward();
+    dbg.step();
+    dbg.stop();
+    CHECK(dbg.counters().errors == 0);
+  }
+  auto ops = read_ops(dir);
+  auto t = with_name(ops, "aten::t");
+  REQUIRE(t.size() == 1);
+  CHECK(t[0].inputs[0].tensor->param == "fc.weight");
+  DumpReader reader(dir.path().string());
+  std::set<std::string> params;
+  for (const GradRecord& g : reader.grads()) params.insert(g.param);
+  CHECK(params == std::set<std::string>{"fc.weight", "fc.bias", "bn.weight", "bn.bias"});
+  double training = -1, stat_training = -1;
+  for (const ScalarRecord& r : reader.scalars()) {
+    if (r.name == check_scalar::kTraining) training = r.value;
+    if (r.name == check_scalar::kStatModulesTraining) stat_training = r.value;
+  }
+  CHECK(training == 1);
+  CHECK(stat_training == 1);  // the BatchNorm1d, in training mode
 }
 
 TEST_CASE("call indices count per op and direction and restart each step", "[debugger]") {

@@ -228,6 +228,47 @@ TEST_CASE("each watchpoint flips on its planted condition and not otherwise", "[
   CHECK(hits.empty());
 }
 
+TEST_CASE("a parameter that starts at zero is judged by its update ratio once it has a scale",
+          "[monitor]") {
+  // A bias initialised to zero under Adam: each step moves every element by lr = 1e-3, so
+  // ||w_t - w_(t-1)|| / ||w_(t-1)|| = 1/(t-1) after t steps (1, 1/2, ... 1/10 at step 11):
+  // no weight_change_too_large while it grows; once a ratio was <= 0.1, a jump fires.
+  auto bias = torch::zeros({16}).set_requires_grad(true);
+  auto weight = torch::randn({16, 4}).set_requires_grad(true);
+  std::vector<precprobe::WatchHit> hits;
+  GradMonitorOptions o;
+  o.on_watch = [&](const precprobe::WatchHit& h) { hits.push_back(h); };
+  GradMonitor m({{"bias", bias}, {"weight", weight}}, o);
+  auto adam_step = [&](double jump) {
+    torch::NoGradGuard ng;
+    bias.mutable_grad() = torch::full({16}, -0.5f);
+    weight.mutable_grad() = torch::randn({16, 4}) * 0.1;
+    bias.add_(1e-3 + jump);
+    move(weight, 0.01);
+  };
+  std::vector<double> ratios;
+  for (int64_t step = 0; step < 14; ++step) {
+    adam_step(0);
+    auto recs = m.observe(step);
+    REQUIRE(recs.size() == 2);
+    ratios.push_back(recs[0].update_ratio);
+    INFO("step " << step << " ratio " << recs[0].update_ratio);
+    CHECK(recs[0].watch.empty());
+    CHECK(recs[1].watch.empty());
+  }
+  CHECK(ratios[1] == Approx(1.0).epsilon(1e-2));   // 2e-3 from 1e-3: as large as the weight
+  CHECK(ratios[10] == Approx(0.1).epsilon(1e-2));  // 11e-3 from 10e-3: armed about here
+  CHECK(ratios[13] == Approx(1.0 / 13).epsilon(1e-2));
+  CHECK(hits.empty());
+  adam_step(0.1);  // a jump of 100x the usual step: 0.101 / 0.014 per element
+  auto recs = m.observe(14);
+  CHECK(watches(recs[0]) == std::set<std::string>{"weight_change_too_large"});
+  CHECK(recs[1].watch.empty());
+  REQUIRE(hits.size() == 1);
+  CHECK(hits[0].param == "bias");
+  CHECK(hits[0].value == Approx(0.101 / 0.014).epsilon(1e-2));
+}
+
 TEST_CASE("watch thresholds are configurable and can be turned off", "[monitor]") {
   auto p = torch::zeros({100}).set_requires_grad(true);
   GradMonitorOptions o;

@@ -30,6 +30,14 @@ Tone tone_of(Verdict v) {
 }
 
 void print_checklist(const ChecklistResult& r, const Terminal& term) {
+  const auto causes = r.problems_by_cause();
+  if (!causes.empty()) {
+    std::cout << paint(term, Tone::kBold, "Problems, likely cause first:") << '\n';
+    for (size_t i = 0; i < causes.size(); ++i)
+      std::cout << fmt::format("  {}. ", i + 1) << paint(term, Tone::kRed, causes[i]->id) << ": "
+                << causes[i]->evidence << '\n';
+    std::cout << '\n';
+  }
   std::string group;
   for (const CheckItem& c : r.items) {
     if (c.group != group) {

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
+#include "precprobe/checklist.h"
 
 namespace precprobe::cli {
 namespace {
@@ -13,6 +14,7 @@ namespace {
 struct SummaryArgs {
   std::string dir;
   bool json = false;
+  bool verbose = false;
 };
 
 std::string text_of(const nlohmann::json& v) {
@@ -70,12 +72,90 @@ void print_steps(const SummaryResult& s) {
                            *s.step_min, *s.step_max, s.records_per_step.size(), per_step);
 }
 
-void print_summary(const SummaryResult& s, const Terminal& term) {
+std::optional<double> figure(const CheckItem* c, std::string_view key) {
+  if (c == nullptr) return std::nullopt;
+  for (const auto& [k, v] : c->figures)
+    if (k == key) return v;
+  return std::nullopt;
+}
+
+// The answer first: what was recorded, where the first NaN/Inf came from, the loss, the
+// anomalies and the checklist's problems, and whether data was lost.
+void print_verdict(const SummaryResult& s, const ChecklistResult& check, const Terminal& term) {
   std::cout << paint(term, Tone::kBold, "dump          " + s.path) << '\n';
-  std::string ranks;
-  for (const RankInfo& r : s.ranks) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r.rank);
-  std::cout << fmt::format("ranks         {} ({})\n", s.ranks.size(), ranks);
-  print_meta(s.meta_json, term);
+  if (s.step_min) {
+    std::cout << fmt::format("recorded      steps {}..{} on {} rank(s), {} op records\n",
+                             *s.step_min, *s.step_max, s.ranks.size(), s.op_records);
+  } else {
+    std::cout << fmt::format("recorded      no op records on {} rank(s)\n", s.ranks.size());
+  }
+  const CheckItem* overflow = check.find("mp.overflow");
+  if (overflow != nullptr && overflow->verdict == Verdict::kProblem) {
+    std::cout << paint(term, Tone::kRed, "NaN/Inf       " + overflow->evidence) << '\n';
+  } else if (s.nonfinite_op_records > 0) {
+    std::cout << paint(term, Tone::kRed,
+                       fmt::format("NaN/Inf       in the outputs of {} op records",
+                                   s.nonfinite_op_records))
+              << '\n';
+  } else if (s.op_records > 0) {
+    std::cout << paint(term, Tone::kGreen, "NaN/Inf       none in the op records") << '\n';
+  }
+  const CheckItem* loss = check.find("hp.loss_trend");
+  const auto first = figure(loss, "first_value"), last = figure(loss, "last_value");
+  if (first && last) {
+    std::string line = fmt::format("loss          {:.4g} (step {}) -> {:.4g} (step {})", *first,
+                                   *figure(loss, "first_step"), *last, *figure(loss, "last_step"));
+    if (const auto bad = figure(loss, "nonfinite_step"))
+      line += fmt::format(", first non-finite at step {}", *bad);
+    std::cout << paint(term, loss->verdict == Verdict::kProblem ? Tone::kRed : Tone::kPlain, line)
+              << '\n';
+  }
+  std::vector<std::string> anomalies;
+  if (!s.watch_hits.empty()) {
+    int64_t hits = 0;
+    for (const WatchHitCount& h : s.watch_hits) hits += h.count;
+    const WatchHitCount& h = s.watch_hits.front();
+    anomalies.push_back(fmt::format("{} watchpoint hits ({} {} at step {}{})", hits, h.param,
+                                    h.watch, h.first_step, s.watch_hits.size() > 1 ? ", ..." : ""));
+  }
+  if (s.nonfinite_grad_records > 0)
+    anomalies.push_back(fmt::format("{} gradient records with NaN/Inf", s.nonfinite_grad_records));
+  if (s.scaler.skipped > 0) anomalies.push_back(fmt::format("{} skipped steps", s.scaler.skipped));
+  if (s.replicas.failed_checks > 0)
+    anomalies.push_back(fmt::format("{} failed replica checks", s.replicas.failed_checks));
+  std::cout << paint(term, anomalies.empty() ? Tone::kGreen : Tone::kYellow,
+                     "anomalies     " + (anomalies.empty()
+                                             ? std::string("none")
+                                             : fmt::format("{}", fmt::join(anomalies, "; "))))
+            << '\n';
+  const auto causes = check.problems_by_cause();
+  if (causes.empty()) {
+    std::cout << paint(term, Tone::kGreen,
+                       "checklist     no problem (precprobe check for the items)")
+              << '\n';
+  } else {
+    std::vector<std::string> ids;
+    for (const CheckItem* c : causes) ids.push_back(c->id);
+    std::cout << paint(term, Tone::kRed,
+                       fmt::format("checklist     {} problem(s), likely cause first: {} "
+                                   "(precprobe check for the evidence)",
+                                   causes.size(), fmt::join(ids, ", ")))
+              << '\n';
+  }
+  std::vector<std::string> lost;
+  if (s.dropped > 0)
+    lost.push_back(fmt::format("{} records dropped (writer queue full)", s.dropped));
+  for (const StreamStatus& st : s.streams)
+    if (st.present && st.truncated)
+      lost.push_back(fmt::format("{} truncated ({} bytes lost)", st.path, st.truncated_bytes));
+  if (s.bad_lines > 0) lost.push_back(fmt::format("{} unreadable lines", s.bad_lines));
+  std::cout << paint(term, lost.empty() ? Tone::kGreen : Tone::kYellow,
+                     "data          " + (lost.empty() ? std::string("complete")
+                                                      : fmt::format("{}", fmt::join(lost, "; "))))
+            << '\n';
+}
+
+void print_summary(const SummaryResult& s, bool verbose, const Terminal& term) {
   std::cout << fmt::format("records       ops {}, scaler {}, grads {}, events {}\n", s.op_records,
                            s.scaler_records, s.grad_records, s.scalar_records);
   print_steps(s);
@@ -88,19 +168,21 @@ void print_summary(const SummaryResult& s, const Terminal& term) {
         sc.backoffs, sc.growths);
   }
   if (s.nonfinite_op_records > 0) {
-    std::cout << paint(
-        term, Tone::kRed,
-        fmt::format("non-finite    {} op records with NaN/Inf outputs:\n", s.nonfinite_op_records));
-    Table t({"op", "records"});
-    for (const NameCount& c : s.nonfinite_ops) t.add({c.name, num(c.count)});
-    t.print(std::cout, term, "    ");
+    std::cout << paint(term, Tone::kRed,
+                       fmt::format("non-finite    {} op records with NaN/Inf outputs{}\n",
+                                   s.nonfinite_op_records, verbose ? ":" : " (--verbose: per op)"));
+    if (verbose) {
+      Table t({"op", "records"});
+      for (const NameCount& c : s.nonfinite_ops) t.add({c.name, num(c.count)});
+      t.print(std::cout, term, "    ");
+    }
   } else {
     std::cout << paint(term, Tone::kGreen, "non-finite    none in op outputs") << '\n';
   }
   if (s.nonfinite_grad_records > 0)
     std::cout << fmt::format("grads         {} records with non-finite gradients\n",
                              s.nonfinite_grad_records);
-  if (!s.watch_hits.empty()) {
+  if (!s.watch_hits.empty() && verbose) {
     std::cout << "watchpoints:\n";
     Table t({"param", "watch", "hits", "first step"});
     for (const WatchHitCount& h : s.watch_hits)
@@ -125,6 +207,16 @@ void print_summary(const SummaryResult& s, const Terminal& term) {
                                    rep.failed_checks, rep.checks, *rep.first_failed_step, names))
               << '\n';
   }
+  if (!verbose) {
+    std::cout << paint(term, Tone::kDim,
+                       "(--verbose: meta.json, engine counters, watchpoints, streams)")
+              << '\n';
+    return;
+  }
+  std::string ranks;
+  for (const RankInfo& r : s.ranks) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r.rank);
+  std::cout << fmt::format("ranks         {} ({})\n", s.ranks.size(), ranks);
+  print_meta(s.meta_json, term);
   std::cout << "streams:\n";
   Table t({"file", "frames", "records", "bad lines", "state"});
   for (const StreamStatus& st : s.streams) {
@@ -136,9 +228,6 @@ void print_summary(const SummaryResult& s, const Terminal& term) {
           st.truncated ? Tone::kYellow : Tone::kPlain);
   }
   t.print(std::cout, term, "    ");
-  if (s.dropped > 0)
-    std::cout << paint(term, Tone::kYellow,
-                       fmt::format("dropped       {} records (writer queue full)\n", s.dropped));
 }
 
 }  // namespace
@@ -150,23 +239,31 @@ void add_summary_command(CLI::App& app, int& exit_code) {
                                      "non-finite ops, loss scale, stream health");
   cmd->add_option("DIR", args->dir, "dump directory (or one rank<R>/ directory)")->required();
   cmd->add_flag("--json", args->json, "print the result as JSON");
+  cmd->add_flag("--verbose,-v", args->verbose,
+                "also print meta.json (versions, engine counters), watchpoint hits and the "
+                "streams");
   cmd->footer(
+      "The first lines are the verdict: what was recorded, the origin of the first NaN/Inf,\n"
+      "the loss, anomalies, the checklist's problems (precprobe check), lost data.\n\n"
       "Example:\n  precprobe summary ./precprobe_dump\n  precprobe summary ./precprobe_dump --json "
       "| jq .scaler");
   cmd->callback([args, &exit_code] {
     const Terminal term = Terminal::detect();
     auto reader = open_dump(args->dir);
     SummaryResult s;
+    ChecklistResult check;
     {
       Progress progress(term, args->dir);
       ReadOptions read;
       read.progress = progress.callback();
       s = summarize_dump(*reader, read);
+      if (!args->json) check = run_checklist(*reader, {}, read);
     }
     if (args->json) {
       print_json(s.to_json());
     } else {
-      print_summary(s, term);
+      print_verdict(s, check, term);
+      print_summary(s, args->verbose, term);
     }
     exit_code = kExitClean;
   });

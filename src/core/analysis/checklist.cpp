@@ -9,6 +9,7 @@
 #include <set>
 
 #include "checklist_observed.h"
+#include "checklist_records.h"
 #include "json_util.h"
 
 namespace precprobe {
@@ -17,6 +18,8 @@ namespace {
 using analysis_detail::Batch;
 using analysis_detail::collect;
 using analysis_detail::Observed;
+using analysis_detail::RecordsCollector;
+using analysis_detail::RecordsView;
 
 // Thresholds, documented in docs/checklist.md.
 constexpr double kMaxClassRatio = 10.0;         // max/min label count
@@ -44,6 +47,25 @@ void set(CheckItem& c, Verdict v, std::string evidence) {
 }
 
 const char* kNoBatches = "no batch observed (call dbg.observe_batch(inputs, targets))";
+const char* kNoInput =
+    "no batch observed and no op reading a parameter was recorded, so the model's input is "
+    "unknown (call dbg.observe_batch(inputs, targets), or record ops: data_mode)";
+
+// Where the records-based verdicts take the model's input from.
+std::string input_source(const RecordsView& rv) {
+  return fmt::format(
+      "the model's input (the non-parameter input of {}, the first op reading a "
+      "parameter) in {} steps",
+      rv.inputs.front().op, rv.inputs.size());
+}
+
+// The steps' inputs the data items judge: those of training steps, else all.
+std::vector<RecordsView::Input> judged_inputs(const RecordsView& rv) {
+  std::vector<RecordsView::Input> train;
+  for (const auto& in : rv.inputs)
+    if (in.train) train.push_back(in);
+  return train.empty() ? rv.inputs : train;
+}
 
 std::string join_first(const std::vector<std::string>& names, size_t n = 5) {
   std::vector<std::string> head(names.begin(), names.begin() + std::min(n, names.size()));
@@ -54,9 +76,39 @@ std::string join_first(const std::vector<std::string>& names, size_t n = 5) {
 
 // ------------------------------------------------------------------------------- data
 
-CheckItem check_missing(const Observed& o) {
+CheckItem check_missing_records(CheckItem c, const RecordsView& rv) {
+  if (rv.inputs.empty()) return set(c, Verdict::kNotApplicable, kNoInput), c;
+  int64_t numel = 0, nan = 0, inf = 0, bad = 0;
+  std::optional<int64_t> first;
+  for (const auto& in : rv.inputs) {
+    numel += in.numel;
+    nan += in.nan;
+    inf += in.inf;
+    if (in.nan + in.inf > 0) {
+      ++bad;
+      if (!first) first = in.step;
+    }
+  }
+  c.figures = {{"batches", double(rv.inputs.size())},
+               {"elements", double(numel)},
+               {"nan", double(nan)},
+               {"inf", double(inf)},
+               {"bad_batches", double(bad)}};
+  if (bad > 0) {
+    set(c, Verdict::kProblem,
+        fmt::format("{} of {} steps' inputs hold NaN/Inf ({} NaN, {} Inf); first at step {}; "
+                    "from {}",
+                    bad, rv.inputs.size(), nan, inf, *first, input_source(rv)));
+  } else {
+    set(c, Verdict::kOk,
+        fmt::format("{} input elements, all finite; from {}", numel, input_source(rv)));
+  }
+  return c;
+}
+
+CheckItem check_missing(const Observed& o, const RecordsView& rv) {
   CheckItem c = item("data.missing_values", "data", "missing values (NaN/Inf) in input batches");
-  if (o.batches.empty()) return set(c, Verdict::kNotApplicable, kNoBatches), c;
+  if (o.batches.empty()) return check_missing_records(std::move(c), rv);
   int64_t numel = 0, nan = 0, inf = 0, bad = 0;
   std::optional<int64_t> first;
   for (const Batch& b : o.batches) {
@@ -95,8 +147,36 @@ std::map<int64_t, int64_t> label_histogram(const Observed& o, size_t& batches) {
   return h;
 }
 
-CheckItem check_imbalance(const Observed& o) {
+// Without observe_batch: the loss op's integer targets give their range, not their counts.
+CheckItem check_imbalance_records(CheckItem c, const RecordsView& rv) {
+  if (rv.targets.empty()) {
+    return set(c, Verdict::kNotApplicable,
+               "no batch observed and no integer target of a loss op recorded (call "
+               "dbg.observe_batch(inputs, targets) for the label histogram)"),
+           c;
+  }
+  double lo = INFINITY, hi = -INFINITY;
+  for (const auto& t : rv.targets) {
+    lo = std::min(lo, t.min);
+    hi = std::max(hi, t.max);
+  }
+  c.figures = {{"batches", double(rv.targets.size())}, {"min_label", lo}, {"max_label", hi}};
+  if (!(lo < hi)) {
+    return set(c, Verdict::kProblem,
+               fmt::format("only one class ({}) in the targets of {} in {} training steps", lo,
+                           rv.loss_op, rv.targets.size())),
+           c;
+  }
+  return set(c, Verdict::kNotApplicable,
+             fmt::format("the targets of {} span labels {}..{}; their counts need "
+                         "dbg.observe_batch(inputs, targets)",
+                         rv.loss_op, lo, hi)),
+         c;
+}
+
+CheckItem check_imbalance(const Observed& o, const RecordsView& rv) {
   CheckItem c = item("data.class_imbalance", "data", "class imbalance (label histogram)");
+  if (o.batches.empty()) return check_imbalance_records(std::move(c), rv);
   size_t batches = 0;
   const auto h = label_histogram(o, batches);
   if (h.empty()) {
@@ -142,9 +222,38 @@ CheckItem check_imbalance(const Observed& o) {
   return c;
 }
 
-CheckItem check_normalised(const Observed& o) {
+// Without observe_batch: the whole input tensor per step, pooled like the channels.
+CheckItem check_normalised_records(CheckItem c, const RecordsView& rv) {
+  if (rv.inputs.empty()) return set(c, Verdict::kNotApplicable, kNoInput), c;
+  const auto v = judged_inputs(rv);
+  double m = 0, var_in = 0, abs_max = 0;
+  for (const auto& in : v) {
+    m += in.mean / double(v.size());
+    var_in += in.std * in.std / double(v.size());
+    abs_max = std::max(abs_max, in.abs_max);
+  }
+  double var_between = 0;
+  for (const auto& in : v) var_between += (in.mean - m) * (in.mean - m) / double(v.size());
+  const double sd = std::sqrt(var_in + var_between);
+  c.figures = {{"mean", m}, {"std", sd}, {"abs_max", abs_max}, {"steps", double(v.size())}};
+  const std::string seen = fmt::format(
+      "mean {:.3g}, std {:.3g}, largest |x| {:.3g}; from {} "
+      "(per channel with dbg.observe_batch)",
+      m, sd, abs_max, input_source(rv));
+  if (std::fabs(m) > kMaxAbsMean || !(sd >= kMinStd && sd <= kMaxStd)) {
+    set(c, Verdict::kProblem,
+        fmt::format("inputs outside |mean| <= {} and {} <= std <= {}: {}", kMaxAbsMean, kMinStd,
+                    kMaxStd, seen));
+  } else {
+    set(c, Verdict::kOk, "inputs within range: " + seen);
+  }
+  return c;
+}
+
+CheckItem check_normalised(const Observed& o, const RecordsView& rv) {
   CheckItem c =
       item("data.inputs_not_normalised", "data", "inputs normalised (per-channel mean ~0, std ~1)");
+  if (o.batches.empty()) return check_normalised_records(std::move(c), rv);
   // Pooled over batches: mean of means; variance = mean of variances + variance of means.
   std::map<int64_t, std::vector<std::pair<double, double>>> per_channel;
   for (const Batch& b : o.batches)
@@ -197,8 +306,55 @@ bool repeated_prefix(const std::vector<double>& hashes, size_t& at) {
   return false;
 }
 
-CheckItem check_shuffling(const Observed& o) {
+// Without observe_batch: the loss op's integer targets (range and hash) per training step.
+CheckItem check_shuffling_records(CheckItem c, const RecordsView& rv) {
+  if (rv.targets.empty()) {
+    return set(c, Verdict::kNotApplicable,
+               "no batch observed and no integer target of a loss op recorded (call "
+               "dbg.observe_batch(inputs, targets))"),
+           c;
+  }
+  int64_t judged = 0, single = 0;
+  std::vector<double> hashes;
+  for (const auto& t : rv.targets) {
+    if (t.hash) hashes.push_back(double(*t.hash));
+    if (t.numel < kMinSortedBatch) continue;
+    ++judged;
+    if (!(t.min < t.max)) ++single;
+  }
+  c.figures = {{"batches", double(rv.targets.size())}, {"single_label_batches", double(single)}};
+  const std::string from =
+      fmt::format("targets of {} in {} training steps", rv.loss_op, rv.targets.size());
+  if (judged > 0 && double(single) / double(judged) >= kSingleLabelShare) {
+    return set(c, Verdict::kProblem,
+               fmt::format("{} of {} batches hold a single label: the data looks sorted by "
+                           "label ({})",
+                           single, judged, from)),
+           c;
+  }
+  size_t at = 0;
+  if (repeated_prefix(hashes, at)) {
+    return set(c, Verdict::kProblem,
+               fmt::format("the targets of the first batches repeat in the same order at batch "
+                           "{}: the data is not reshuffled ({})",
+                           at, from)),
+           c;
+  }
+  if (judged == 0 && hashes.empty()) {
+    return set(c, Verdict::kNotApplicable,
+               fmt::format("no batch of {} targets and no target hash ({})", kMinSortedBatch,
+                           from)),
+           c;
+  }
+  set(c, Verdict::kOk,
+      fmt::format("batches mix labels{} ({})",
+                  hashes.empty() ? "" : " and their order does not repeat", from));
+  return c;
+}
+
+CheckItem check_shuffling(const Observed& o, const RecordsView& rv) {
   CheckItem c = item("data.no_shuffling", "data", "training data shuffled");
+  if (o.batches.empty()) return check_shuffling_records(std::move(c), rv);
   std::vector<const Batch*> train;
   for (const Batch& b : o.batches)
     if (b.is_train() && (b.label_hash || b.distinct >= 0)) train.push_back(&b);
@@ -315,19 +471,38 @@ CheckItem check_lr(const Observed& o) {
   return c;
 }
 
-CheckItem check_loss(const Observed& o) {
+CheckItem check_loss(const Observed& o, const RecordsView& rv) {
   CheckItem c = item("hp.loss_trend", "hyper-parameters", "loss decreasing, not diverging");
-  const auto& l = o.loss;
+  // The logged `loss` scalar; without one, the output of the loss op of each training step.
+  const bool logged = !o.loss.empty() || rv.loss.empty();
+  const auto& l = logged ? o.loss : rv.loss;
+  const std::string from =
+      logged ? std::string()
+             : fmt::format(" (from the output of {}; dbg.log_scalar(\"loss\", v) chooses another)",
+                           rv.loss_op);
+  // First and last values, for the verdict `summary` and the report open with.
+  std::vector<std::pair<std::string, double>> ends;
+  if (!l.empty())
+    ends = {{"first_step", double(l.front().first)},
+            {"first_value", l.front().second},
+            {"last_step", double(l.back().first)},
+            {"last_value", l.back().second}};
+  c.figures = ends;
+  const auto bad =
+      std::find_if(l.begin(), l.end(), [](const auto& p) { return !std::isfinite(p.second); });
+  if (bad != l.end()) c.figures.emplace_back("nonfinite_step", double(bad->first));
   if (l.size() < kMinLossPoints) {
     return set(c, Verdict::kNotApplicable,
-               fmt::format("{} loss values logged (dbg.log_scalar(\"loss\", v)); need {}", l.size(),
-                           kMinLossPoints)),
+               logged ? fmt::format("{} loss values logged (dbg.log_scalar(\"loss\", v)); need {}",
+                                    l.size(), kMinLossPoints)
+                      : fmt::format("{} loss values{}; need {}", l.size(), from, kMinLossPoints)),
            c;
   }
-  for (const auto& [step, v] : l) {
-    if (!std::isfinite(v)) {
-      return set(c, Verdict::kProblem, fmt::format("loss is {} at step {}", v, step)), c;
-    }
+  if (bad != l.end()) {
+    return set(c, Verdict::kProblem,
+               fmt::format("loss is {} at step {}, {:.4g} at step {}{}", bad->second, bad->first,
+                           l.front().second, l.front().first, from)),
+           c;
   }
   const size_t w = std::max<size_t>(3, l.size() / 5);
   double first = 0, last = 0;
@@ -339,23 +514,62 @@ CheckItem check_loss(const Observed& o) {
                {"window", double(w)},
                {"first_mean", first},
                {"last_mean", last}};
+  c.figures.insert(c.figures.end(), ends.begin(), ends.end());
   const std::string means =
       fmt::format("mean of the first {} values {:.4g}, of the last {} {:.4g} (steps {}..{})", w,
                   first, w, last, l.front().first, l.back().first);
   if (last > first * kDivergeFactor) {
-    set(c, Verdict::kProblem, "diverging: " + means);
+    set(c, Verdict::kProblem, "diverging: " + means + from);
   } else if (last > first * (1 - kMinRelDecrease)) {
-    set(c, Verdict::kProblem, "not decreasing: " + means);
+    set(c, Verdict::kProblem, "not decreasing: " + means + from);
   } else {
-    set(c, Verdict::kOk, means);
+    set(c, Verdict::kOk, means + from);
   }
   return c;
 }
 
 // ---------------------------------------------------------------------- API and graph
 
-CheckItem check_mode(const Observed& o) {
+// Without observe_batch: the `training` argument of batch_norm/instance_norm/dropout ops in
+// passes with gradients (training) and without (evaluation).
+CheckItem check_mode_records(CheckItem c, const RecordsView& rv, int64_t op_records) {
+  if (op_records == 0)
+    return set(c, Verdict::kNotApplicable, "no batch observed and no op records"), c;
+  if (rv.mode_ops == 0) {
+    return set(c, Verdict::kOk,
+               fmt::format("no BatchNorm/InstanceNorm/Dropout op in {} op records: the mode does "
+                           "not change what the model computes",
+                           op_records)),
+           c;
+  }
+  c.figures = {{"train_batches", double(rv.train_passes)},
+               {"eval_batches", double(rv.eval_passes)},
+               {"eval_in_train_mode", double(rv.eval_in_train)},
+               {"train_in_eval_mode", double(rv.train_in_eval)}};
+  const std::string from = fmt::format(
+      "; from the training argument of {} BatchNorm/InstanceNorm/Dropout ops", rv.mode_ops);
+  if (rv.eval_in_train > 0) {
+    set(c, Verdict::kProblem,
+        fmt::format("{} of {} evaluation passes (gradients off) ran {} in training mode "
+                    "(model.eval() missing); first at step {}{}",
+                    rv.eval_in_train, rv.eval_passes, rv.first_bad_op, *rv.first_bad_step, from));
+  } else if (rv.train_in_eval > 0) {
+    set(c, Verdict::kProblem,
+        fmt::format("{} of {} training passes (gradients on) ran {} in eval mode (model.train() "
+                    "missing); first at step {}{}",
+                    rv.train_in_eval, rv.train_passes, rv.first_bad_op, *rv.first_bad_step, from));
+  } else {
+    set(c, Verdict::kOk,
+        fmt::format("{} training passes in train mode, {} evaluation passes in eval mode{}{}",
+                    rv.train_passes, rv.eval_passes,
+                    rv.eval_passes == 0 ? " (no evaluation pass recorded)" : "", from));
+  }
+  return c;
+}
+
+CheckItem check_mode(const Observed& o, const RecordsView& rv, int64_t op_records) {
   CheckItem c = item("api.train_eval_mode", "api", "train/eval mode");
+  if (o.batches.empty()) return check_mode_records(std::move(c), rv, op_records);
   int64_t train = 0, eval = 0, train_in_eval = 0, eval_in_train = 0;
   std::optional<int64_t> first_bad;
   for (const Batch& b : o.batches) {
@@ -371,7 +585,8 @@ CheckItem check_mode(const Observed& o) {
   }
   if (train + eval == 0) {
     return set(c, Verdict::kNotApplicable,
-               o.batches.empty() ? kNoBatches : "model mode not recorded (start(model))"),
+               "batches observed but the model's mode not recorded: the debugger was started "
+               "without the model (dbg.start(model))"),
            c;
   }
   c.figures = {{"train_batches", double(train)},
@@ -438,11 +653,44 @@ CheckItem check_frozen(const std::vector<GradRecord>& grads) {
   return c;
 }
 
-CheckItem check_init(const Observed& o) {
-  CheckItem c = item("api.init_weights", "api", "weights not zero or identical at start");
-  if (!o.init_params) {
-    return set(c, Verdict::kNotApplicable, "no initial weights checked (start(model))"), c;
+// Without check_initial_model: each weight's statistics and hash where it is first read.
+CheckItem check_init_records(CheckItem c, const RecordsView& rv) {
+  if (rv.weights == 0) {
+    return set(c, Verdict::kNotApplicable,
+               rv.params_named
+                   ? "no weight (dim >= 2) read by a recorded op"
+                   : "no parameter named in the op records (the debugger names them when "
+                     "started with the model: dbg.start(model))"),
+           c;
   }
+  std::vector<std::string> same;
+  for (const auto& g : rv.identical) same.push_back(fmt::format("{{{}}}", join_first(g, 4)));
+  c.figures = {{"weights", double(rv.weights)},
+               {"zero", double(rv.zero.size())},
+               {"identical", double(rv.constant.size() + rv.identical.size())}};
+  std::string ev;
+  if (!rv.zero.empty()) ev = fmt::format("all-zero weights: {}", join_first(rv.zero));
+  if (!rv.constant.empty())
+    ev += fmt::format("{}weights holding one value (all units identical): {}",
+                      ev.empty() ? "" : "; ", join_first(rv.constant));
+  if (!same.empty())
+    ev += fmt::format("{}parameters identical to each other: {}", ev.empty() ? "" : "; ",
+                      join_first(same, 3));
+  const std::string from =
+      fmt::format(" (from the op records where each is first read, step {})", *rv.init_step);
+  if (!ev.empty()) {
+    set(c, Verdict::kProblem, ev + from);
+  } else {
+    set(c, Verdict::kOk,
+        fmt::format("{} weight tensors, none zero, constant or identical to another{}", rv.weights,
+                    from));
+  }
+  return c;
+}
+
+CheckItem check_init(const Observed& o, const RecordsView& rv) {
+  CheckItem c = item("api.init_weights", "api", "weights not zero or identical at start");
+  if (!o.init_params) return check_init_records(std::move(c), rv);
   c.figures = {{"weights", *o.init_params},
                {"zero", double(o.init_zero.size())},
                {"identical", double(o.init_identical.size())}};
@@ -466,7 +714,10 @@ uint64_t join_hash(double hi, double lo) {
 CheckItem check_module_hash(const Observed& o, const ChecklistOptions& options) {
   CheckItem c = item("api.module_hash", "api", "loaded checkpoint matches the expected hash");
   if (!o.hash_hi || !o.hash_lo) {
-    return set(c, Verdict::kNotApplicable, "module hash not recorded (start(model))"), c;
+    return set(c, Verdict::kNotApplicable,
+               "module hash not recorded (the first dbg.observe_batch() or "
+               "precprobe::check_initial_model(dbg, model) records it)"),
+           c;
   }
   const uint64_t actual = join_hash(*o.hash_hi, *o.hash_lo);
   std::optional<uint64_t> expected = options.module_hash;
@@ -585,20 +836,20 @@ CheckItem check_replicas(const Observed& o) {
 ChecklistResult build(const std::string& path, const std::vector<ScalarRecord>& scalars,
                       const std::vector<GradRecord>& grads, const std::vector<ScalerRecord>& scaler,
                       const OverflowResult& overflow, int64_t op_records, int64_t half_ops,
-                      const ChecklistOptions& options) {
+                      const RecordsView& rv, const ChecklistOptions& options) {
   const Observed o = collect(scalars);
   ChecklistResult r;
   r.path = path;
-  r.items = {check_missing(o),
-             check_imbalance(o),
-             check_normalised(o),
-             check_shuffling(o),
+  r.items = {check_missing(o, rv),
+             check_imbalance(o, rv),
+             check_normalised(o, rv),
+             check_shuffling(o, rv),
              check_ignore_index(o),
              check_lr(o),
-             check_loss(o),
-             check_mode(o),
+             check_loss(o, rv),
+             check_mode(o, rv, op_records),
              check_frozen(grads),
-             check_init(o),
+             check_init(o, rv),
              check_module_hash(o, options),
              check_replicas(o),
              check_overflow(overflow, op_records),
@@ -638,6 +889,29 @@ const CheckItem* ChecklistResult::find(std::string_view id) const noexcept {
   return nullptr;
 }
 
+std::vector<const CheckItem*> ChecklistResult::problems_by_cause() const {
+  // Causes before symptoms: what is wrong with the data, the model or the API use explains a
+  // diverging loss or an overflow, not the other way round.
+  static constexpr std::string_view kOrder[] = {"data.missing_values", "data.inputs_not_normalised",
+                                                "api.init_weights",    "api.train_eval_mode",
+                                                "data.no_shuffling",   "data.class_imbalance",
+                                                "data.ignore_index",   "api.module_hash",
+                                                "api.replicas",        "api.frozen_weights",
+                                                "hp.learning_rate",    "mp.clip_before_unscale",
+                                                "mp.grad_scaler",      "mp.overflow",
+                                                "hp.loss_trend"};
+  auto rank = [](const CheckItem* c) {
+    const auto* it = std::find(std::begin(kOrder), std::end(kOrder), c->id);
+    return it - std::begin(kOrder);
+  };
+  std::vector<const CheckItem*> out;
+  for (const CheckItem& c : items)
+    if (c.verdict == Verdict::kProblem) out.push_back(&c);
+  std::stable_sort(out.begin(), out.end(),
+                   [&](const CheckItem* a, const CheckItem* b) { return rank(a) < rank(b); });
+  return out;
+}
+
 std::string ChecklistResult::to_json() const {
   using analysis_detail::number;
   nlohmann::json items_json = nlohmann::json::array();
@@ -651,16 +925,22 @@ std::string ChecklistResult::to_json() const {
                           {"evidence", c.evidence},
                           {"figures", figures}});
   }
-  nlohmann::json j = {{"path", path}, {"problem", problem()}, {"items", items_json}};
+  nlohmann::json causes = nlohmann::json::array();
+  for (const CheckItem* c : problems_by_cause()) causes.push_back(c->id);
+  nlohmann::json j = {
+      {"path", path}, {"problem", problem()}, {"likely_causes", causes}, {"items", items_json}};
   return analysis_detail::dump(j);
 }
 
 ChecklistResult run_checklist(const DumpData& data, const ChecklistOptions& options) {
   int64_t half = 0;
-  for (const OpRecord& op : data.ops)
+  RecordsCollector records;
+  for (const OpRecord& op : data.ops) {
     if (is_half(op.inputs) || is_half(op.outputs)) ++half;
+    records.add(op);
+  }
   return build("", data.scalars, data.grads, data.scaler, find_overflow(data),
-               static_cast<int64_t>(data.ops.size()), half, options);
+               static_cast<int64_t>(data.ops.size()), half, records.finish(), options);
 }
 
 ChecklistResult run_checklist(DumpReader& reader, const ChecklistOptions& options,
@@ -669,14 +949,17 @@ ChecklistResult run_checklist(DumpReader& reader, const ChecklistOptions& option
   const std::vector<GradRecord> grads = reader.grads(read.filter);
   const std::vector<ScalerRecord> scaler = reader.scaler(read.filter);
   int64_t ops = 0, half = 0;
+  RecordsCollector records;
   reader.for_each_op(read.filter, [&](const OpRecord& op) {
     ++ops;
     if (is_half(op.inputs) || is_half(op.outputs)) ++half;
+    records.add(op);
     if (read.progress && ops % 4096 == 0) read.progress(static_cast<uint64_t>(ops));
     return true;
   });
   const OverflowResult overflow = ops > 0 ? find_overflow(reader, read) : OverflowResult{};
-  ChecklistResult r = build(reader.path(), scalars, grads, scaler, overflow, ops, half, options);
+  ChecklistResult r =
+      build(reader.path(), scalars, grads, scaler, overflow, ops, half, records.finish(), options);
   return r;
 }
 

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "precprobe/analysis.h"
+#include "precprobe/checklist.h"
 #include "report/downsample.h"
 #include "report/report_internal.h"
 
@@ -142,6 +143,7 @@ json compare_json(const ReportOptions& o, DumpReader& a, json& data) {
 void add_analyses(const ReportOptions& options, DumpReader& reader, nlohmann::json& data) {
   data["runs"][0]["summary"] = summary_json(reader);
   data["overflow"] = json::parse(find_overflow(reader).to_json());
+  data["checklist"] = json::parse(run_checklist(reader).to_json());
   data["compare"] = options.compare.empty() ? json(nullptr) : compare_json(options, reader, data);
 }
 

@@ -190,6 +190,41 @@ json loss_curve(DumpReader& reader, const ReportOptions& o) {
           {"step", b.step},    {"min", opt_array(b.min)},      {"max", opt_array(b.max)}};
 }
 
+// Every scalar logged with log_scalar on the first rank (the checklist's own "check/...",
+// "replicas/..." and "lr_range" records excepted), each downsampled, in order of first
+// appearance, at most kMaxScalarCharts of them.
+json scalar_curves(DumpReader& reader, const ReportOptions& o) {
+  std::vector<std::string> order;
+  std::map<std::string, std::pair<std::vector<int64_t>, std::vector<double>>> series;
+  RecordFilter f;
+  if (!reader.ranks().empty()) f.ranks = {reader.ranks().front().rank};
+  reader.for_each_scalar(f, [&](const ScalarRecord& r) {
+    if (r.name.rfind("check/", 0) == 0 || r.name.rfind("replicas/", 0) == 0) return true;
+    auto it = series.find(r.name);
+    if (it == series.end()) {
+      if (series.size() >= kMaxScalarCharts) return true;
+      order.push_back(r.name);
+      it = series.emplace(r.name, std::make_pair(std::vector<int64_t>{}, std::vector<double>{}))
+               .first;
+    }
+    it->second.first.push_back(r.step);
+    it->second.second.push_back(r.value);
+    return true;
+  });
+  json out = json::array();
+  for (const std::string& name : order) {
+    const auto& [steps, values] = series[name];
+    Buckets b = downsample(steps, values, o.max_points);
+    out.push_back({{"name", name},
+                   {"n", steps.size()},
+                   {"bucket", b.size},
+                   {"step", b.step},
+                   {"min", opt_array(b.min)},
+                   {"max", opt_array(b.max)}});
+  }
+  return out;
+}
+
 // Ops whose outputs are uninitialized memory: their values are garbage, not a run's.
 bool uninitialized_output(const std::string& op) {
   return op == "aten::empty" || op == "aten::empty_like" || op == "aten::empty_strided" ||
@@ -227,10 +262,42 @@ json op_row(const OpRecord& r, double abs_max) {
           {"dtype", dtype},   {"shape", shape},     {"scope", r.scope}};
 }
 
-// One pass over the ops: per step, how many ops had a non-finite output; and the op calls
-// with the largest finite |output| (a min-heap of max_rows entries).
+bool is_loss_op(const std::string& op) {
+  static const char* const kLoss[] = {"aten::cross_entropy_loss",
+                                      "aten::nll_loss",
+                                      "aten::nll_loss_nd",
+                                      "aten::nll_loss2d",
+                                      "aten::mse_loss",
+                                      "aten::l1_loss",
+                                      "aten::smooth_l1_loss",
+                                      "aten::huber_loss",
+                                      "aten::binary_cross_entropy",
+                                      "aten::binary_cross_entropy_with_logits",
+                                      "aten::kl_div"};
+  return std::find(std::begin(kLoss), std::end(kLoss), op) != std::end(kLoss);
+}
+
+// One pass over the ops: per step, how many ops had a non-finite output; the op calls with
+// the largest finite |output| (a min-heap of max_rows entries); and, when no loss scalar was
+// logged, the loss op's output per step (the first rank's first loss op of each step).
 void ops_pass(DumpReader& reader, const ReportOptions& o, json& data) {
   std::map<int64_t, int64_t> per_step;
+  const bool want_loss = data["loss"].is_null();
+  const int loss_rank = reader.ranks().empty() ? 0 : reader.ranks().front().rank;
+  std::string loss_op;
+  std::map<int64_t, double> loss;
+  // Activations: per op that reads a parameter (forward, outermost, not in place, its output
+  // not a parameter view such as aten::t's) and step, the largest finite |output| and
+  // whether an output held NaN/Inf.
+  struct ActCell {
+    int64_t step;
+    uint32_t row;
+    double abs_max;
+    bool bad;
+  };
+  std::vector<ActCell> act;
+  std::vector<std::string> act_rows;
+  std::unordered_map<std::string, uint32_t> act_index;
   using Top = std::pair<double, json>;
   auto cmp = [](const Top& a, const Top& b) { return a.first > b.first; };
   std::priority_queue<Top, std::vector<Top>, decltype(cmp)> top(cmp);
@@ -238,6 +305,39 @@ void ops_pass(DumpReader& reader, const ReportOptions& o, json& data) {
   int64_t total = 0;
   reader.for_each_op({}, [&](const OpRecord& r) {
     ++total;
+    if (want_loss && r.rank == loss_rank && r.dir == Direction::kForward && !r.outputs.empty() &&
+        r.outputs[0].tensor && r.outputs[0].tensor->numel == 1 && !loss.count(r.step) &&
+        is_loss_op(r.op) && (loss_op.empty() || loss_op == r.op)) {
+      const TensorStats& t = *r.outputs[0].tensor;
+      loss_op = r.op;
+      loss[r.step] = t.all_finite() ? t.mean : NAN;
+    }
+    if (r.rank == loss_rank && r.dir == Direction::kForward && r.depth == 0 && !r.op.empty() &&
+        r.op.back() != '_' && !r.outputs.empty() && r.outputs[0].tensor &&
+        r.outputs[0].tensor->param.empty()) {
+      // A row per op computing with data and a parameter (not zeros_like(param) and the
+      // like), named after the parameter it reads, a weight before a bias.
+      const std::string* param = nullptr;
+      bool data_input = false;
+      for (const Arg& a : r.inputs) {
+        if (!a.tensor) continue;
+        if (a.tensor->param.empty()) {
+          data_input = data_input || a.tensor->dtype.find("Float") != std::string::npos ||
+                       a.tensor->dtype.find("Double") != std::string::npos ||
+                       a.tensor->dtype.find("Half") != std::string::npos;
+        } else if (param == nullptr || (param->find("weight") == std::string::npos &&
+                                        a.tensor->param.find("weight") != std::string::npos)) {
+          param = &a.tensor->param;
+        }
+      }
+      if (!data_input) param = nullptr;
+      if (param != nullptr) {
+        const std::string key = *param + " · " + r.op;
+        auto [it, added] = act_index.emplace(key, static_cast<uint32_t>(act_rows.size()));
+        if (added) act_rows.push_back(key);
+        act.push_back({r.step, it->second, output_abs_max(r), r.outputs_non_finite()});
+      }
+    }
     int64_t& n = per_step[r.step];
     n += r.outputs_non_finite();
     const double m = output_abs_max(r);
@@ -248,6 +348,50 @@ void ops_pass(DumpReader& reader, const ReportOptions& o, json& data) {
     return true;
   });
   if (total == 0) return;
+  if (!act.empty()) {
+    std::vector<int64_t> st;
+    for (const ActCell& c : act) st.push_back(c.step);
+    std::sort(st.begin(), st.end());
+    st.erase(std::unique(st.begin(), st.end()), st.end());
+    const size_t bucket = bucket_size(st.size(), std::max<size_t>(16, o.heatmap_columns));
+    const size_t cols = (st.size() + bucket - 1) / bucket;
+    const size_t rows = std::min<size_t>(act_rows.size(), kMaxHeatmapRows);
+    std::vector<std::vector<std::optional<double>>> mx(rows,
+                                                       std::vector<std::optional<double>>(cols));
+    std::vector<std::vector<int64_t>> bad(rows, std::vector<int64_t>(cols, 0));
+    for (const ActCell& c : act) {
+      if (c.row >= rows) continue;
+      const size_t col =
+          static_cast<size_t>((std::lower_bound(st.begin(), st.end(), c.step) - st.begin()) /
+                              static_cast<std::ptrdiff_t>(bucket));
+      bad[c.row][col] += c.bad;
+      if (c.abs_max >= 0) {
+        auto& v = mx[c.row][col];
+        v = v ? std::max(*v, c.abs_max) : c.abs_max;
+      }
+    }
+    json col_steps = json::array(), jmax = json::array(), jbad = json::array();
+    for (size_t c = 0; c < cols; ++c) col_steps.push_back(st[c * bucket]);
+    for (size_t r = 0; r < rows; ++r) {
+      jmax.push_back(opt_array(mx[r]));
+      jbad.push_back(bad[r]);
+    }
+    act_rows.resize(rows);
+    data["activations"] = {
+        {"n", act.size()},  {"rows", act_rows},   {"rows_total", act_index.size()},
+        {"bucket", bucket}, {"steps", col_steps}, {"last_step", st.back()},
+        {"abs_max", jmax},  {"bad", jbad}};
+  }
+  if (!loss.empty()) {
+    std::vector<int64_t> ls;
+    std::vector<double> lv;
+    for (const auto& [st, v] : loss) ls.push_back(st), lv.push_back(v);
+    Buckets lb = downsample(ls, lv, o.max_points);
+    data["loss"] = {{"name", loss_op + " output"}, {"n", ls.size()},
+                    {"bucket", lb.size},           {"step", lb.step},
+                    {"min", opt_array(lb.min)},    {"max", opt_array(lb.max)},
+                    {"from_op", loss_op}};
+  }
   std::vector<int64_t> steps;
   std::vector<double> counts;
   int64_t steps_with = 0;
@@ -300,6 +444,7 @@ std::string build_report_data(const ReportOptions& options) {
   data["precprobe_version"] = PRECPROBE_VERSION_STRING;
   data["runs"] = json::array({report::run_header(reader)});
   data["loss"] = report::loss_curve(reader, o);
+  data["scalars"] = report::scalar_curves(reader, o);
   data["scale"] = report::scale_section(reader, o);
   data["grads"] = report::grads_heatmap(reader, o);
   report::ops_pass(reader, o, data);

@@ -13,6 +13,8 @@ namespace precprobe::report {
 inline constexpr size_t kMaxHeatmapRows = 256;
 /// Rows of the "top ops by |output|" table.
 inline constexpr size_t kMaxTopOps = 1000;
+/// Scalars charted (one chart each, in order of first appearance).
+inline constexpr size_t kMaxScalarCharts = 32;
 
 /// Path, ranks and meta.json (parsed) of a dump: runs[i] of the report data.
 nlohmann::json run_header(DumpReader& reader);

@@ -167,6 +167,17 @@
     R.charts[id] = u;
     return u;
   }
+  // A value axis whose labels fit (1.1e+13, not "0,000"), logarithmic when the positive values
+  // span more than three decades (a loss that explodes).
+  function valueAxes(...series) {
+    const v = series.flat().filter((x) => typeof x === "number" && isFinite(x));
+    let lo = Infinity, hi = -Infinity;
+    for (const x of v) { lo = Math.min(lo, x); hi = Math.max(hi, x); }
+    const log = v.length > 0 && lo > 0 && hi / lo > 1e3;
+    const label = (x) => (typeof x === "number" && x !== 0 && (Math.abs(x) >= 1e5 || Math.abs(x) < 1e-3) ? x.toExponential(1) : fmt(x));
+    return { scales: { x: { time: false }, y: log ? { distr: 3 } : {} },
+             axes: [{}, { size: 72, values: (u, vals) => vals.map(label) }] };
+  }
   const INT_INCRS = [];
   for (let p = 1; p <= 1e12; p *= 10) INT_INCRS.push(p, 2 * p, 5 * p);
   const line = (label, stroke, extra) => Object.assign({ label, stroke, width: 1.2, spanGaps: false }, extra || {});
@@ -187,8 +198,9 @@
   }
 
   // ---- sections -----------------------------------------------------------------------
+  // The run's facts, meta.json, config and counters: collapsed, at the end.
   function renderHeader() {
-    const s = section("run", "Run");
+    const s = section("run", "Run details");
     (D.runs || []).forEach((run, i) => {
       s.appendChild(el("h3", { text: (D.runs.length > 1 ? (i === 0 ? "Run A: " : "Run B (reference): ") : "") + run.path }));
       const sum = run.summary || {};
@@ -213,7 +225,7 @@
       if (dropped) warn.push(`${dropped} records were dropped (overflow_policy = drop): counts below are lower bounds.`);
       if (trunc.length) warn.push(`${trunc.length} stream(s) end in a truncated frame: the run was killed mid-write.`);
       warn.forEach((w) => s.appendChild(el("p", { class: "warn", text: w })));
-      s.appendChild(box);
+      s.appendChild(el("details", { class: "run-details" }, el("summary", { text: "records, meta.json, config, counters" }), box));
       // meta.json of rank 0: its plain fields (versions, host, task, times) in one table, each
       // object (config, seed_report, counters, writer) in its own.
       const meta = ((run.ranks || [])[0] || {}).meta || {};
@@ -233,15 +245,84 @@
     });
   }
 
+  // The answer first: what was recorded, the origin of the first NaN/Inf, the loss, the
+  // anomalies, the checklist's problems (likely cause first), data lost.
+  function renderVerdict() {
+    const run = (D.runs || [])[0] || {};
+    const sum = run.summary || {};
+    const C = D.checklist || { items: [], likely_causes: [] };
+    const item = (id) => (C.items || []).find((c) => c.id === id);
+    const s = section("verdict", "Verdict");
+    const rows = [];
+    const row = (label, text, cls) => rows.push(el("tr", { class: cls || "" }, el("th", { text: label }), el("td", { text })));
+    row("recorded", sum.step_min !== undefined && sum.step_min !== null
+      ? `steps ${sum.step_min} … ${sum.step_max} on ${(run.ranks || []).length} rank(s), ${fmt(sum.op_records)} op records`
+      : `no op records on ${(run.ranks || []).length} rank(s)`);
+    const ov = item("mp.overflow");
+    if (ov && ov.verdict === "problem") row("NaN/Inf", ov.evidence, "bad");
+    else if (sum.nonfinite_op_records) row("NaN/Inf", `in the outputs of ${sum.nonfinite_op_records} op records`, "bad");
+    else if (sum.op_records) row("NaN/Inf", "none in the op records", "ok");
+    const lt = item("hp.loss_trend");
+    const f = (lt && lt.figures) || {};
+    if (f.first_value !== undefined) {
+      let t = `${fmt(f.first_value)} (step ${f.first_step}) → ${f.last_value === null ? "NaN" : fmt(f.last_value)} (step ${f.last_step})`;
+      if (f.nonfinite_step !== undefined) t += `, first non-finite at step ${f.nonfinite_step}`;
+      row("loss", t, lt.verdict === "problem" ? "bad" : "");
+    }
+    const anomalies = [];
+    const G = D.grads;
+    if (G && G.watch_total) anomalies.push(`${G.watch_total} gradient records with watchpoint hits (first: ${G.watch[0].param} ${G.watch[0].names.join(", ")} at step ${G.watch[0].step})`);
+    if (sum.nonfinite_grad_records) anomalies.push(`${sum.nonfinite_grad_records} gradient records with NaN/Inf`);
+    if (D.scale && D.scale.skipped_total) anomalies.push(`${D.scale.skipped_total} skipped steps`);
+    row("anomalies", anomalies.length ? anomalies.join("; ") : "none", anomalies.length ? "warn" : "ok");
+    const causes = C.likely_causes || [];
+    row("checklist", causes.length ? `${causes.length} problem(s), likely cause first` : "no problem",
+         causes.length ? "bad" : "ok");
+    const st = sum.streams || run.streams || [];
+    const lost = [];
+    if (sum.dropped) lost.push(`${sum.dropped} records dropped (writer queue full)`);
+    st.filter((x) => x.truncated).forEach((x) => lost.push(`${x.path} truncated (${x.truncated_bytes} B lost)`));
+    row("data", lost.length ? lost.join("; ") : "complete", lost.length ? "warn" : "ok");
+    s.appendChild(el("table", { class: "verdict" }, el("tbody", {}, ...rows)));
+    if (causes.length) {
+      const ol = el("ol", { id: "likely-causes" });
+      causes.forEach((id) => { const c = item(id); if (c) ol.appendChild(el("li", {}, el("b", { text: `${c.id}: ${c.title}. ` }), el("span", { text: c.evidence }))); });
+      s.appendChild(ol);
+    }
+    if ((C.items || []).length) {
+      s.appendChild(el("details", {}, el("summary", { text: "every checklist item (precprobe check)" }),
+        dataTable("table-checklist", C.items.map((c) => ({ id: c.id, verdict: c.verdict, title: c.title, evidence: c.evidence })),
+                  { columns: [{ key: "id" }, { key: "verdict" }, { key: "title" }, { key: "evidence" }] })));
+    }
+  }
+
+  // Every scalar logged with log_scalar other than the loss (drawn above), one chart each.
+  function renderScalars() {
+    const list = (D.scalars || []).filter((c) => !(D.loss && c.name === D.loss.name) && c.step && c.step.length);
+    if (!list.length) return;
+    const s = section("scalars", "Scalars");
+    s.appendChild(note(`${list.length} scalar(s) logged with log_scalar besides the loss.`));
+    list.forEach((c, i) => {
+      s.appendChild(el("h3", { text: c.name }));
+      const one = c.bucket === 1;
+      chart(`chart-scalar-${i}`, Object.assign(valueAxes(c.max, c.min), {
+                                   series: [{ label: "step" }, line(one ? c.name : "max", COLORS[i % COLORS.length]), line("min", COLORS[2], { show: !one })],
+                                   bands: [{ series: [1, 2], fill: "rgba(46,144,250,.15)" }] }),
+            [c.step, c.max, c.min], s);
+    });
+  }
+
   function renderLoss() {
     const L = D.loss;
     if (!L || !L.step || !L.step.length) return;
     const s = section("loss", "Loss");
-    s.appendChild(note(`Scalar "${L.name}" logged with log_scalar, ${L.n} values` +
+    s.appendChild(note((L.from_op ? `The output of ${L.from_op} in each step (no "loss" scalar logged; dbg.log_scalar("loss", v) chooses one), ${L.n} values`
+                                   : `Scalar "${L.name}" logged with log_scalar, ${L.n} values`) +
       (L.bucket > 1 ? `; ${L.bucket} steps a bucket, its min and max drawn (spikes survive).` : ".")));
     const one = L.bucket === 1;  // one point a bucket: min = max, draw one line
-    chart("chart-loss", { series: [{ label: "step" }, line(one ? L.name : "max", COLORS[0]), line("min", COLORS[2], { show: !one })],
-                          bands: [{ series: [1, 2], fill: "rgba(46,144,250,.15)" }] },
+    chart("chart-loss", Object.assign(valueAxes(L.max, L.min), {
+                          series: [{ label: "step" }, line(one ? L.name : "max", COLORS[0]), line("min", COLORS[2], { show: !one })],
+                          bands: [{ series: [1, 2], fill: "rgba(46,144,250,.15)" }] }),
           [L.step, L.max, L.min], s);
   }
 
@@ -360,6 +441,61 @@
     }
   }
 
+  // Activations: per op that reads a parameter × step, colour = log10 of the largest finite
+  // |output|, red = NaN/Inf in an output: values growing before they overflow.
+  function renderActivations() {
+    const A = D.activations;
+    if (!A || !A.rows || !A.rows.length) return;
+    const s = section("activations", "Activations");
+    s.appendChild(note(`Largest |output| of each op that reads a parameter (parameter · op), per step (${A.n} op calls, ` +
+      `${A.rows.length} rows` + (A.rows_total > A.rows.length ? ` of ${A.rows_total}` : "") + "). Colour: log10 of the largest finite |output| in the cell" +
+      (A.bucket > 1 ? ` (${A.bucket} steps a column)` : "") + "; red: NaN/Inf in an output; grey: not run."));
+    let lo = Infinity, hi = -Infinity;
+    for (const row of A.abs_max) for (const v of row) if (v !== null && v > 0) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
+    const llo = Math.log10(lo), lhi = Math.log10(hi), span = lhi - llo || 1;
+    const rows = A.rows.length, cols = A.steps.length;
+    const labelW = Math.min(320, 8 + 7 * Math.max(...A.rows.map((p) => p.length)));
+    const cw = Math.max(2, Math.min(24, Math.floor(1100 / cols))), ch = Math.max(6, Math.min(18, Math.floor(480 / rows)));
+    const cv = el("canvas", { id: "activations-heatmap", width: labelW + cols * cw, height: rows * ch + 22 });
+    const tip = el("div", { class: "tip" });
+    s.appendChild(el("p", { class: "note" }, "log10 max |output|: ", fmt(llo), el("canvas", { class: "legend-bar", id: "act-legend", width: 160, height: 10 }),
+                     fmt(lhi), el("span", { class: "swatch", style: "background:#d92d20" }), "non-finite",
+                     el("span", { class: "swatch", style: "background:#e4e7ec" }), "not run"));
+    s.appendChild(el("div", { class: "heatwrap" }, cv, tip));
+    const lg = document.getElementById("act-legend").getContext("2d");
+    for (let x = 0; x < 160; x++) { lg.fillStyle = viridis(x / 159); lg.fillRect(x, 0, 1, 10); }
+    const g = cv.getContext("2d");
+    let cells = 0, bad = 0;
+    g.font = "11px system-ui, sans-serif"; g.textBaseline = "middle";
+    for (let r = 0; r < rows; r++) {
+      const every = Math.ceil(11 / ch);
+      if (r % every === 0) { g.fillStyle = "#1d2330"; g.fillText(A.rows[r], 2, Math.max(6, r * ch + ch / 2), labelW - 6); }
+      for (let c = 0; c < cols; c++) {
+        const v = A.abs_max[r][c], nb = A.bad[r][c];
+        if (nb > 0) { g.fillStyle = "#d92d20"; bad++; }
+        else if (v === null) g.fillStyle = "#e4e7ec";
+        else g.fillStyle = viridis(v > 0 ? (Math.log10(v) - llo) / span : 0);
+        if (v !== null || nb > 0) cells++;
+        g.fillRect(labelW + c * cw, r * ch, cw, ch);
+      }
+    }
+    g.fillStyle = "#667085";
+    for (let c = 0; c < cols; c += Math.max(1, Math.ceil(cols / 8)))
+      g.fillText(String(A.steps[c]), labelW + c * cw, rows * ch + 11);
+    cv.dataset.rows = String(rows); cv.dataset.cols = String(cols);
+    cv.dataset.points = String(cells); cv.dataset.nonfinite = String(bad);
+    cv.addEventListener("mousemove", (ev) => {
+      const b = cv.getBoundingClientRect();
+      const c = Math.floor((ev.clientX - b.left - labelW) / cw), r = Math.floor((ev.clientY - b.top) / ch);
+      if (!(c >= 0 && c < cols && r >= 0 && r < rows)) { tip.style.display = "none"; return; }
+      const last = c + 1 < cols ? A.steps[c + 1] - 1 : A.last_step;
+      tip.textContent = `${A.rows[r]} · steps ${A.steps[c]}–${last} · max |output| ${fmt(A.abs_max[r][c])}` +
+        (A.bad[r][c] ? ` · ${A.bad[r][c]} with NaN/Inf` : "");
+      tip.style.display = "block"; tip.style.left = (ev.offsetX + 12) + "px"; tip.style.top = (ev.offsetY + 12) + "px";
+    });
+    cv.addEventListener("mouseleave", () => { tip.style.display = "none"; });
+  }
+
   function opCard(o, title, id) {
     const card = el("div", { class: "card", id });
     card.appendChild(el("h3", { text: title }));
@@ -471,7 +607,8 @@
     }
   }
 
-  const steps = [renderHeader, renderLoss, renderScale, renderGrads, renderNonFinite, renderCompare, renderTopOps];
+  const steps = [renderVerdict, renderLoss, renderGrads, renderActivations, renderScalars, renderScale, renderNonFinite,
+                 renderCompare, renderTopOps, renderHeader];
   document.getElementById("loading").remove();
   for (const f of steps) {
     try { f(); } catch (e) {

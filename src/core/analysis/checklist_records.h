@@ -1,0 +1,87 @@
+// What `precprobe check` reads from the op records when the program did not call
+// observe_batch(): the model's input per step (the non-parameter floating input of the first
+// op that consumes a parameter), the `training` argument of mode-dependent ops in passes with
+// and without gradients, every parameter's statistics where it is first read, and the loss
+// op's value and target. Rules: docs/checklist.md.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "precprobe/records.h"
+
+namespace precprobe {
+namespace analysis_detail {
+
+struct RecordsView {
+  /// The model's input in one step: statistics of the tensor the first parameter-consuming
+  /// op read that is not a parameter.
+  struct Input {
+    int64_t step = 0;
+    bool train = true;  // the step ran a backward pass
+    std::string op;
+    int64_t numel = 0, nan = 0, inf = 0;
+    double mean = 0, std = 0, abs_max = 0;
+  };
+  std::vector<Input> inputs;
+
+  // Mode-dependent ops (batch_norm, instance_norm, dropout): passes with gradients on (a
+  // training pass) and off (an evaluation pass), and those run in the wrong mode.
+  int64_t mode_ops = 0, train_passes = 0, eval_passes = 0;
+  int64_t train_in_eval = 0, eval_in_train = 0;
+  std::optional<int64_t> first_bad_step;
+  std::string first_bad_op;
+
+  // Weights (floating, dim >= 2) where each is first read.
+  int64_t weights = 0;
+  std::optional<int64_t> init_step;
+  std::vector<std::string> zero, constant;
+  std::vector<std::vector<std::string>> identical;  // groups with one hash
+
+  // The loss op per training step: its value and its integer target.
+  std::string loss_op;
+  std::vector<std::pair<int64_t, double>> loss;
+  struct Target {
+    int64_t step = 0;
+    int64_t numel = 0;
+    double min = 0, max = 0;
+    std::optional<uint64_t> hash;
+  };
+  std::vector<Target> targets;
+  bool params_named = false;
+};
+
+/// Streams the first rank's op records into a RecordsView.
+class RecordsCollector {
+ public:
+  void add(const OpRecord& op);
+  RecordsView finish();
+
+ private:
+  // Judges the steps before `step` (all of them with `all`) and drops them.
+  void flush_before(int64_t step, bool all = false);
+  struct ModeUse {
+    std::string op;
+    bool training = false;
+    std::optional<bool> grad;
+  };
+  struct Step {
+    bool backward = false;
+    std::optional<RecordsView::Input> input;
+    std::vector<ModeUse> modes;
+    std::optional<double> loss;
+    std::optional<RecordsView::Target> target;
+  };
+  std::optional<int> rank_;
+  std::map<int64_t, Step> steps_;
+  std::map<std::string, bool> seen_params_;
+  std::map<uint64_t, std::vector<std::string>> by_hash_;
+  RecordsView v_;
+};
+
+}  // namespace analysis_detail
+}  // namespace precprobe

@@ -1,0 +1,42 @@
+# Runs the diverging regression, then `precprobe check --json` on its dump: the inputs must be
+# judged not normalised from the op records alone and be the first likely cause; the loss
+# trend and the overflow must be problems too. (Its targets are real numbers: the class and
+# shuffling items do not apply.)
+execute_process(COMMAND ${PROGRAM} ${DUMP} RESULT_VARIABLE rc OUTPUT_VARIABLE out
+                ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "regression program failed (${rc}):\n${out}\n${err}")
+endif()
+message("${out}")
+execute_process(COMMAND ${CLI} check ${DUMP} OUTPUT_VARIABLE text)
+message("${text}")
+execute_process(COMMAND ${CLI} check --json ${DUMP} RESULT_VARIABLE rc OUTPUT_VARIABLE json)
+if(NOT rc EQUAL 1)
+  message(FATAL_ERROR "check exit ${rc}, expected 1 (problems found)")
+endif()
+string(JSON first GET "${json}" likely_causes 0)
+if(NOT first STREQUAL "data.inputs_not_normalised")
+  message(FATAL_ERROR "first likely cause is '${first}', expected data.inputs_not_normalised")
+endif()
+string(JSON n LENGTH "${json}" items)
+math(EXPR last "${n} - 1")
+foreach(i RANGE ${last})
+  string(JSON id GET "${json}" items ${i} id)
+  string(JSON verdict GET "${json}" items ${i} verdict)
+  if(id STREQUAL "data.inputs_not_normalised")
+    string(JSON std GET "${json}" items ${i} figures std)
+    string(JSON abs_max GET "${json}" items ${i} figures abs_max)
+    # The program's features: column j uniform in [0, scale_j], scales up to 711 (see
+    # regression_diverge.cpp); the pooled std over all columns is far above 2.
+    if(std LESS 50 OR abs_max LESS 600 OR abs_max GREATER 711)
+      message(FATAL_ERROR "inputs: std ${std}, largest |x| ${abs_max}")
+    endif()
+  endif()
+  if(id MATCHES "^(hp.loss_trend|mp.overflow|data.inputs_not_normalised)$"
+     AND NOT verdict STREQUAL "problem")
+    message(FATAL_ERROR "${id} is '${verdict}', expected problem")
+  endif()
+  if(id MATCHES "^(data.missing_values|api.init_weights)$" AND NOT verdict STREQUAL "ok")
+    message(FATAL_ERROR "${id} is '${verdict}', expected ok")
+  endif()
+endforeach()

@@ -260,11 +260,12 @@ std::unique_ptr<at::ObserverContext> Observer::on_op_start(const at::RecordFunct
     if (!info.write_args.empty()) {
       auto inputs = fn.inputs();
       if (grad_hook_armed_.load(std::memory_order_acquire)) maybe_run_grad_hook(inputs, info);
-      // Whether recorded or not: nothing queued may still read what this op overwrites.
-      if (engine_->busy())
-        for (size_t i : info.write_args)
-          if (i < inputs.size())
-            for_each_tensor(inputs[i], [this](const at::Tensor& t) { engine_->before_write(t); });
+      // Whether recorded or not: nothing queued may still read what this op overwrites,
+      // and no statistics cached for its storage are reused (before_write() returns after
+      // a load and a compare when neither applies).
+      for (size_t i : info.write_args)
+        if (i < inputs.size())
+          for_each_tensor(inputs[i], [this](const at::Tensor& t) { engine_->before_write(t); });
     }
     return ctx;
   } catch (const std::exception& e) {

@@ -55,6 +55,9 @@ uint64_t hash_tensor(const at::Tensor& t);
 /// without a storage (sparse, nested): do not cache by key when it is false.
 /// A storage address can be reused once its tensor is freed, so a cache must keep the
 /// tensor (or a weak reference checked for expiry) alive alongside its key.
+/// Tensors on one storage with different counters (`.data()` gives a fresh one at version
+/// 0) can have equal keys while an op wrote the memory through one of them: a cache must
+/// also drop its keys for a storage when an op writes to it (StatsEngine::before_write).
 struct TensorKey {
   const void* storage = nullptr;  ///< the StorageImpl (nullptr: undefined / no storage)
   int64_t offset = 0;             ///< storage offset in elements

@@ -58,7 +58,7 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, const CaptureOpt
     auto it = cache_.find(key);
     if (it != cache_.end()) {
       const Slot& hit = *it->second;
-      if (!how.fresh && !(hit.untracked && hit.serial >= how.reuse_before)) {
+      if (!hit.overwritten && !how.fresh && !(hit.untracked && hit.serial >= how.reuse_before)) {
         bump(kCached);
         return it->second;
       }
@@ -76,9 +76,12 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, const CaptureOpt
     s->storage_alive = t.unsafeGetTensorImpl()->unsafe_storage().getWeakStorageImpl();
   bump(kSummarised);
   if (cached != nullptr) {
+    const bool retired = (*cached)->overwritten;  // its key left the storage index then
     *cached = s;
+    if (retired) index_locked(key);
   } else if (cacheable) {
     cache_.emplace(key, s);
+    index_locked(key);
   }
   n_[kBytes].fetch_add(static_cast<uint64_t>(t.numel()) * t.element_size(),
                        std::memory_order_relaxed);
@@ -116,6 +119,28 @@ void StatsEngine::capture_for_save(const at::Tensor& t, std::string path) {
     return;
   }
   enqueue_locked(std::move(s), lk);
+}
+
+uint64_t StatsEngine::storage_bit(const void* storage) noexcept {
+  const uint64_t h = (reinterpret_cast<uintptr_t>(storage) >> 4) * 0x9e3779b97f4a7c15ULL;
+  return uint64_t{1} << (h >> 58);
+}
+
+void StatsEngine::index_locked(const TensorKey& key) {
+  cached_by_storage_[key.storage].push_back(key);
+  const uint64_t bit = storage_bit(key.storage);
+  if ((cached_storages_.load(std::memory_order_relaxed) & bit) == 0)
+    cached_storages_.fetch_or(bit, std::memory_order_release);
+}
+
+void StatsEngine::retire_storage(const void* storage) {
+  auto it = cached_by_storage_.find(storage);
+  if (it == cached_by_storage_.end()) return;
+  for (const TensorKey& k : it->second) {
+    auto c = cache_.find(k);
+    if (c != cache_.end()) c->second->overwritten = true;
+  }
+  cached_by_storage_.erase(it);
 }
 
 void StatsEngine::enqueue_locked(std::shared_ptr<Slot> s, std::unique_lock<std::mutex>& lk) {
@@ -194,10 +219,16 @@ bool StatsEngine::help_one_locked(std::unique_lock<std::mutex>& lk) {
 }
 
 void StatsEngine::before_write(const at::Tensor& t) {
-  if (pending_jobs_.load(std::memory_order_acquire) == 0) return;
   const void* storage = storage_of(t);
   if (storage == nullptr) return;
+  const bool cached =
+      (cached_storages_.load(std::memory_order_acquire) & storage_bit(storage)) != 0;
+  if (!cached && pending_jobs_.load(std::memory_order_acquire) == 0) return;
   std::unique_lock<std::mutex> lk(mu_);
+  // Slots cached on this storage stop standing for their keys: this write may go through
+  // a tensor with another version counter (a `.data()` alias) and leave their keys as
+  // they are. The slots stay in the cache, marked, so the step still knows the tensor.
+  if (cached) retire_storage(storage);
   for (;;) {
     // Queued jobs on this storage: compute them here, now (the queue is short: the worker
     // keeps up, and a scan is cheaper than indexing every job by storage).
@@ -235,9 +266,12 @@ void StatsEngine::end_op(PendingOp& op) {
 
 void StatsEngine::clear_cache() {
   std::unordered_map<TensorKey, std::shared_ptr<Slot>, TensorKeyHash> old;
+  std::unordered_map<const void*, std::vector<TensorKey>> old_index;
   {
     std::lock_guard<std::mutex> lk(mu_);
     old.swap(cache_);
+    old_index.swap(cached_by_storage_);
+    cached_storages_.store(0, std::memory_order_release);
   }
 }  // slots freed here, outside the lock
 

@@ -11,6 +11,11 @@
 // (claims and computes inline, or waits for) every queued job on that tensor's storage,
 // so no statistic is ever computed from data an op has already overwritten. After
 // computing, the version counter is checked again; a change is counted as `stale`.
+// before_write() also retires every cached slot on that storage: the version counter in
+// a key does not see writes made through another tensor on the same storage with its own
+// counter (`.data()` and `variable_data()` give a fresh counter at version 0, so
+// clip_grad_norm_'s `p.grad().data().mul_()` leaves `p.grad()`'s key, and the key of the
+// next `p.grad().data()`, as they were).
 // Back-pressure: while the bytes held by queued jobs exceed max_pending_bytes, the
 // capturing thread computes queued jobs itself.
 //
@@ -65,6 +70,9 @@ struct Slot {
   /// that kernel may still write the tensor without bumping its version counter, so the
   /// slot must not stand for the tensor once the kernel returns (see CaptureOptions).
   bool untracked = false;
+  /// Its storage was written since capture (before_write()): the cache entry no longer
+  /// stands for the tensor. Guarded by StatsEngine::mu_.
+  bool overwritten = false;
   uint64_t serial = 0;      ///< creation order (StatsEngine::next_serial())
   const char* origin = "";  ///< the op that captured it (static storage), for messages
   /// Device tensors: the stream current when captured; the statistics are computed on it,
@@ -145,7 +153,8 @@ class StatsEngine {
   uint64_t next_serial() const;
   /// Queues writing `t` to `path` (task "tensor"); kept in order with in-place writes.
   void capture_for_save(const at::Tensor& t, std::string path);
-  /// Called before an op writes to `t`: no queued job may still read its storage after.
+  /// Called before an op writes to `t` (every such op, busy or not): no queued job may
+  /// still read its storage after, and no cached slot on it is reused.
   void before_write(const at::Tensor& t);
   /// Appends an op (or flush marker) to the in-order FIFO. Holds `order_mutex()` already
   /// when the caller needs seq numbers to match the FIFO order.
@@ -165,6 +174,9 @@ class StatsEngine {
 
  private:
   void enqueue_locked(std::shared_ptr<Slot> s, std::unique_lock<std::mutex>& lk);
+  void index_locked(const TensorKey& key);
+  void retire_storage(const void* storage);
+  static uint64_t storage_bit(const void* storage) noexcept;
   void compute(Slot& s);
   void run_claimed(const std::shared_ptr<Slot>& s, std::unique_lock<std::mutex>& lk);
   bool help_one_locked(std::unique_lock<std::mutex>& lk);
@@ -180,6 +192,11 @@ class StatsEngine {
   std::condition_variable work_cv_;  // worker: jobs or ops
   std::condition_variable done_cv_;  // a slot finished
   std::unordered_map<TensorKey, std::shared_ptr<Slot>, TensorKeyHash> cache_;
+  // The keys cached this step per storage (before_write() retires them), and a one-word
+  // filter of those storages, read without the lock: a write to a storage never cached
+  // costs a load and a compare.
+  std::unordered_map<const void*, std::vector<TensorKey>> cached_by_storage_;
+  std::atomic<uint64_t> cached_storages_{0};
   std::deque<std::shared_ptr<Slot>> queue_;
   std::vector<const Slot*> running_;  // claimed jobs being computed outside the lock
   std::deque<std::shared_ptr<PendingOp>> ops_;

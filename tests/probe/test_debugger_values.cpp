@@ -370,3 +370,56 @@ TEST_CASE("L2: ops nested in a kernel never leave it stale or uninitialized stat
   check_stats(*copy[0].outputs.at(0).tensor, bias.expand({64, 48}));
   CHECK(read_meta(dir)["counters"]["stale"] == 0);
 }
+
+TEST_CASE("statistics of .grad read through .data() are those of the gradient at that moment",
+          "[debugger][values]") {
+  // clip_grad_norm_ and SGD read and write p.grad() through p.grad().data(): a tensor on the
+  // gradient's storage with a fresh version counter, at version 0 every time. Equal storage,
+  // geometry and version number must not make the probe reuse the statistics of another
+  // such tensor, or of the gradient itself, taken before an in-place write.
+  const bool async = GENERATE(true, false);
+  torch::manual_seed(5);
+  torch::nn::Linear lin(128, 64);  // weight: 8192 elements, summarised by the worker
+  torch::optim::SGD opt(lin->parameters(), torch::optim::SGDOptions(0.1));
+  std::vector<at::Tensor> batches{torch::randn({16, 128}), torch::randn({16, 128})};
+  std::vector<std::vector<at::Tensor>> pre(2), post(2);  // per step, per parameter
+  auto snapshot = [&](std::vector<at::Tensor>& into) {
+    at::RecordFunctionGuard off(false);
+    for (const auto& p : lin->parameters()) into.push_back(p.grad().clone());
+  };
+  TempDir dir("dbg_grad_data");
+  {
+    PrecisionDebugger dbg(options_in(dir, async));
+    dbg.start();
+    for (int step = 0; step < 2; ++step) {
+      opt.zero_grad();
+      auto loss = lin->forward(batches[static_cast<size_t>(step)]).pow(2).sum() * (step + 1);
+      loss.backward();
+      snapshot(pre[static_cast<size_t>(step)]);
+      torch::nn::utils::clip_grad_norm_(lin->parameters(), 0.5);  // scales every gradient
+      snapshot(post[static_cast<size_t>(step)]);
+      opt.step();
+      dbg.step();
+    }
+    dbg.stop();
+  }
+  auto ops = read_ops(dir);
+  auto mul_ = with_name(ops, "aten::mul_");
+  std::vector<OpRecord> add_;
+  for (const auto& r : with_name(ops, "aten::add_"))
+    if (r.depth == 0 && r.inputs.size() >= 2 && r.inputs[1].is_tensor()) add_.push_back(r);
+  REQUIRE(mul_.size() == 4);  // clip: weight, bias per step
+  REQUIRE(add_.size() == 4);  // SGD: p.add_(grad, -lr)
+  for (size_t i = 0; i < 4; ++i) {
+    INFO("step " << i / 2 << " parameter " << i % 2);
+    const at::Tensor& before = pre[i / 2][i % 2];
+    const at::Tensor& after = post[i / 2][i % 2];
+    REQUIRE(!at::equal(before, after));
+    check_stats(*mul_[i].inputs.at(0).tensor, before);
+    check_stats(*mul_[i].outputs.at(0).tensor, after);
+    check_stats(*add_[i].inputs.at(1).tensor, after);
+  }
+  auto meta = read_meta(dir);
+  CHECK(meta["counters"]["stale"] == 0);
+  CHECK(meta["counters"]["errors"] == 0);
+}

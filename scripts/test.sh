@@ -22,7 +22,7 @@ scripts/build.sh
 
 echo "== the example under LibTorch 1.13, 30 steps: the dump the 2.6 stage compares with"
 rm -rf build/xversion && mkdir -p build/xversion
-build/examples/train_fashion_mnist --steps 30 --dump build/xversion/libtorch-1.13 \
+build/bin/train_fashion_mnist --steps 30 --dump build/xversion/libtorch-1.13 \
   >build/xversion/train.log 2>&1 || { cat build/xversion/train.log; exit 1; }
 
 echo "== torch-free core under ASan+UBSan, with bounded fuzzing"

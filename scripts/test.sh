@@ -10,28 +10,30 @@
 #   PRECPROBE_SKIP_TRIXIE=1  no LibTorch 2.6 stage (it needs root and ~2 GB of packages)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+start=$SECONDS
+stage() { echo "== [$(( (SECONDS - start) / 60 )) min] $*"; }
 scripts/install-deps.sh
 jobs="$(nproc)"
 
-echo "== main build: probe, core, CLI, examples, tests"
+stage "main build: probe, core, CLI, examples, tests"
 scripts/build.sh
 (cd build && ctest --output-on-failure -j "$jobs")
 # /dev/null must survive the suite (as root, a rename over it once made it a regular file).
 [[ -c /dev/null ]] || { echo "test.sh: /dev/null is no longer a character device" >&2; exit 1; }
 [[ "${PRECPROBE_QUICK:-0}" == "1" ]] && exit 0
 
-echo "== the example under LibTorch 1.13, 30 steps: the dump the 2.6 stage compares with"
+stage "the example under LibTorch 1.13, 30 steps: the dump the 2.6 stage compares with"
 rm -rf build/xversion && mkdir -p build/xversion
 build/bin/train_fashion_mnist --steps 30 --dump build/xversion/libtorch-1.13 \
   >build/xversion/train.log 2>&1 || { cat build/xversion/train.log; exit 1; }
 
-echo "== torch-free core under ASan+UBSan, with bounded fuzzing"
+stage "torch-free core under ASan+UBSan, with bounded fuzzing"
 CXX=clang++ BUILD_DIR=build-asan scripts/build.sh -DPRECPROBE_WITH_TORCH=OFF \
   -DPRECPROBE_SANITIZE=address,undefined -DPRECPROBE_BUILD_FUZZERS=ON \
   -DPRECPROBE_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
 (cd build-asan && ctest --output-on-failure -j "$jobs")
 
-echo "== probe under ASan+UBSan (its own code; LibTorch uninstrumented)"
+stage "probe under ASan+UBSan (its own code; LibTorch uninstrumented)"
 # Only the executables its tests run (the core's tests ran under ASan above).
 TARGETS="test_stats test_debugger test_debugger_values test_dropout test_seed test_grad_monitor
   test_grad_scaler test_grad_scaler_state test_scaler_debugger test_checklist_probe
@@ -45,12 +47,12 @@ TARGETS="test_stats test_debugger test_debugger_values test_dropout test_seed te
   ctest --output-on-failure -j "$jobs" -R "$(cat ../tests/sanitizers/probe_tests.regex)" \
   -E "10 000 steps keep memory flat")
 
-echo "== torch-free core under TSan"
+stage "torch-free core under TSan"
 CXX=clang++ BUILD_DIR=build-tsan scripts/build.sh -DPRECPROBE_WITH_TORCH=OFF \
   -DPRECPROBE_SANITIZE=thread -DPRECPROBE_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
 (cd build-tsan && ctest --output-on-failure -j "$jobs")
 
-echo "== op capture under TSan: observer, statistics worker and writer together"
+stage "op capture under TSan: observer, statistics worker and writer together"
 # gcc's TSan (clang 14 crashes on LibTorch's precompiled header). LibTorch is not
 # instrumented, so only races in our code and the tensor refcounts it inlines are seen.
 TARGETS="test_debugger test_debugger_values test_reliability precprobe_reliability_child" \
@@ -65,6 +67,7 @@ TARGETS="test_debugger test_debugger_values test_reliability precprobe_reliabili
   -E "killed with SIGKILL")
 
 [[ "${PRECPROBE_SKIP_TRIXIE:-0}" == "1" ]] && exit 0
-echo "== LibTorch 2.6 (Debian trixie root): the whole suite again, and 1.13 vs 2.6"
+stage "LibTorch 2.6 (Debian trixie root): the whole suite again, and 1.13 vs 2.6"
 XVERSION_DUMP="$PWD/build/xversion/libtorch-1.13" scripts/test-trixie.sh
 [[ -c /dev/null ]] || { echo "test.sh: /dev/null is no longer a character device" >&2; exit 1; }
+stage "all stages passed"

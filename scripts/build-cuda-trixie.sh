@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Compiles precprobe against a CUDA LibTorch: Debian trixie contrib's libtorch-cuda-dev 2.6 with
+# non-free's CUDA 12.4 toolkit, in a root made by mmdebstrap (no GPU needed, none used). Not part
+# of scripts/test.sh: it downloads about 3 GB more than the CPU stage. Needs root.
+#   ROOT=dir       the root (default /var/cache/precprobe/trixie-cuda-root; reused when complete)
+#   BUILD_DIR=dir  build directory inside the checkout (default build-cuda)
+#
+# libtorch-cuda-2.6 depends on nvidia-cudnn, an installer package that downloads cuDNN from
+# NVIDIA's servers while it installs; these machines reach Debian's mirror only. A placeholder
+# package of that name stands in for it, so the root has every header and library but
+# cuDNN's: enough to configure and compile (no test links against cuDNN here).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo="$PWD"
+root="${ROOT:-/var/cache/precprobe/trixie-cuda-root}"
+build_dir="${BUILD_DIR:-build-cuda}"
+case "$root/" in
+  "$repo"/*) echo "build-cuda-trixie: ROOT must lie outside the checkout" >&2; exit 2 ;;
+esac
+
+pkgs=(build-essential cmake ninja-build git pkg-config ccache ca-certificates
+      libtorch-cuda-dev nvidia-cuda-toolkit libgloo-cuda-dev
+      libfmt-dev nlohmann-json3-dev libzstd-dev libxxhash-dev libcli11-dev zlib1g-dev)
+marker="$root/.precprobe-root-complete"
+want="$(printf '%s\n' "${pkgs[@]}")"
+if [[ ! -f "$marker" ]] || [[ "$(cat "$marker")" != "$want" ]]; then
+  if [[ -e "$root" ]]; then
+    scripts/trixie-root.sh --umount "$root"
+    if awk -v r="$(realpath -m "$root")/" 'index($2 "/", r) == 1' /proc/mounts | grep -q .; then
+      echo "build-cuda-trixie: something is still mounted below $root" >&2
+      exit 1
+    fi
+    rm -rf --one-file-system "$root"
+  fi
+  placeholder="$(mktemp -d)"
+  mkdir -p "$placeholder/pkg/DEBIAN"
+  cat >"$placeholder/pkg/DEBIAN/control" <<'EOF'
+Package: nvidia-cudnn
+Version: 9.99.0~precprobe.placeholder
+Architecture: all
+Maintainer: precprobe <precprobe@localhost>
+Description: placeholder for NVIDIA's cuDNN download script (compile-only root)
+EOF
+  dpkg-deb --build "$placeholder/pkg" "$placeholder/nvidia-cudnn.deb" >/dev/null
+  mkdir -p "$(dirname "$root")"
+  list="$(IFS=,; echo "${pkgs[*]}"),$placeholder/nvidia-cudnn.deb"
+  mmdebstrap --variant=apt --components=main,contrib,non-free --include="$list" trixie "$root"
+  rm -rf "$placeholder"
+  printf '%s\n' "$want" >"$marker"
+fi
+
+inside="$root/src/precprobe"
+cleanup() {
+  if mountpoint -q "$inside"; then umount "$inside" || umount -l "$inside"; fi
+  scripts/trixie-root.sh --umount "$root"
+}
+trap cleanup EXIT
+scripts/trixie-root.sh --mount "$root"
+mkdir -p "$inside"
+mountpoint -q "$inside" || mount --bind "$repo" "$inside"
+
+# The library, the CLI and the examples' objects: everything that compiles against LibTorch's
+# CUDA build. Executables are not linked (cuDNN, a dependency of libtorch_cuda.so, is absent).
+chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
+  bash -euo pipefail -c "
+    cd /src/precprobe
+    echo \"== libtorch-cuda-dev \$(dpkg-query -W -f='\${Version}' libtorch-cuda-dev), nvcc \$(nvcc --version | tail -1)\"
+    BUILD_DIR=$build_dir TARGETS='precprobe precprobe_cli' scripts/build.sh \
+      -DPRECPROBE_BUILD_TESTS=OFF -DPRECPROBE_BUILD_BENCH=OFF -DPRECPROBE_BUILD_EXAMPLES=OFF
+    grep -E '^(CUDA_VERSION|CUDA_TOOLKIT_ROOT_DIR|TORCH_LIBRARIES):' $build_dir/CMakeCache.txt || true
+  "

@@ -32,7 +32,10 @@ if [[ ! -f "$marker" ]] || [[ "$(cat "$marker")" != "$want" ]]; then
     fi
     rm -rf --one-file-system "$root"
   fi
-  placeholder="$(mktemp -d)"
+  # The placeholder sits at the same path outside and inside the root: apt links to it from
+  # inside the chroot when it hands it to dpkg.
+  placeholder=/var/cache/precprobe/placeholder
+  rm -rf "$placeholder"
   mkdir -p "$placeholder/pkg/DEBIAN"
   cat >"$placeholder/pkg/DEBIAN/control" <<'EOF'
 Package: nvidia-cudnn
@@ -44,8 +47,10 @@ EOF
   dpkg-deb --build "$placeholder/pkg" "$placeholder/nvidia-cudnn.deb" >/dev/null
   mkdir -p "$(dirname "$root")"
   list="$(IFS=,; echo "${pkgs[*]}"),$placeholder/nvidia-cudnn.deb"
-  mmdebstrap --variant=apt --components=main,contrib,non-free --include="$list" trixie "$root"
-  rm -rf "$placeholder"
+  mmdebstrap --variant=apt --components=main,contrib,non-free --include="$list" \
+    --setup-hook="mkdir -p \"\$1$placeholder\" && cp $placeholder/nvidia-cudnn.deb \"\$1$placeholder/\"" \
+    trixie "$root"
+  rm -rf "$placeholder" "$root$placeholder"
   printf '%s\n' "$want" >"$marker"
 fi
 

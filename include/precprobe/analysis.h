@@ -99,6 +99,17 @@ struct WatchHitCount {
   int64_t first_step = 0;
 };
 
+/// Ops of one module in a summary (`summary --by module`): an op that consumes a parameter
+/// ("blocks.2.fc.weight") belongs to that parameter's module ("blocks.2.fc"), and the ops
+/// after it in the same step inherit it; ops of a step before its first parameter have "".
+struct ModuleSummary {
+  std::string module;
+  int64_t ops = 0;            ///< op records
+  int64_t nonfinite_ops = 0;  ///< op records with a NaN/Inf output
+  std::optional<int64_t> first_nonfinite_step;
+  double max_abs_output = 0;  ///< largest finite |x| of any of its outputs
+};
+
 struct SummaryResult {
   std::string path;
   std::vector<RankInfo> ranks;
@@ -116,12 +127,17 @@ struct SummaryResult {
   uint64_t dropped = 0;    ///< records the writers dropped (meta.json "writer" counters)
   bool truncated = false;  ///< some stream ended early (killed process, corrupt frame)
   uint64_t bad_lines = 0;
+  /// Per module in order of first appearance; filled only when asked for (by_module), and
+  /// then in the JSON as "modules".
+  bool by_module = false;
+  std::vector<ModuleSummary> modules;
 
   std::string to_json() const;
 };
 
-SummaryResult summarize_dump(DumpReader& reader, const ReadOptions& read = {});
-SummaryResult summarize_dump(const DumpData& data);
+SummaryResult summarize_dump(DumpReader& reader, const ReadOptions& read = {},
+                             bool by_module = false);
+SummaryResult summarize_dump(const DumpData& data, bool by_module = false);
 
 // --------------------------------------------------------------------------- overflow
 

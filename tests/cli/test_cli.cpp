@@ -668,6 +668,51 @@ TEST_CASE("compare --by module: the 1 % change is in fc1's scope", "[cli][compar
   CHECK(run("compare " + dump("clean") + " " + dump("clean") + " --by layer").status == 2);
 }
 
+TEST_CASE("summary --by module: the overflow is in fc2's scope from step 1", "[cli][summary]") {
+  json j = run_json("summary " + dump("overflow") + " --by module --json", 0);
+  REQUIRE(j["modules"].is_array());
+  // The modules' figures against the records themselves: every op once, every NaN/Inf op
+  // once, the largest finite |output| of the dump.
+  precprobe::DumpReader reader(kData + "overflow");
+  const std::vector<precprobe::OpRecord> ops = reader.ops();
+  int64_t nonfinite = 0;
+  double largest = 0;
+  for (const precprobe::OpRecord& r : ops) {
+    nonfinite += r.outputs_non_finite() ? 1 : 0;
+    for (const precprobe::Arg& out : r.outputs)
+      if (out.is_tensor() && std::isfinite(out.tensor->abs_max()))
+        largest = std::max(largest, out.tensor->abs_max());
+  }
+  int64_t ops_sum = 0, nonfinite_sum = 0;
+  double largest_of_modules = 0;
+  std::map<std::string, json> by_name;
+  for (const json& m : j["modules"]) {
+    ops_sum += m["ops"].get<int64_t>();
+    nonfinite_sum += m["nonfinite_ops"].get<int64_t>();
+    largest_of_modules = std::max(largest_of_modules, m["max_abs_output"].get<double>());
+    by_name[m["module"].get<std::string>()] = m;
+  }
+  CHECK(ops_sum == static_cast<int64_t>(ops.size()));
+  CHECK(nonfinite_sum == nonfinite);
+  CHECK(largest_of_modules == Approx(largest).epsilon(1e-12));
+  // The planted fault: rank 0 scales fc1's activation by 1e38 at step 1 (finite: fc1's scope
+  // holds the largest finite output, ~2.1e38), and fc2's addmm overflows it: the first NaN/Inf
+  // belongs to fc2, at step 1; nothing in fc1's scope is non-finite.
+  REQUIRE(by_name.count("fc1") == 1);
+  REQUIRE(by_name.count("fc2") == 1);
+  CHECK(by_name["fc1"]["nonfinite_ops"] == 0);
+  CHECK(by_name["fc1"]["first_nonfinite_step"].is_null());
+  CHECK(by_name["fc1"]["max_abs_output"].get<double>() > 1e38);
+  CHECK(by_name["fc2"]["nonfinite_ops"].get<int64_t>() > 0);
+  CHECK(by_name["fc2"]["first_nonfinite_step"] == 1);
+  // Without --by module the JSON has no "modules" key (unchanged for existing readers).
+  CHECK_FALSE(summary("overflow").contains("modules"));
+  // The human table.
+  Run r = run("summary " + dump("overflow") + " --by module");
+  CHECK(r.status == 0);
+  CHECK(r.out.find("first NaN/Inf step") != std::string::npos);
+}
+
 TEST_CASE("compare --ranks: rank 0's overflow run against rank 1's clean run", "[cli][compare]") {
   json j = run_json("compare " + dump("overflow") + " --ranks 0 1 --first", 1);
   CHECK(j["found"] == true);

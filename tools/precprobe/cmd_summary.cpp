@@ -13,6 +13,7 @@ namespace {
 
 struct SummaryArgs {
   std::string dir;
+  std::string by = "op";
   bool json = false;
   bool verbose = false;
 };
@@ -155,6 +156,20 @@ void print_verdict(const SummaryResult& s, const ChecklistResult& check, const T
             << '\n';
 }
 
+// --by module: where values grow, module by module, and where the first NaN/Inf appeared.
+void print_modules(const SummaryResult& s, const Terminal& term) {
+  std::cout << "modules (an op consuming parameter fc1.weight belongs to fc1; the ops after it "
+               "inherit it):\n";
+  Table t({"module", "ops", "largest |output|", "NaN/Inf ops", "first NaN/Inf step"});
+  for (const ModuleSummary& m : s.modules) {
+    t.add(
+        {m.module.empty() ? "(before any parameter)" : m.module, num(m.ops), num(m.max_abs_output),
+         num(m.nonfinite_ops), m.first_nonfinite_step ? num(*m.first_nonfinite_step) : "-"},
+        m.nonfinite_ops > 0 ? Tone::kRed : Tone::kPlain);
+  }
+  t.print(std::cout, term, "    ");
+}
+
 void print_summary(const SummaryResult& s, bool verbose, const Terminal& term) {
   std::cout << fmt::format("records       ops {}, scaler {}, grads {}, events {}\n", s.op_records,
                            s.scaler_records, s.grad_records, s.scalar_records);
@@ -242,11 +257,17 @@ void add_summary_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--verbose,-v", args->verbose,
                 "also print meta.json (versions, engine counters), watchpoint hits and the "
                 "streams");
+  cmd->add_option("--by", args->by,
+                  "op: the summary as it is (default); module: also a table per module, with "
+                  "its largest |output| and NaN/Inf ops (an op consuming parameter fc1.weight "
+                  "belongs to fc1, the ops after it inherit it; --json: key \"modules\")")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"op", "module"}));
   cmd->footer(
       "The first lines are the verdict: what was recorded, the origin of the first NaN/Inf,\n"
       "the loss, anomalies, the checklist's problems (precprobe check), lost data.\n\n"
-      "Example:\n  precprobe summary ./precprobe_dump\n  precprobe summary ./precprobe_dump --json "
-      "| jq .scaler");
+      "Example:\n  precprobe summary ./precprobe_dump\n  precprobe summary ./precprobe_dump --by "
+      "module\n  precprobe summary ./precprobe_dump --json | jq .scaler");
   cmd->callback([args, &exit_code] {
     const Terminal term = Terminal::detect();
     auto reader = open_dump(args->dir);
@@ -256,7 +277,7 @@ void add_summary_command(CLI::App& app, int& exit_code) {
       Progress progress(term, args->dir);
       ReadOptions read;
       read.progress = progress.callback();
-      s = summarize_dump(*reader, read);
+      s = summarize_dump(*reader, read, args->by == "module");
       if (!args->json) check = run_checklist(*reader, {}, read);
     }
     if (args->json) {
@@ -264,6 +285,7 @@ void add_summary_command(CLI::App& app, int& exit_code) {
     } else {
       print_verdict(s, check, term);
       print_summary(s, args->verbose, term);
+      if (s.by_module) print_modules(s, term);
     }
     exit_code = kExitClean;
   });

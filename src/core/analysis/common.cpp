@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "json_util.h"
+#include "modules.h"
 
 namespace precprobe {
 namespace analysis_detail {
@@ -61,6 +62,16 @@ nlohmann::json parse_or_empty(const std::string& text) {
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return nlohmann::json::object();
   return j;
+}
+
+std::optional<std::string> consumed_module(const OpRecord& r) {
+  for (const Arg& in : r.inputs) {
+    if (!in.is_tensor() || in.tensor->param.empty()) continue;
+    const std::string& p = in.tensor->param;
+    const size_t dot = p.rfind('.');
+    return dot == std::string::npos ? std::string("(root)") : p.substr(0, dot);
+  }
+  return std::nullopt;
 }
 
 }  // namespace analysis_detail

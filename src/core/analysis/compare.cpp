@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "json_util.h"
+#include "modules.h"
 #include "nesting.h"
 #include "source.h"
 
@@ -274,19 +275,12 @@ std::optional<OpCompare> group_first(const std::vector<OpCompare>& divergent,
   return std::nullopt;
 }
 
-// Module attribution: an op consuming a parameter ("fc1.weight") belongs to its module
-// ("fc1"); the ops after it, until the next such op, inherit it.
+// Module attribution (modules.h): the module of the last parameter an op consumed, per step.
 std::vector<std::string> modules_of(const std::vector<OpRecord>& ops) {
   std::vector<std::string> out;
   std::string current;
   for (const OpRecord& r : ops) {
-    for (const Arg& in : r.inputs) {
-      if (!in.is_tensor() || in.tensor->param.empty()) continue;
-      const std::string& p = in.tensor->param;
-      const size_t dot = p.rfind('.');
-      current = dot == std::string::npos ? "(root)" : p.substr(0, dot);
-      break;
-    }
+    if (auto m = analysis_detail::consumed_module(r)) current = std::move(*m);
     out.push_back(current);
   }
   return out;

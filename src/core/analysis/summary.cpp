@@ -1,8 +1,10 @@
 // summarize_dump: what a dump holds, in one pass over each stream.
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "json_util.h"
+#include "modules.h"
 #include "precprobe/error.h"
 #include "replicas.h"
 #include "source.h"
@@ -33,9 +35,65 @@ nlohmann::json parse_meta(const RankInfo& r) {
   return j;
 }
 
+// Module attribution over a stream of op records (modules.h): one step of one rank at a time,
+// in execution order (seq), so only that step's few numbers are held.
+class ModuleCounter {
+ public:
+  void add(const OpRecord& r) {
+    if (!step_.empty() && (r.rank != rank_ || r.step != step_no_)) flush();
+    rank_ = r.rank;
+    step_no_ = r.step;
+    Op op{r.seq, analysis_detail::consumed_module(r), r.outputs_non_finite(), 0.0};
+    for (const Arg& out : r.outputs) {
+      if (out.is_tensor()) op.max_abs = std::max(op.max_abs, out.tensor->abs_max());
+    }
+    step_.push_back(std::move(op));
+  }
+
+  void finish(SummaryResult& s) {
+    flush();
+    s.modules = std::move(modules_);
+  }
+
+ private:
+  struct Op {
+    int64_t seq;
+    std::optional<std::string> consumed;
+    bool nonfinite;
+    double max_abs;
+  };
+
+  void flush() {
+    std::stable_sort(step_.begin(), step_.end(),
+                     [](const Op& a, const Op& b) { return a.seq < b.seq; });
+    std::string current;
+    for (Op& op : step_) {
+      if (op.consumed) current = std::move(*op.consumed);
+      auto [at, added] = index_.emplace(current, modules_.size());
+      if (added) modules_.push_back(ModuleSummary{current, 0, 0, std::nullopt, 0.0});
+      ModuleSummary& m = modules_[at->second];
+      ++m.ops;
+      if (std::isfinite(op.max_abs)) m.max_abs_output = std::max(m.max_abs_output, op.max_abs);
+      if (op.nonfinite) {
+        ++m.nonfinite_ops;
+        if (!m.first_nonfinite_step || step_no_ < *m.first_nonfinite_step)
+          m.first_nonfinite_step = step_no_;
+      }
+    }
+    step_.clear();
+  }
+
+  int rank_ = 0;
+  int64_t step_no_ = 0;
+  std::vector<Op> step_;
+  std::map<std::string, size_t> index_;
+  std::vector<ModuleSummary> modules_;
+};
+
 void count_ops(RecordSource& src, SummaryResult& s) {
   std::map<int64_t, int64_t> per_step;
   std::map<std::string, int64_t> bad;
+  ModuleCounter modules;
   src.ops([&](const OpRecord& r) {
     ++s.op_records;
     ++per_step[r.step];
@@ -43,8 +101,10 @@ void count_ops(RecordSource& src, SummaryResult& s) {
       ++s.nonfinite_op_records;
       ++bad[r.op];
     }
+    if (s.by_module) modules.add(r);
     return true;
   });
+  if (s.by_module) modules.finish(s);
   s.records_per_step.assign(per_step.begin(), per_step.end());
   for (const auto& [op, n] : bad) s.nonfinite_ops.push_back({op, n});
   std::stable_sort(s.nonfinite_ops.begin(), s.nonfinite_ops.end(),
@@ -83,8 +143,9 @@ void count_grads(RecordSource& src, SummaryResult& s) {
   for (auto& [key, h] : hits) s.watch_hits.push_back(std::move(h));
 }
 
-SummaryResult summarize(RecordSource& src) {
+SummaryResult summarize(RecordSource& src, bool by_module) {
   SummaryResult s;
+  s.by_module = by_module;
   s.path = src.path();
   s.ranks = src.ranks();
   s.meta_json = "{}";
@@ -163,19 +224,32 @@ std::string SummaryResult::to_json() const {
                    {"dropped", dropped},
                    {"truncated", truncated},
                    {"bad_lines", bad_lines}};
+  if (by_module) {
+    nlohmann::json ms = nlohmann::json::array();
+    for (const ModuleSummary& m : modules) {
+      ms.push_back(
+          {{"module", m.module},
+           {"ops", m.ops},
+           {"nonfinite_ops", m.nonfinite_ops},
+           {"first_nonfinite_step",
+            m.first_nonfinite_step ? nlohmann::json(*m.first_nonfinite_step) : nlohmann::json()},
+           {"max_abs_output", number(m.max_abs_output)}});
+    }
+    j["modules"] = std::move(ms);
+  }
   j["step_min"] = step_min ? nlohmann::json(*step_min) : nlohmann::json();
   j["step_max"] = step_max ? nlohmann::json(*step_max) : nlohmann::json();
   return analysis_detail::dump(j);
 }
 
-SummaryResult summarize_dump(DumpReader& reader, const ReadOptions& read) {
+SummaryResult summarize_dump(DumpReader& reader, const ReadOptions& read, bool by_module) {
   analysis_detail::ReaderSource src(reader, read);
-  return summarize(src);
+  return summarize(src, by_module);
 }
 
-SummaryResult summarize_dump(const DumpData& data) {
+SummaryResult summarize_dump(const DumpData& data, bool by_module) {
   analysis_detail::DataSource src(data);
-  return summarize(src);
+  return summarize(src, by_module);
 }
 
 }  // namespace precprobe

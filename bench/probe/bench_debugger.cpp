@@ -10,8 +10,8 @@
 //     bench_debugger [--h 256,1024] [--steps 30] [--rounds 5] [--warmup 5]
 #include <dlfcn.h>
 #include <time.h>
-#include <unistd.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>

@@ -14,7 +14,15 @@ export CCACHE_BASEDIR="$PWD"
 # Translation units built with the shared <torch/torch.h> PCH are cacheable only with these.
 export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
 prefix=()
-[[ -n "${LIBTORCH:-}" ]] && prefix=(-DCMAKE_PREFIX_PATH="$LIBTORCH")
+if [[ -n "${LIBTORCH:-}" ]]; then
+  if ! find "$LIBTORCH" -maxdepth 6 -name TorchConfig.cmake 2>/dev/null | grep -q .; then
+    echo "build.sh: LIBTORCH=$LIBTORCH holds no TorchConfig.cmake; give pytorch.org's unzipped" \
+         "libtorch/ directory or a wheel's \$(python3 -c 'import torch;" \
+         "print(torch.utils.cmake_prefix_path)')" >&2
+    exit 2
+  fi
+  prefix=(-DCMAKE_PREFIX_PATH="$LIBTORCH")
+fi
 if [[ ! -f "$build_dir/CMakeCache.txt" ]]; then
   cmake -S . -B "$build_dir" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release "${prefix[@]}" "$@"
 else

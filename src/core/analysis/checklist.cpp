@@ -76,32 +76,44 @@ std::string join_first(const std::vector<std::string>& names, size_t n = 5) {
 
 // ------------------------------------------------------------------------------- data
 
-CheckItem check_missing_records(CheckItem c, const RecordsView& rv) {
-  if (rv.inputs.empty()) return set(c, Verdict::kNotApplicable, kNoInput), c;
+// NaN/Inf counts over the model's inputs, step by step (from observe_batch or the records).
+struct MissingTally {
+  size_t batches = 0;
   int64_t numel = 0, nan = 0, inf = 0, bad = 0;
   std::optional<int64_t> first;
-  for (const auto& in : rv.inputs) {
-    numel += in.numel;
-    nan += in.nan;
-    inf += in.inf;
-    if (in.nan + in.inf > 0) {
+
+  void add(int64_t n, int64_t n_nan, int64_t n_inf, int64_t step) {
+    ++batches;
+    numel += n;
+    nan += n_nan;
+    inf += n_inf;
+    if (n_nan + n_inf > 0) {
       ++bad;
-      if (!first) first = in.step;
+      if (!first) first = step;
     }
   }
-  c.figures = {{"batches", double(rv.inputs.size())},
-               {"elements", double(numel)},
-               {"nan", double(nan)},
-               {"inf", double(inf)},
-               {"bad_batches", double(bad)}};
-  if (bad > 0) {
+  std::vector<std::pair<std::string, double>> figures() const {
+    return {{"batches", double(batches)},
+            {"elements", double(numel)},
+            {"nan", double(nan)},
+            {"inf", double(inf)},
+            {"bad_batches", double(bad)}};
+  }
+};
+
+CheckItem check_missing_records(CheckItem c, const RecordsView& rv) {
+  if (rv.inputs.empty()) return set(c, Verdict::kNotApplicable, kNoInput), c;
+  MissingTally t;
+  for (const auto& in : rv.inputs) t.add(in.numel, in.nan, in.inf, in.step);
+  c.figures = t.figures();
+  if (t.bad > 0) {
     set(c, Verdict::kProblem,
         fmt::format("{} of {} steps' inputs hold NaN/Inf ({} NaN, {} Inf); first at step {}; "
                     "from {}",
-                    bad, rv.inputs.size(), nan, inf, *first, input_source(rv)));
+                    t.bad, t.batches, t.nan, t.inf, *t.first, input_source(rv)));
   } else {
     set(c, Verdict::kOk,
-        fmt::format("{} input elements, all finite; from {}", numel, input_source(rv)));
+        fmt::format("{} input elements, all finite; from {}", t.numel, input_source(rv)));
   }
   return c;
 }
@@ -109,29 +121,16 @@ CheckItem check_missing_records(CheckItem c, const RecordsView& rv) {
 CheckItem check_missing(const Observed& o, const RecordsView& rv) {
   CheckItem c = item("data.missing_values", "data", "missing values (NaN/Inf) in input batches");
   if (o.batches.empty()) return check_missing_records(std::move(c), rv);
-  int64_t numel = 0, nan = 0, inf = 0, bad = 0;
-  std::optional<int64_t> first;
-  for (const Batch& b : o.batches) {
-    numel += b.inputs_numel;
-    nan += b.nan;
-    inf += b.inf;
-    if (b.nan + b.inf > 0) {
-      ++bad;
-      if (!first) first = b.step;
-    }
-  }
-  c.figures = {{"batches", double(o.batches.size())},
-               {"elements", double(numel)},
-               {"nan", double(nan)},
-               {"inf", double(inf)},
-               {"bad_batches", double(bad)}};
-  if (bad > 0) {
+  MissingTally t;
+  for (const Batch& b : o.batches) t.add(b.inputs_numel, b.nan, b.inf, b.step);
+  c.figures = t.figures();
+  if (t.bad > 0) {
     set(c, Verdict::kProblem,
-        fmt::format("{} of {} batches hold NaN/Inf ({} NaN, {} Inf); first at step {}", bad,
-                    o.batches.size(), nan, inf, *first));
+        fmt::format("{} of {} batches hold NaN/Inf ({} NaN, {} Inf); first at step {}", t.bad,
+                    t.batches, t.nan, t.inf, *t.first));
   } else {
     set(c, Verdict::kOk,
-        fmt::format("{} batches, {} input elements, all finite", o.batches.size(), numel));
+        fmt::format("{} batches, {} input elements, all finite", t.batches, t.numel));
   }
   return c;
 }

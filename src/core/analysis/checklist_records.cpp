@@ -28,23 +28,6 @@ int mode_arg(std::string_view op) {
   return -1;
 }
 
-bool is_loss_op(std::string_view op) {
-  static constexpr std::string_view kLoss[] = {"aten::cross_entropy_loss",
-                                               "aten::nll_loss",
-                                               "aten::nll_loss_nd",
-                                               "aten::nll_loss2d",
-                                               "aten::mse_loss",
-                                               "aten::l1_loss",
-                                               "aten::smooth_l1_loss",
-                                               "aten::huber_loss",
-                                               "aten::binary_cross_entropy",
-                                               "aten::binary_cross_entropy_with_logits",
-                                               "aten::kl_div",
-                                               "aten::soft_margin_loss",
-                                               "aten::multi_margin_loss"};
-  return std::find(std::begin(kLoss), std::end(kLoss), op) != std::end(kLoss);
-}
-
 RecordsView::Input input_of(const OpRecord& op, const TensorStats& t) {
   RecordsView::Input in;
   in.step = op.step;
@@ -185,6 +168,23 @@ RecordsView RecordsCollector::finish() {
   for (auto& [hash, names] : by_hash_)
     if (names.size() > 1) v.identical.push_back(names);
   return v;
+}
+
+bool is_loss_op(std::string_view op) {
+  static constexpr std::string_view kLoss[] = {"aten::cross_entropy_loss",
+                                               "aten::nll_loss",
+                                               "aten::nll_loss_nd",
+                                               "aten::nll_loss2d",
+                                               "aten::mse_loss",
+                                               "aten::l1_loss",
+                                               "aten::smooth_l1_loss",
+                                               "aten::huber_loss",
+                                               "aten::binary_cross_entropy",
+                                               "aten::binary_cross_entropy_with_logits",
+                                               "aten::kl_div",
+                                               "aten::soft_margin_loss",
+                                               "aten::multi_margin_loss"};
+  return std::find(std::begin(kLoss), std::end(kLoss), op) != std::end(kLoss);
 }
 
 }  // namespace analysis_detail

@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -82,6 +83,10 @@ class RecordsCollector {
   std::map<uint64_t, std::vector<std::string>> by_hash_;
   RecordsView v_;
 };
+
+/// Whether `op` is a loss (cross-entropy, NLL, MSE, L1, ...): its output is the loss, its
+/// second input the target. Shared by the checklist and the report's loss fallback.
+bool is_loss_op(std::string_view op);
 
 }  // namespace analysis_detail
 }  // namespace precprobe

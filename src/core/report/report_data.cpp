@@ -11,6 +11,7 @@
 #include <queue>
 #include <unordered_map>
 
+#include "analysis/checklist_records.h"
 #include "precprobe/analysis.h"
 #include "precprobe/reader.h"
 #include "precprobe/report.h"
@@ -262,21 +263,6 @@ json op_row(const OpRecord& r, double abs_max) {
           {"dtype", dtype},   {"shape", shape},     {"scope", r.scope}};
 }
 
-bool is_loss_op(const std::string& op) {
-  static const char* const kLoss[] = {"aten::cross_entropy_loss",
-                                      "aten::nll_loss",
-                                      "aten::nll_loss_nd",
-                                      "aten::nll_loss2d",
-                                      "aten::mse_loss",
-                                      "aten::l1_loss",
-                                      "aten::smooth_l1_loss",
-                                      "aten::huber_loss",
-                                      "aten::binary_cross_entropy",
-                                      "aten::binary_cross_entropy_with_logits",
-                                      "aten::kl_div"};
-  return std::find(std::begin(kLoss), std::end(kLoss), op) != std::end(kLoss);
-}
-
 // One pass over the ops: per step, how many ops had a non-finite output; the op calls with
 // the largest finite |output| (a min-heap of max_rows entries); and, when no loss scalar was
 // logged, the loss op's output per step (the first rank's first loss op of each step).
@@ -307,7 +293,7 @@ void ops_pass(DumpReader& reader, const ReportOptions& o, json& data) {
     ++total;
     if (want_loss && r.rank == loss_rank && r.dir == Direction::kForward && !r.outputs.empty() &&
         r.outputs[0].tensor && r.outputs[0].tensor->numel == 1 && !loss.count(r.step) &&
-        is_loss_op(r.op) && (loss_op.empty() || loss_op == r.op)) {
+        analysis_detail::is_loss_op(r.op) && (loss_op.empty() || loss_op == r.op)) {
       const TensorStats& t = *r.outputs[0].tensor;
       loss_op = r.op;
       loss[r.step] = t.all_finite() ? t.mean : NAN;

@@ -24,14 +24,7 @@ pkgs=(build-essential cmake ninja-build git pkg-config ccache ca-certificates
 marker="$root/.precprobe-root-complete"
 want="$(printf '%s\n' "${pkgs[@]}")"
 if [[ ! -f "$marker" ]] || [[ "$(cat "$marker")" != "$want" ]]; then
-  if [[ -e "$root" ]]; then
-    scripts/trixie-root.sh --umount "$root"
-    if awk -v r="$(realpath -m "$root")/" 'index($2 "/", r) == 1' /proc/mounts | grep -q .; then
-      echo "build-cuda-trixie: something is still mounted below $root" >&2
-      exit 1
-    fi
-    rm -rf --one-file-system "$root"
-  fi
+  scripts/trixie-root.sh --remove "$root"
   # The placeholder sits at the same path outside and inside the root: apt links to it from
   # inside the chroot when it hands it to dpkg.
   placeholder=/var/cache/precprobe/placeholder
@@ -54,18 +47,11 @@ EOF
   printf '%s\n' "$want" >"$marker"
 fi
 
-inside="$root/src/precprobe"
-cleanup() {
-  if mountpoint -q "$inside"; then umount "$inside" || umount -l "$inside"; fi
-  scripts/trixie-root.sh --umount "$root"
-}
-trap cleanup EXIT
-scripts/trixie-root.sh --mount "$root"
-mkdir -p "$inside"
-mountpoint -q "$inside" || mount --bind "$repo" "$inside"
+trap 'scripts/trixie-root.sh --umount "$root"' EXIT
+scripts/trixie-root.sh --mount "$root" "$repo"
 
-# The library, the CLI and the examples' objects: everything that compiles against LibTorch's
-# CUDA build. Executables are not linked (cuDNN, a dependency of libtorch_cuda.so, is absent).
+# The probe library and the CLI: the library is every translation unit that includes LibTorch;
+# executables linking libtorch_cuda.so are not built (cuDNN, one of its dependencies, is absent).
 chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
   bash -euo pipefail -c "
     cd /src/precprobe

@@ -23,15 +23,8 @@ build_dir="${BUILD_DIR:-build-libtorch2}"
 jobs="$(nproc)"
 
 scripts/trixie-root.sh "$root"
-inside="$root/src/precprobe"
-cleanup() {
-  if mountpoint -q "$inside"; then umount "$inside" || umount -l "$inside"; fi
-  scripts/trixie-root.sh --umount "$root"
-}
-trap cleanup EXIT
-scripts/trixie-root.sh --mount "$root"
-mkdir -p "$inside"
-mountpoint -q "$inside" || mount --bind "$repo" "$inside"
+trap 'scripts/trixie-root.sh --umount "$root"' EXIT
+scripts/trixie-root.sh --mount "$root" "$repo"
 
 xversion=()
 if [[ -n "${XVERSION_DUMP:-}" ]]; then

@@ -2,8 +2,10 @@
 # Makes (or reuses) a Debian trixie root with LibTorch 2.6, Catch2 3 and fmt 10, for building
 # and testing precprobe against the LibTorch 2.x line without a container engine.
 #   scripts/trixie-root.sh ROOT          create ROOT unless it is already complete
-#   scripts/trixie-root.sh --mount ROOT  bind /proc and /dev into ROOT (idempotent)
+#   scripts/trixie-root.sh --mount ROOT [CHECKOUT]  bind /proc, /dev and, when given, a
+#                                        checkout at ROOT/src/precprobe (idempotent)
 #   scripts/trixie-root.sh --umount ROOT undo --mount
+#   scripts/trixie-root.sh --remove ROOT unmount and delete ROOT (never through a mount)
 # A root is complete when ROOT/.precprobe-root-complete holds this script's package list:
 # a root from an interrupted run (or an older list) is deleted and made again.
 # Needs root and mmdebstrap (scripts/install-deps.sh installs it).
@@ -15,16 +17,20 @@ pkgs=(build-essential cmake ninja-build git zstd pkg-config ccache ca-certificat
       python3 python3-pandas python3-zstandard jq nodejs npm chromium fonts-dejavu-core)
 
 mount_root() {
-  local root="$1" d
+  local root="$1" checkout="${2:-}" d
   for d in proc dev; do
     mkdir -p "$root/$d"
     mountpoint -q "$root/$d" || mount --bind "/$d" "$root/$d"
   done
+  if [[ -n "$checkout" ]]; then
+    mkdir -p "$root/src/precprobe"
+    mountpoint -q "$root/src/precprobe" || mount --bind "$checkout" "$root/src/precprobe"
+  fi
 }
 
 umount_root() {
   local root="$1" d
-  for d in dev proc; do
+  for d in src/precprobe dev proc; do
     if mountpoint -q "$root/$d"; then umount "$root/$d" || umount -l "$root/$d"; fi
   done
 }
@@ -36,10 +42,24 @@ mounted_below() {
   awk -v r="$real/" 'index($2 "/", r) == 1 && $2 != r' /proc/mounts | grep -q .
 }
 
+# Deletes a root: unmounted first, and refused while anything is still mounted below it.
+remove_root() {
+  local root="$1"
+  [[ -e "$root" ]] || return 0
+  umount_root "$root"
+  if mounted_below "$root"; then
+    echo "trixie-root: something is still mounted below $root (see /proc/mounts);" \
+         "unmount it first" >&2
+    exit 1
+  fi
+  rm -rf --one-file-system "$root"
+}
+
 case "${1:-}" in
-  --mount) mount_root "$2"; exit 0 ;;
+  --mount) mount_root "$2" "${3:-}"; exit 0 ;;
   --umount) umount_root "$2"; exit 0 ;;
-  "" | -h | --help) sed -n '2,9p' "$0"; exit 0 ;;
+  --remove) remove_root "$2"; exit 0 ;;
+  "" | -h | --help) sed -n '2,11p' "$0"; exit 0 ;;
 esac
 
 root="$1"
@@ -51,14 +71,7 @@ if [[ -f "$marker" ]] && [[ "$(cat "$marker")" == "$want" ]]; then
 fi
 if [[ -e "$root" ]]; then
   echo "trixie-root: $root is incomplete or older: making it again"
-  umount_root "$root"
-  # Never delete through a mount (/proc, /dev, a bind-mounted checkout): refuse instead.
-  if mounted_below "$root"; then
-    echo "trixie-root: something is still mounted below $root (see /proc/mounts);" \
-         "unmount it first" >&2
-    exit 1
-  fi
-  rm -rf --one-file-system "$root"
+  remove_root "$root"
 fi
 if [[ ! -c /dev/null ]]; then
   echo "trixie-root: /dev/null is not a character device; apt cannot verify signatures." >&2

@@ -360,27 +360,24 @@
     return `rgb(${c[i].map((v, k) => Math.round(v + (c[i + 1][k] - v) * f)).join(",")})`;
   }
 
-  function renderGrads() {
-    const G = D.grads;
-    if (!G || !G.params || !G.params.length) return;
-    const s = section("grads", "Gradient norms");
-    s.appendChild(note(`L2 norm of each parameter's gradient per step (${G.n} records, ${G.params.length} parameters` +
-      (G.params_total > G.params.length ? ` of ${G.params_total}` : "") + `). Colour: log10 of the largest norm in the cell` +
-      (G.bucket > 1 ? ` (${G.bucket} steps a column)` : "") + "; red: a non-finite gradient in the cell; grey: no gradient."));
+  // A labels × steps heatmap appended to section `s`: colour = log10 of the value (viridis),
+  // red = non-finite in the cell, grey = empty; its legend above it. Shared by the gradient
+  // and the activation views; returns what their tooltips and highlights need.
+  function heatmap(s, o) {
     let lo = Infinity, hi = -Infinity;
-    for (const row of G.norm) for (const v of row) if (v !== null && v > 0) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
+    for (const row of o.values) for (const v of row) if (v !== null && v > 0) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
     const llo = Math.log10(lo), lhi = Math.log10(hi), span = lhi - llo || 1;
-    const rows = G.params.length, cols = G.steps.length;
-    const labelW = Math.min(260, 8 + 7 * Math.max(...G.params.map((p) => p.length)));
+    const rows = o.labels.length, cols = o.steps.length;
+    const labelW = Math.min(o.maxLabelW, 8 + 7 * Math.max(...o.labels.map((p) => p.length)));
     const cw = Math.max(2, Math.min(24, Math.floor(1100 / cols))), ch = Math.max(6, Math.min(18, Math.floor(480 / rows)));
-    const cv = el("canvas", { id: "heatmap", width: labelW + cols * cw, height: rows * ch + 22 });
+    const cv = el("canvas", { id: o.id, width: labelW + cols * cw, height: rows * ch + 22 });
     const tip = el("div", { class: "tip" });
     const wrap = el("div", { class: "heatwrap" }, cv, tip);
-    s.appendChild(el("p", { class: "note" }, "log10 ‖g‖: ", fmt(llo), el("canvas", { class: "legend-bar", id: "heat-legend", width: 160, height: 10 }),
+    s.appendChild(el("p", { class: "note" }, o.legend, fmt(llo), el("canvas", { class: "legend-bar", id: o.legendId, width: 160, height: 10 }),
                      fmt(lhi), el("span", { class: "swatch", style: "background:#d92d20" }), "non-finite",
-                     el("span", { class: "swatch", style: "background:#e4e7ec" }), "no gradient"));
+                     el("span", { class: "swatch", style: "background:#e4e7ec" }), o.empty));
     s.appendChild(wrap);
-    const lg = document.getElementById("heat-legend").getContext("2d");
+    const lg = document.getElementById(o.legendId).getContext("2d");
     for (let x = 0; x < 160; x++) { lg.fillStyle = viridis(x / 159); lg.fillRect(x, 0, 1, 10); }
     const g = cv.getContext("2d");
     let cells = 0, bad = 0;
@@ -388,9 +385,9 @@
     for (let r = 0; r < rows; r++) {
       // Rows thinner than a line of text: label every k-th (the tooltip names every row).
       const every = Math.ceil(11 / ch);
-      if (r % every === 0) { g.fillStyle = "#1d2330"; g.fillText(G.params[r], 2, Math.max(6, r * ch + ch / 2), labelW - 6); }
+      if (r % every === 0) { g.fillStyle = "#1d2330"; g.fillText(o.labels[r], 2, Math.max(6, r * ch + ch / 2), labelW - 6); }
       for (let c = 0; c < cols; c++) {
-        const v = G.norm[r][c], nb = G.bad[r][c];
+        const v = o.values[r][c], nb = o.bad[r][c];
         if (nb > 0) { g.fillStyle = "#d92d20"; bad++; }
         else if (v === null) g.fillStyle = "#e4e7ec";
         else g.fillStyle = viridis(v > 0 ? (Math.log10(v) - llo) / span : 0);
@@ -400,9 +397,22 @@
     }
     g.fillStyle = "#667085";
     for (let c = 0; c < cols; c += Math.max(1, Math.ceil(cols / 8)))
-      g.fillText(String(G.steps[c]), labelW + c * cw, rows * ch + 11);
+      g.fillText(String(o.steps[c]), labelW + c * cw, rows * ch + 11);
     cv.dataset.rows = String(rows); cv.dataset.cols = String(cols);
     cv.dataset.points = String(cells); cv.dataset.nonfinite = String(bad);
+    return { cv, g, wrap, tip, labelW, cw, ch, rows, cols };
+  }
+
+  function renderGrads() {
+    const G = D.grads;
+    if (!G || !G.params || !G.params.length) return;
+    const s = section("grads", "Gradient norms");
+    s.appendChild(note(`L2 norm of each parameter's gradient per step (${G.n} records, ${G.params.length} parameters` +
+      (G.params_total > G.params.length ? ` of ${G.params_total}` : "") + `). Colour: log10 of the largest norm in the cell` +
+      (G.bucket > 1 ? ` (${G.bucket} steps a column)` : "") + "; red: a non-finite gradient in the cell; grey: no gradient."));
+    const { cv, g, wrap, tip, labelW, cw, ch, rows, cols } = heatmap(s, {
+      id: "heatmap", legendId: "heat-legend", legend: "log10 ‖g‖: ", empty: "no gradient",
+      labels: G.params, values: G.norm, bad: G.bad, steps: G.steps, maxLabelW: 260 });
     const base = g.getImageData(0, 0, cv.width, cv.height);
     function cellAt(ev) {
       const b = cv.getBoundingClientRect();
@@ -450,40 +460,9 @@
     s.appendChild(note(`Largest |output| of each op that reads a parameter (parameter · op), per step (${A.n} op calls, ` +
       `${A.rows.length} rows` + (A.rows_total > A.rows.length ? ` of ${A.rows_total}` : "") + "). Colour: log10 of the largest finite |output| in the cell" +
       (A.bucket > 1 ? ` (${A.bucket} steps a column)` : "") + "; red: NaN/Inf in an output; grey: not run."));
-    let lo = Infinity, hi = -Infinity;
-    for (const row of A.abs_max) for (const v of row) if (v !== null && v > 0) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
-    const llo = Math.log10(lo), lhi = Math.log10(hi), span = lhi - llo || 1;
-    const rows = A.rows.length, cols = A.steps.length;
-    const labelW = Math.min(320, 8 + 7 * Math.max(...A.rows.map((p) => p.length)));
-    const cw = Math.max(2, Math.min(24, Math.floor(1100 / cols))), ch = Math.max(6, Math.min(18, Math.floor(480 / rows)));
-    const cv = el("canvas", { id: "activations-heatmap", width: labelW + cols * cw, height: rows * ch + 22 });
-    const tip = el("div", { class: "tip" });
-    s.appendChild(el("p", { class: "note" }, "log10 max |output|: ", fmt(llo), el("canvas", { class: "legend-bar", id: "act-legend", width: 160, height: 10 }),
-                     fmt(lhi), el("span", { class: "swatch", style: "background:#d92d20" }), "non-finite",
-                     el("span", { class: "swatch", style: "background:#e4e7ec" }), "not run"));
-    s.appendChild(el("div", { class: "heatwrap" }, cv, tip));
-    const lg = document.getElementById("act-legend").getContext("2d");
-    for (let x = 0; x < 160; x++) { lg.fillStyle = viridis(x / 159); lg.fillRect(x, 0, 1, 10); }
-    const g = cv.getContext("2d");
-    let cells = 0, bad = 0;
-    g.font = "11px system-ui, sans-serif"; g.textBaseline = "middle";
-    for (let r = 0; r < rows; r++) {
-      const every = Math.ceil(11 / ch);
-      if (r % every === 0) { g.fillStyle = "#1d2330"; g.fillText(A.rows[r], 2, Math.max(6, r * ch + ch / 2), labelW - 6); }
-      for (let c = 0; c < cols; c++) {
-        const v = A.abs_max[r][c], nb = A.bad[r][c];
-        if (nb > 0) { g.fillStyle = "#d92d20"; bad++; }
-        else if (v === null) g.fillStyle = "#e4e7ec";
-        else g.fillStyle = viridis(v > 0 ? (Math.log10(v) - llo) / span : 0);
-        if (v !== null || nb > 0) cells++;
-        g.fillRect(labelW + c * cw, r * ch, cw, ch);
-      }
-    }
-    g.fillStyle = "#667085";
-    for (let c = 0; c < cols; c += Math.max(1, Math.ceil(cols / 8)))
-      g.fillText(String(A.steps[c]), labelW + c * cw, rows * ch + 11);
-    cv.dataset.rows = String(rows); cv.dataset.cols = String(cols);
-    cv.dataset.points = String(cells); cv.dataset.nonfinite = String(bad);
+    const { cv, tip, labelW, cw, ch, rows, cols } = heatmap(s, {
+      id: "activations-heatmap", legendId: "act-legend", legend: "log10 max |output|: ", empty: "not run",
+      labels: A.rows, values: A.abs_max, bad: A.bad, steps: A.steps, maxLabelW: 320 });
     cv.addEventListener("mousemove", (ev) => {
       const b = cv.getBoundingClientRect();
       const c = Math.floor((ev.clientX - b.left - labelW) / cw), r = Math.floor((ev.clientY - b.top) / ch);

@@ -54,12 +54,6 @@ struct AnomalyTriggers {
   int64_t spike_n = 20;
   /// "max_replays": replays per run; later anomalies are not watched (0: never replay).
   int64_t max_replays = 1;
-
-  bool operator==(const AnomalyTriggers& o) const noexcept {
-    return loss_nonfinite == o.loss_nonfinite && grad_nonfinite == o.grad_nonfinite &&
-           spike_k == o.spike_k && spike_n == o.spike_n && max_replays == o.max_replays;
-  }
-  bool operator!=(const AnomalyTriggers& o) const noexcept { return !(*this == o); }
 };
 
 /// A set of integers from msprobe's syntax: [1, 3, "5-7"]; empty = all.

@@ -115,7 +115,7 @@ void parse_on_anomaly(const json& v, const std::string& key, DebuggerOptions& o)
 
 void validate_record(const DebuggerOptions& o) {
   const AnomalyTriggers& t = o.on_anomaly;
-  if (t.spike_k != 0 && !(t.spike_k > 1.0 && t.spike_k <= kSpikeFactorMax)) {
+  if (std::fpclassify(t.spike_k) != FP_ZERO && !(t.spike_k > 1.0 && t.spike_k <= kSpikeFactorMax)) {
     fail_key("on_anomaly.loss_spike.k",
              "is " + std::to_string(t.spike_k) + "; allowed: a number > 1 (0 turns it off)");
   }
@@ -128,13 +128,15 @@ void validate_record(const DebuggerOptions& o) {
              std::to_string(t.max_replays) +
                  " is out of range; allowed: " + describe_limits(kMaxReplaysLimits));
   }
-  if (o.record == RecordMode::kAlways && t != AnomalyTriggers{}) {
+  const bool changed =
+      !t.loss_nonfinite || !t.grad_nonfinite || t.spike_k > 0 || t.max_replays != 1;
+  if (o.record == RecordMode::kAlways && changed) {
     fail_key("on_anomaly",
              "is set but \"record\" is \"always\", so it would change nothing; add \"record\": "
              "\"on_anomaly\" or remove it");
   }
   if (o.record == RecordMode::kOnAnomaly && !t.loss_nonfinite && !t.grad_nonfinite &&
-      t.spike_k == 0) {
+      !(t.spike_k > 0)) {
     fail_key("on_anomaly",
              "turns every trigger off (loss_nonfinite, grad_nonfinite, loss_spike), so no step "
              "would ever be recorded; turn one on or use \"record\": \"always\"");

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <unordered_map>
 
 #include "observer.h"
@@ -46,6 +47,12 @@ at::Tensor loss_scalar(const at::Tensor& loss) { return loss.detach().sum(at::kD
 struct Origin {
   std::string op, record, classification = "unknown", why;
 };
+
+// As overflow.cpp: in-place ops that overwrite input 0 without reading it.
+bool is_overwriting(const std::string& op) {
+  return op == "aten::fill_" || op == "aten::zero_" || op == "aten::copy_" ||
+         op == "aten::normal_" || op == "aten::uniform_";
+}
 
 std::string bad_inputs_text(const OpRecord& r) {
   std::string out;
@@ -255,9 +262,22 @@ at::Tensor AnomalyWatch::replay(int64_t step, c10::function_ref<at::Tensor()> f,
   try {
     reproduced = pattern(again) == first;
     DumpReader reader(rank_dir_);
-    ReadOptions read;
-    read.filter.step_min = read.filter.step_max = step;
-    const OverflowResult r = find_overflow(reader, read);
+    RecordFilter filter;
+    filter.step_min = filter.step_max = step;
+    DumpData data;
+    data.ops = reader.ops(filter);
+    // A buffer read inside a kernel may be recorded without the NaN it held: the tracker
+    // read the values themselves, so its word wins (precprobe overflow cannot know).
+    for (OpRecord& rec : data.ops) {
+      if (rec.inputs_non_finite() || !tracker.had_nonfinite_input(rec.seq)) continue;
+      const size_t from = is_overwriting(rec.op) ? 1 : 0;
+      for (size_t i = from; i < rec.inputs.size(); ++i) {
+        if (!rec.inputs[i].tensor) continue;
+        rec.inputs[i].tensor->nan = std::max<int64_t>(rec.inputs[i].tensor->nan, 1);
+        break;
+      }
+    }
+    const OverflowResult r = find_overflow(data);
     if (r.found) {
       o.op = r.origin.op;
       o.record = r.origin.name;
@@ -273,10 +293,8 @@ at::Tensor AnomalyWatch::replay(int64_t step, c10::function_ref<at::Tensor()> f,
     } else {
       // No op turned finite inputs into NaN/Inf: the first op that output NaN/Inf got them.
       std::optional<OpRecord> first_bad;
-      reader.for_each_op(read.filter, [&](const OpRecord& rec) {
+      for (const OpRecord& rec : data.ops)
         if (rec.outputs_non_finite() && (!first_bad || rec.seq < first_bad->seq)) first_bad = rec;
-        return true;
-      });
       if (first_bad) {
         o.op = first_bad->op;
         o.record = first_bad->name();

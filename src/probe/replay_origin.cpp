@@ -121,7 +121,11 @@ std::shared_ptr<OriginTracker::Call> OriginTracker::on_start(
       if (i == 0 && skip_self) continue;
       bool finite = true;
       for_each_tensor(inputs[i], [&](const at::Tensor& t) { finite = finite && all_finite(t); });
-      if (!finite) return nullptr;
+      if (!finite) {
+        std::lock_guard<std::mutex> lk(mu_);
+        bad_inputs_.push_back(header.seq);
+        return nullptr;
+      }
     }
     auto call = std::make_shared<Call>();
     call->seq = header.seq;
@@ -182,6 +186,11 @@ const OriginTracker::Candidate* OriginTracker::find(int64_t seq) const {
   for (const Candidate& c : candidates_)
     if (c.seq == seq) return &c;
   return nullptr;
+}
+
+bool OriginTracker::had_nonfinite_input(int64_t seq) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return std::find(bad_inputs_.begin(), bad_inputs_.end(), seq) != bad_inputs_.end();
 }
 
 OriginVerdict classify_origin(const OriginTracker::Candidate& c) {

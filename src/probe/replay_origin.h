@@ -46,12 +46,16 @@ class OriginTracker {
 
   /// The candidate that started as op `seq` of the step, or nullptr.
   const Candidate* find(int64_t seq) const;
+  /// True when op `seq` had a non-finite input as the tracker read it (the statistics of
+  /// a buffer read inside a kernel may not show it).
+  bool had_nonfinite_input(int64_t seq) const;
   /// Problems met while tracking (reported already).
   uint64_t errors() const noexcept { return errors_; }
 
  private:
   mutable std::mutex mu_;
   std::vector<Candidate> candidates_;
+  std::vector<int64_t> bad_inputs_;  // seqs, ascending per thread
   uint64_t errors_ = 0;
 };
 

@@ -243,7 +243,12 @@ void StepSnapshot::capture_state() {
 void StepSnapshot::restore() {
   if (optimizer_ == nullptr || !captured_) throw Error("precprobe: no snapshot to restore");
   Quiet quiet;
-  for (auto& [live, saved] : tensors_) live.copy_(saved);
+  for (auto& [live, saved] : tensors_) {
+    live.copy_(saved);
+    // Gradients are not kept: the step's zero_grad() overwrites them. Zeroed here so that
+    // the bad run's NaN/Inf gradients are not what the replay's zero_grad() reads.
+    if (live.grad().defined()) live.mutable_grad().zero_();
+  }
   restore_state();
   auto& groups = optimizer_->param_groups();
   for (size_t i = 0; i < groups.size() && i < groups_.size(); ++i)

@@ -7,7 +7,7 @@
 // capture() copies into buffers allocated once (copy_), so a healthy step allocates
 // nothing but the CPU generator's 5 KB state tensor; buffers are (re)made only when the
 // state's structure changes (Adam creates its state at the first step). Gradients are not
-// part of it: zero_grad() belongs inside the step.
+// part of it (zero_grad() belongs inside the step): restore() zeroes them.
 //
 // Threads: the controlling thread only, between steps.
 #pragma once

@@ -127,7 +127,7 @@ TEMPLATE_TEST_CASE(
     opt->step();
     return loss;
   };
-  detail::StepSnapshot snap;
+  precprobe::detail::StepSnapshot snap;
   snap.bind(net.ptr().get(), opt.get());
 
   // Before the first step the optimizer has no state: restore removes what the step made.
@@ -154,7 +154,7 @@ TEMPLATE_TEST_CASE(
   // The options of a group are part of it too.
   opt->param_groups()[0].options().set_lr(123.0);
   snap.restore();
-  CHECK(opt->param_groups()[0].options().get_lr() != 123.0);
+  CHECK(opt->param_groups()[0].options().get_lr() < 1.0);
   CHECK(same_state(copy_state(*net, *opt), before));
   auto loss2 = train_step();  // same dropout masks: the RNG state was restored
   CHECK(same_bits(loss1, loss2));
@@ -180,7 +180,7 @@ struct PlantImpl : torch::nn::Module {
 TORCH_MODULE(Plant);
 
 std::vector<nlohmann::ordered_json> anomaly_events(const TempDir& dir) {
-  detail::FrameReader r;
+  precprobe::FrameReader r;
   std::string err;
   REQUIRE(r.open((dir.path() / "rank0/events.jsonl.zst").string(), &err));
   std::vector<nlohmann::ordered_json> out;
@@ -218,9 +218,10 @@ struct PlantRun {
   std::vector<OpRecord> ops;
 };
 
-// 50 steps of Adam on `net`; at `bad_step` the shift is `shift` and the batch gets `poison`.
+// 50 steps of Adam on `net`; at `bad_step` the shift is `shift`, and with `poison` one
+// element of the batch is NaN.
 PlantRun run_plant(const TempDir& dir, Plant& net, int64_t bad_step, double shift,
-                   float poison = 0.0f) {
+                   bool poison = false) {
   torch::manual_seed(11);
   auto o = options_in(dir);
   o.level = Level::kL2;
@@ -234,7 +235,7 @@ PlantRun run_plant(const TempDir& dir, Plant& net, int64_t bad_step, double shif
     for (int64_t step = 0; step < 50; ++step) {
       net->shift = step == bad_step ? shift : 0.0;
       auto batch = x.clone();
-      if (step == bad_step && poison != 0.0f) batch[3][1] = poison;
+      if (step == bad_step && poison) batch[3][1] = std::numeric_limits<float>::quiet_NaN();
       auto loss = dbg.run_step([&] {
         opt.zero_grad();
         auto l = torch::mse_loss(net->forward(batch), y);
@@ -250,6 +251,13 @@ PlantRun run_plant(const TempDir& dir, Plant& net, int64_t bad_step, double shif
   }
   out.events = anomaly_events(dir);
   out.ops = precprobe::test::read_ops(dir);
+  if (std::getenv("REPLAY_DEBUG"))
+    for (const auto& r : out.ops)
+      if (r.outputs_non_finite() || r.op == "aten::sum") {
+        std::string line;
+        append_json(r, line);
+        std::printf("%s", line.c_str());
+      }
   return out;
 }
 
@@ -329,15 +337,18 @@ TEST_CASE("on_anomaly: log of a negative value is classified invalid", "[replay]
 TEST_CASE("on_anomaly: NaN in the input batch is classified inherited", "[replay]") {
   TempDir dir("replay_inherited");
   Plant net([](const torch::Tensor& t) { return torch::tanh(t); });
-  const PlantRun r = run_plant(dir, net, 5, 0.0, std::numeric_limits<float>::quiet_NaN());
+  const PlantRun r = run_plant(dir, net, 5, 0.0, /*poison=*/true);
   check_only_step(r, 5);
   const auto& e = r.events[0];
   CHECK(e["trigger"] == "loss_nonfinite");
   CHECK(e["reproduced"] == true);
   CHECK(e["classification"] == "inherited");
-  CHECK(e["origin"] == "aten::linear");
-  CHECK_THAT(e["why"].get<std::string>(),
-             Catch::Matchers::ContainsSubstring("input 0 (no parameter: data or an activation"));
+  // The first op that read the batch: aten::addmm (LibTorch 1.13's Linear at depth 0) or
+  // aten::linear around it.
+  CHECK((e["origin"] == "aten::addmm" || e["origin"] == "aten::linear"));
+  CHECK_THAT(
+      e["why"].get<std::string>(),
+      Catch::Matchers::ContainsSubstring("(no parameter: data or an activation: 1 NaN, 0 Inf)"));
 }
 
 TEST_CASE("on_anomaly: a loss spike after a learning-rate jump on Fashion-MNIST", "[replay]") {
@@ -466,15 +477,17 @@ TEST_CASE("run_step: not started, always, exceptions of f", "[replay]") {
   TempDir dir("replay_plain");
   auto o = options_in(dir);
   PrecisionDebugger dbg(o);
-  auto l = dbg.run_step([] { return torch::ones({}) * 2; });
-  CHECK(l.item<float>() == 2.0f);
+  auto one = torch::ones({});
+  auto l = dbg.run_step([&] { return one * 2; });
+  CHECK(l.item<float>() == Approx(2.0));
   CHECK(dbg.current_step() == 1);
   dbg.start();
-  l = dbg.run_step([] { return torch::ones({}) * 3; });
-  CHECK(l.item<float>() == 3.0f);
+  l = dbg.run_step([&] { return one * 3; });
+  CHECK(l.item<float>() == Approx(3.0));
   CHECK(dbg.current_step() == 2);
   dbg.stop();
-  CHECK(precprobe::test::read_ops(dir).size() == 1);  // "always": the mul was recorded
+  // "always": the step's mul was recorded (the checks' item() calls too).
+  CHECK(precprobe::test::with_name(precprobe::test::read_ops(dir), "aten::mul").size() == 1);
 
   TempDir dir2("replay_throw");
   auto o2 = options_in(dir2);
@@ -490,8 +503,11 @@ TEST_CASE("run_step: not started, always, exceptions of f", "[replay]") {
   CHECK(dbg2.counters().snapshot_bytes > 0);
   dbg2.stop();
 
+  TempDir dir3("replay_lbfgs");
+  auto o3 = options_in(dir3);
+  o3.record = RecordMode::kOnAnomaly;
   torch::optim::LBFGS lbfgs(net->parameters(), torch::optim::LBFGSOptions(1));
-  PrecisionDebugger dbg3(o2);
+  PrecisionDebugger dbg3(o3);
   CHECK_THAT(error_of([&] { dbg3.start(net, lbfgs); }),
              Catch::Matchers::ContainsSubstring("cannot snapshot this optimizer"));
 }
@@ -503,13 +519,16 @@ TEST_CASE("config: record and on_anomaly", "[replay][config]") {
   CHECK(o.record == RecordMode::kOnAnomaly);
   CHECK_FALSE(o.on_anomaly.loss_nonfinite);
   CHECK(o.on_anomaly.grad_nonfinite);
-  CHECK(o.on_anomaly.spike_k == 5);
+  CHECK(o.on_anomaly.spike_k == Approx(5));
   CHECK(o.on_anomaly.spike_n == 30);
   CHECK(o.on_anomaly.max_replays == 3);
   const auto back = DebuggerOptions::from_json(o.to_json());
   CHECK(back.record == RecordMode::kOnAnomaly);
-  CHECK(back.on_anomaly == o.on_anomaly);
-  CHECK(DebuggerOptions::from_json(R"({"record": "on_anomaly"})").on_anomaly.spike_k == 0);
+  CHECK_FALSE(back.on_anomaly.loss_nonfinite);
+  CHECK(back.on_anomaly.spike_k == Approx(5));
+  CHECK(back.on_anomaly.spike_n == 30);
+  CHECK(back.on_anomaly.max_replays == 3);
+  CHECK_FALSE(DebuggerOptions::from_json(R"({"record": "on_anomaly"})").on_anomaly.spike_k > 0);
   CHECK(DebuggerOptions{}.record == RecordMode::kAlways);
 
   auto err = [](const std::string& text) {

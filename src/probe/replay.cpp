@@ -100,11 +100,17 @@ void AnomalyWatch::bind(torch::nn::Module* model, torch::optim::Optimizer* optim
 }
 
 void AnomalyWatch::unbind() noexcept {
+  try {
+    last_bytes_ = snapshot_.bytes();
+  } catch (...) {
+  }
   snapshot_.unbind();
   params_.clear();
 }
 
-int64_t AnomalyWatch::snapshot_bytes() const { return snapshot_.bytes(); }
+int64_t AnomalyWatch::snapshot_bytes() const {
+  return snapshot_.bound() ? snapshot_.bytes() : last_bytes_;
+}
 
 void AnomalyWatch::remember(double loss) {
   if (history_.empty() || !std::isfinite(loss)) return;

@@ -47,6 +47,7 @@ class AnomalyWatch {
 
   uint64_t replays() const noexcept { return replays_; }
   uint64_t errors() const noexcept { return errors_; }
+  /// Bytes of the snapshot (the last one taken, after unbind()).
   int64_t snapshot_bytes() const;
 
  private:
@@ -82,6 +83,7 @@ class AnomalyWatch {
   size_t history_next_ = 0, history_size_ = 0;
   uint64_t replays_ = 0;
   uint64_t errors_ = 0;
+  int64_t last_bytes_ = 0;  // the snapshot's size when it was last unbound
 };
 
 }  // namespace detail

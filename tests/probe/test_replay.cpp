@@ -451,6 +451,8 @@ TEST_CASE("on_anomaly: healthy steps write no op records and no events; gradient
   PrecisionDebugger dbg(o);
   dbg.start(net, opt);
   for (int64_t step = 0; step < 6; ++step) {
+    // Healthy steps: the op observer is not installed, no op is even seen.
+    if (step == 4) CHECK(dbg.counters().ops_seen == 0);
     dbg.run_step([&] {
       opt.zero_grad();
       auto l = net->forward(x).sum();
@@ -463,6 +465,7 @@ TEST_CASE("on_anomaly: healthy steps write no op records and no events; gradient
       return l;
     });
   }
+  CHECK(dbg.counters().ops_seen > 0);  // the replay's
   dbg.stop();
   const auto events = anomaly_events(dir);
   REQUIRE(events.size() == 1);

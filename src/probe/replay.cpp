@@ -249,19 +249,37 @@ at::Tensor AnomalyWatch::replay(int64_t step, c10::function_ref<at::Tensor()> f,
                  "): restoring the snapshot failed, the step is not replayed: " + what_of(e));
     return loss;
   }
+  // The debugger's own failures are reported, never thrown; f's exceptions propagate.
+  auto recording = [&](bool on) {
+    try {
+      record(on);
+      return true;
+    } catch (const std::exception& e) {
+      ++errors_;
+      report_error("precprobe: step " + std::to_string(step) + ": " +
+                   (on ? "starting" : "finishing") + " the replay's records failed: " + what_of(e));
+    } catch (...) {
+      ++errors_;
+      report_error("precprobe: step " + std::to_string(step) + ": replay recording failed");
+    }
+    return false;
+  };
   OriginTracker tracker;
   at::Tensor again;
-  record(true);
+  if (!recording(true)) {
+    recording(false);
+    return f();  // the state was put back: the step runs once more, unrecorded
+  }
   observer_->set_origin_tracker(&tracker);
   try {
     again = f();
   } catch (...) {
     observer_->set_origin_tracker(nullptr);
-    record(false);
+    recording(false);
     throw;
   }
   observer_->set_origin_tracker(nullptr);
-  record(false);  // records drained and on disk
+  recording(false);  // records drained and on disk
 
   Origin o;
   bool reproduced = false;

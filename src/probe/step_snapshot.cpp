@@ -3,6 +3,7 @@
 // optimizer missing from it is refused at bind() rather than replayed wrongly.
 #include "step_snapshot.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/record_function.h>

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 
 #include "../../examples/fashion_mnist.h"
 #include "debugger_fixture.h"
@@ -52,7 +53,9 @@ struct State {
 template <typename Map>
 typename Map::key_type key_of(const Map&, const at::Tensor& p) {
   if constexpr (std::is_same<typename Map::key_type, std::string>::value) {
-    return c10::guts::to_string(p.unsafeGetTensorImpl());
+    std::ostringstream os;  // as 1.13's c10::guts::to_string(p.unsafeGetTensorImpl())
+    os << p.unsafeGetTensorImpl();
+    return os.str();
   } else {
     return static_cast<typename Map::key_type>(p.unsafeGetTensorImpl());
   }

@@ -509,6 +509,18 @@ TEST_CASE("run_step: not started, always, exceptions of f", "[replay]") {
   CHECK(dbg2.counters().snapshot_bytes > 0);
   dbg2.stop();
 
+  // A module held by value, as start(model) takes it.
+  SmallNetImpl by_value;
+  torch::optim::SGD opt4(by_value.parameters(), torch::optim::SGDOptions(0.1));
+  TempDir dir4("replay_by_value");
+  auto o4 = options_in(dir4);
+  o4.record = RecordMode::kOnAnomaly;
+  PrecisionDebugger dbg4(o4);
+  dbg4.start(by_value, opt4);
+  CHECK(dbg4.started());
+  CHECK(dbg4.model() == &by_value);
+  dbg4.stop();
+
   TempDir dir3("replay_lbfgs");
   auto o3 = options_in(dir3);
   o3.record = RecordMode::kOnAnomaly;

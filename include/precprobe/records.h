@@ -143,7 +143,11 @@ struct ScalarRecord {
   int64_t step = 0;  ///< "step"
   std::string name;  ///< "name"
   double value = 0;  ///< "value"
-  int rank = 0;      ///< filled by the reader
+  /// More members of the line, as JSON text without braces (`"trigger":"loss_nonfinite",...`),
+  /// written after "value"; the "anomaly" event uses it (docs/dump-format.md). Not read back
+  /// by parse_record (readers skip unknown keys).
+  std::string extra;
+  int rank = 0;  ///< filled by the reader
 };
 
 // JSON Lines encoding. append_* write one line including the trailing '\n'.

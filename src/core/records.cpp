@@ -365,6 +365,11 @@ void append_json(const ScalarRecord& r, std::string& out) {
   int_field(o, "\"step\":", r.step);
   str_field(o, "\"name\":", r.name);
   number_field(o, "value", r.value);
+  if (!r.extra.empty()) {
+    o.reserve(r.extra.size() + 1);
+    o.raw(r.extra);
+    o.put(',');
+  }
   end_line(o);
 }
 

@@ -41,3 +41,12 @@ if(TARGET precprobe_cli AND TARGET train_fashion_mnist)
     set_tests_properties(compare_e2e_${mode} PROPERTIES TIMEOUT 300 LABELS "cli;e2e")
   endforeach()
 endif()
+
+# The replayed-anomaly side of the CLI (summary's "anomalies", `precprobe repro`) on a dump
+# written by hand (anomaly_dump.h); torch-free.
+if(TARGET precprobe_cli)
+  precprobe_add_test(${CMAKE_CURRENT_LIST_DIR}/test_repro.cpp nlohmann_json::nlohmann_json
+                     precprobe::core PkgConfig::ZSTD)
+  add_dependencies(test_repro precprobe_cli)
+  target_compile_definitions(test_repro PRIVATE PRECPROBE_CLI="$<TARGET_FILE:precprobe_cli>")
+endif()

@@ -4,6 +4,7 @@
 // recorded non-tensor arguments, and prints every output's health; and its CMakeLists.txt.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -15,8 +16,8 @@ namespace precprobe {
 namespace {
 
 // The fixed part of the program: the .npy reader, the argument fitting and the report.
-constexpr const char* kPrelude =
-    R"CPP(#include <ATen/ATen.h>
+// (Delimiter SRC, not CPP: clang-format would reformat a CPP raw string as code.)
+constexpr const char* kPrelude = R"SRC(#include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <cstdint>
@@ -30,227 +31,219 @@ constexpr const char* kPrelude =
 #include <string>
 #include <vector>
 
-          namespace {
+namespace {
 
-          std::string g_dir = kDataDir;
-          c10::Device g_device = c10::Device("cpu");
+std::string g_dir = kDataDir;
+c10::Device g_device = c10::Device("cpu");
 
-          // A NumPy .npy file (version 1.0 or 2.0, C order, little-endian).
-          at::Tensor read_npy(const std::string& path) {
-            std::ifstream in(path, std::ios::binary);
-            if (!in) throw std::runtime_error("cannot read " + path);
-            std::stringstream ss;
-            ss << in.rdbuf();
-            const std::string raw = ss.str();
-            if (raw.size() < 10 || raw.compare(0, 6, "\x93NUMPY") != 0)
-              throw std::runtime_error(path + ": not a .npy file");
-            const int major = static_cast<unsigned char>(raw[6]);
-            size_t len = 0, start = 0;
-            if (major == 1) {
-              len = static_cast<unsigned char>(raw[8]) |
-                    static_cast<size_t>(static_cast<unsigned char>(raw[9])) << 8;
-              start = 10;
-            } else if (major == 2 && raw.size() >= 12) {
-              for (int i = 0; i < 4; ++i)
-                len |= static_cast<size_t>(static_cast<unsigned char>(raw[8 + i])) << (8 * i);
-              start = 12;
-            } else {
-              throw std::runtime_error(path + ": unsupported .npy version");
-            }
-            if (raw.size() < start + len) throw std::runtime_error(path + ": header cut short");
-            const std::string header = raw.substr(start, len);
-            auto field = [&](const std::string& key) {
-              size_t p = header.find("'" + key + "'");
-              if (p == std::string::npos)
-                throw std::runtime_error(path + ": no '" + key + "' in the header");
-              p = header.find(':', p);
-              while (++p < header.size() && header[p] == ' ') {
-              }
-              return p;
-            };
-            size_t p = field("descr");
-            const std::string descr = header.substr(p + 1, header.find('\'', p + 1) - p - 1);
-            p = field("fortran_order");
-            if (header.compare(p, 4, "True") == 0) throw std::runtime_error(path + ": Fortran "
-                                                                                   "order");
-            p = field("shape");
-            std::vector<int64_t> shape;
-            for (size_t q = p + 1; q < header.size() && header[q] != ')'; ++q) {
-              if (header[q] >= '0' && header[q] <= '9') {
-                size_t used = 0;
-                shape.push_back(std::stoll(header.substr(q), &used));
-                q += used - 1;
-              }
-            }
-            at::ScalarType t;
-            if (descr == "<f4")
-              t = at::kFloat;
-            else if (descr == "<f8")
-              t = at::kDouble;
-            else if (descr == "<f2")
-              t = at::kHalf;
-            else if (descr == "<i8")
-              t = at::kLong;
-            else if (descr == "<i4")
-              t = at::kInt;
-            else if (descr == "<i2")
-              t = at::kShort;
-            else if (descr == "|i1")
-              t = at::kChar;
-            else if (descr == "|u1")
-              t = at::kByte;
-            else if (descr == "|b1")
-              t = at::kBool;
-            else
-              throw std::runtime_error(path + ": dtype " + descr + " is not supported");
-            at::Tensor x = at::empty(shape, at::TensorOptions().dtype(t));
-            const size_t bytes = static_cast<size_t>(x.numel()) * x.element_size();
-            if (raw.size() < start + len + bytes) throw std::runtime_error(path + ": data cut "
-                                                                                  "short");
-            if (bytes) std::memcpy(x.data_ptr(), raw.data() + start + len, bytes);
-            return x;
-          }
+// A NumPy .npy file (version 1.0 or 2.0, C order, little-endian).
+at::Tensor read_npy(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string raw = ss.str();
+  if (raw.size() < 10 || raw.compare(0, 6, "\x93NUMPY") != 0)
+    throw std::runtime_error(path + ": not a .npy file");
+  const int major = static_cast<unsigned char>(raw[6]);
+  size_t len = 0, start = 0;
+  if (major == 1) {
+    len = static_cast<unsigned char>(raw[8]) |
+          static_cast<size_t>(static_cast<unsigned char>(raw[9])) << 8;
+    start = 10;
+  } else if (major == 2 && raw.size() >= 12) {
+    for (int i = 0; i < 4; ++i)
+      len |= static_cast<size_t>(static_cast<unsigned char>(raw[8 + i])) << (8 * i);
+    start = 12;
+  } else {
+    throw std::runtime_error(path + ": unsupported .npy version");
+  }
+  if (raw.size() < start + len) throw std::runtime_error(path + ": header cut short");
+  const std::string header = raw.substr(start, len);
+  auto field = [&](const std::string& key) {
+    size_t p = header.find("'" + key + "'");
+    if (p == std::string::npos) throw std::runtime_error(path + ": no '" + key + "' in the header");
+    p = header.find(':', p);
+    while (++p < header.size() && header[p] == ' ') {
+    }
+    return p;
+  };
+  size_t p = field("descr");
+  const std::string descr = header.substr(p + 1, header.find('\'', p + 1) - p - 1);
+  p = field("fortran_order");
+  if (header.compare(p, 4, "True") == 0) throw std::runtime_error(path + ": Fortran order");
+  p = field("shape");
+  std::vector<int64_t> shape;
+  for (size_t q = p + 1; q < header.size() && header[q] != ')'; ++q) {
+    if (header[q] >= '0' && header[q] <= '9') {
+      size_t used = 0;
+      shape.push_back(std::stoll(header.substr(q), &used));
+      q += used - 1;
+    }
+  }
+  at::ScalarType t = at::kFloat;
+  if (descr == "<f4") t = at::kFloat;
+  else if (descr == "<f8") t = at::kDouble;
+  else if (descr == "<f2") t = at::kHalf;
+  else if (descr == "<i8") t = at::kLong;
+  else if (descr == "<i4") t = at::kInt;
+  else if (descr == "<i2") t = at::kShort;
+  else if (descr == "|i1") t = at::kChar;
+  else if (descr == "|u1") t = at::kByte;
+  else if (descr == "|b1") t = at::kBool;
+  else throw std::runtime_error(path + ": dtype " + descr + " is not supported");
+  at::Tensor x = at::empty(shape, at::TensorOptions().dtype(t));
+  const size_t bytes = static_cast<size_t>(x.numel()) * x.element_size();
+  if (raw.size() < start + len + bytes) throw std::runtime_error(path + ": data cut short");
+  if (bytes) std::memcpy(x.data_ptr(), raw.data() + start + len, bytes);
+  return x;
+}
 
-          // An input as recorded: its dtype (BFloat16 was saved as float32) on the chosen device.
-          at::Tensor load(const char* file, at::ScalarType recorded) {
-            at::Tensor x = read_npy(g_dir + "/" + file);
-            if (x.scalar_type() != recorded) x = x.to(recorded);
-            return x.to(g_device);
-          }
+// An input as recorded: its dtype (BFloat16 was saved as float32) on the chosen device.
+at::Tensor load(const char* file, at::ScalarType recorded) {
+  at::Tensor x = read_npy(g_dir + "/" + file);
+  if (x.scalar_type() != recorded) x = x.to(recorded);
+  return x.to(g_device);
+}
 
-          c10::IValue tensor_list(std::vector<at::Tensor> v) { return c10::IValue(std::move(v)); }
+c10::IValue tensor_list(std::vector<at::Tensor> v) { return c10::IValue(std::move(v)); }
 
-          // A recorded value made the type the schema argument asks for: integral numbers for float
-          // arguments, an int list for a float list, a device name for a Device, a Tensor[] for a
-          // Tensor?[].
-          c10::IValue fit(c10::IValue v, const c10::Argument& a) {
-            c10::TypePtr t = a.type();
-            if (auto o = t->cast<c10::OptionalType>()) {
-              if (v.isNone()) return v;
-              t = o->getElementType();
-            }
-            if (t->kind() == c10::TypeKind::FloatType && v.isInt())
-              return c10::IValue(static_cast<double>(v.toInt()));
-            if (t->kind() == c10::TypeKind::DeviceObjType && v.isString())
-              return c10::IValue(c10::Device(v.toStringRef()));
-            if (auto l = t->cast<c10::ListType>()) {
-              const c10::TypePtr e = l->getElementType();
-              if (e->kind() == c10::TypeKind::FloatType && v.isIntList()) {
-                std::vector<double> d;
-                for (int64_t x : v.toIntVector()) d.push_back(static_cast<double>(x));
-                return c10::IValue(d);
-              }
-              if (e->kind() == c10::TypeKind::OptionalType && v.isTensorList()) {
-                c10::List<c10::optional<at::Tensor>> o;
-                for (const at::Tensor& x : v.toTensorVector()) o.push_back(x);
-                return c10::IValue(o);
-              }
-            }
-            return v;
-          }
+// A recorded value made the type the schema argument asks for: integral numbers for float
+// arguments, an int list for a float list, a device name for a Device, a Tensor[] for a
+// Tensor?[].
+c10::IValue fit(c10::IValue v, const c10::Argument& a) {
+  c10::TypePtr t = a.type();
+  if (auto o = t->cast<c10::OptionalType>()) {
+    if (v.isNone()) return v;
+    t = o->getElementType();
+  }
+  if (t->kind() == c10::TypeKind::FloatType && v.isInt())
+    return c10::IValue(static_cast<double>(v.toInt()));
+  if (t->kind() == c10::TypeKind::DeviceObjType && v.isString())
+    return c10::IValue(c10::Device(v.toStringRef()));
+  if (auto l = t->cast<c10::ListType>()) {
+    const c10::TypePtr e = l->getElementType();
+    if (e->kind() == c10::TypeKind::FloatType && v.isIntList()) {
+      std::vector<double> d;
+      for (int64_t x : v.toIntVector()) d.push_back(static_cast<double>(x));
+      return c10::IValue(d);
+    }
+    if (e->kind() == c10::TypeKind::OptionalType && v.isTensorList()) {
+      c10::List<c10::optional<at::Tensor>> o;
+      for (const at::Tensor& x : v.toTensorVector()) o.push_back(x);
+      return c10::IValue(o);
+    }
+  }
+  return v;
+}
 
-          std::string shape_of(const at::Tensor& t) {
-            std::string s = "[";
-            for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
-            return s + "]";
-          }
+std::string shape_of(const at::Tensor& t) {
+  std::string s = "[";
+  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
+  return s + "]";
+}
 
-          // dtype, shape, NaN/+Inf/-Inf counts and the largest finite |x|, in float64.
-          void report(const std::string& label, const at::Tensor& t0) {
-            if (!t0.defined()) {
-              std::printf("  %s: undefined tensor\n", label.c_str());
-              return;
-            }
-            const at::Tensor t = t0.detach().cpu();
-            long long nan = 0, pinf = 0, ninf = 0;
-            double max_abs = 0;
-            if (t.is_complex()) {
-              std::printf("  %s: %s %s (complex: counts not computed)\n", label.c_str(),
-                          c10::toString(t.scalar_type()), shape_of(t).c_str());
-              return;
-            }
-            const at::Tensor d = t.to(at::kDouble);
-            if (t.is_floating_point()) {
-              nan = at::isnan(d).sum().item<int64_t>();
-              pinf = d.eq(std::numeric_limits<double>::infinity()).sum().item<int64_t>();
-              ninf = d.eq(-std::numeric_limits<double>::infinity()).sum().item<int64_t>();
-            }
-            const at::Tensor finite = d.masked_select(at::isfinite(d));
-            if (finite.numel() > 0) max_abs = finite.abs().max().item<double>();
-            std::printf("  %s: %s %s nan %lld +inf %lld -inf %lld max|finite| %.6g\n",
-                        label.c_str(), c10::toString(t.scalar_type()), shape_of(t).c_str(), nan,
-                        pinf, ninf, max_abs);
-          }
+// dtype, shape, NaN/+Inf/-Inf counts and the largest finite |x|, in float64.
+void report(const std::string& label, const at::Tensor& t0) {
+  if (!t0.defined()) {
+    std::printf("  %s: undefined tensor\n", label.c_str());
+    return;
+  }
+  const at::Tensor t = t0.detach().cpu();
+  if (t.is_complex()) {
+    std::printf("  %s: %s %s (complex: counts not computed)\n", label.c_str(),
+                c10::toString(t.scalar_type()), shape_of(t).c_str());
+    return;
+  }
+  long long nan = 0, pinf = 0, ninf = 0;
+  double max_abs = 0;
+  const at::Tensor d = t.to(at::kDouble);
+  if (t.is_floating_point()) {
+    nan = at::isnan(d).sum().item<int64_t>();
+    pinf = d.eq(std::numeric_limits<double>::infinity()).sum().item<int64_t>();
+    ninf = d.eq(-std::numeric_limits<double>::infinity()).sum().item<int64_t>();
+  }
+  const at::Tensor finite = d.masked_select(at::isfinite(d));
+  if (finite.numel() > 0) max_abs = finite.abs().max().item<double>();
+  std::printf("  %s: %s %s nan %lld +inf %lld -inf %lld max|finite| %.6g\n", label.c_str(),
+              c10::toString(t.scalar_type()), shape_of(t).c_str(), nan, pinf, ninf, max_abs);
+}
 
-          void report_value(const std::string& label, const c10::IValue& v) {
-            if (v.isTensor()) {
-              report(label, v.toTensor());
-            } else if (v.isTensorList()) {
-              const std::vector<at::Tensor> l = v.toTensorVector();
-              for (size_t i = 0; i < l.size(); ++i) report(label + "[" + std::to_string(i) + "]", l[i]);
-            } else {
-              std::ostringstream os;
-              os << v;
-              std::printf("  %s: %s\n", label.c_str(), os.str().c_str());
-            }
-          }
+// A Tensor[] or a Tensor?[] (a list holding tensors).
+bool is_tensors(const c10::IValue& v) {
+  if (v.isTensorList()) return true;
+  if (!v.isList()) return false;
+  for (const c10::IValue& e : v.toListRef())
+    if (e.isTensor()) return true;
+  return false;
+}
 
-          }  // namespace
+void report_value(const std::string& label, const c10::IValue& v) {
+  if (v.isTensor()) {
+    report(label, v.toTensor());
+  } else if (v.isTensorList()) {
+    const std::vector<at::Tensor> l = v.toTensorVector();
+    for (size_t i = 0; i < l.size(); ++i) report(label + "[" + std::to_string(i) + "]", l[i]);
+  } else if (is_tensors(v)) {
+    const auto l = v.toListRef();
+    for (size_t i = 0; i < l.size(); ++i) report_value(label + "[" + std::to_string(i) + "]", l[i]);
+  } else {
+    std::ostringstream os;
+    os << v;
+    std::printf("  %s: %s\n", label.c_str(), os.str().c_str());
+  }
+}
 
-          int main(int argc, char** argv) {
-            for (int i = 1; i < argc; ++i) {
-              const std::string a = argv[i];
-              if (a == "--device" && i + 1 < argc) {
-                g_device = c10::Device(std::string(argv[++i]));
-              } else if (a == "-h" || a == "--help") {
-                std::printf(
-                    "usage: %s [--device cpu|cuda:0] [DIR]\n  re-runs %s on the inputs in DIR "
-                    "(default %s)\n",
-                    argv[0], kRecord, kDataDir);
-                return 0;
-              } else {
-                g_dir = a;
-              }
-            }
-            try {
-              const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(kOp, kOverload);
-              const std::vector<c10::Argument>& schema = op.schema().arguments();
-              std::vector<c10::IValue> stack;
-              auto push = [&](c10::IValue v) {
-                const size_t k = stack.size();
-                stack.push_back(k < schema.size() ? fit(std::move(v), schema[k]) : std::move(v));
-              };
-              std::printf("%s on %s, inputs from %s\n", kRecord, g_device.str().c_str(), g_dir.c_str());
-)CPP";
+}  // namespace
 
-constexpr const char* kCall =
-    R"CPP(if (stack.size() != schema.size()) {
-            std::ostringstream os;
-            os << op.schema();
-            std::fprintf(stderr, "repro: the record has %zu arguments, the schema %s has %zu\n",
-                         stack.size(), os.str().c_str(), schema.size());
-            return 1;
-          }
-          std::printf("inputs:\n");
-          for (size_t i = 0; i < stack.size(); ++i) {
-            if (stack[i].isTensor() || stack[i].isTensorList())
-              report_value("in" + std::to_string(i) + " " + schema[i].name(), stack[i]);
-          }
-          op.callBoxed(&stack);
-          std::printf("outputs:\n");
-          for (size_t i = 0; i < stack.size(); ++i) report_value("out" + std::to_string(i), stack[i]);
-          std::printf("recorded in the dump:\n%s", kRecorded);
-          return 0;
-          }
-          catch (const std::exception& e) {
-            std::fprintf(stderr,
-                         "repro: %s\n(an op without a kernel for this dtype on this device, e.g. "
-                         "Half on CPU in older LibTorch: try --device cuda:0)\n",
-                         e.what());
-            return 1;
-          }
-          }
-)CPP";
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--device" && i + 1 < argc) {
+      g_device = c10::Device(std::string(argv[++i]));
+    } else if (a == "-h" || a == "--help") {
+      std::printf("usage: %s [--device cpu|cuda:0] [DIR]\n  re-runs %s on the inputs in DIR "
+                  "(default %s)\n", argv[0], kRecord, kDataDir);
+      return 0;
+    } else {
+      g_dir = a;
+    }
+  }
+  try {
+    const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(kOp, kOverload);
+    const std::vector<c10::Argument>& schema = op.schema().arguments();
+    std::vector<c10::IValue> stack;
+    auto push = [&](c10::IValue v) {
+      const size_t k = stack.size();
+      stack.push_back(k < schema.size() ? fit(std::move(v), schema[k]) : std::move(v));
+    };
+    std::printf("%s on %s, inputs from %s\n", kRecord, g_device.str().c_str(), g_dir.c_str());
+)SRC";
+
+constexpr const char* kCall = R"SRC(    if (stack.size() != schema.size()) {
+      std::ostringstream os;
+      os << op.schema();
+      std::fprintf(stderr, "repro: the record has %zu arguments, the schema %s has %zu\n",
+                   stack.size(), os.str().c_str(), schema.size());
+      return 1;
+    }
+    std::printf("inputs:\n");
+    for (size_t i = 0; i < stack.size(); ++i) {
+      if (stack[i].isTensor() || is_tensors(stack[i]))
+        report_value("in" + std::to_string(i) + " " + schema[i].name(), stack[i]);
+    }
+    op.callBoxed(&stack);
+    std::printf("outputs:\n");
+    for (size_t i = 0; i < stack.size(); ++i) report_value("out" + std::to_string(i), stack[i]);
+    std::printf("recorded in the dump:\n%s", kRecorded);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "repro: %s\n(an op without a kernel for this dtype on this device, e.g. "
+                 "Half on CPU in older LibTorch: try --device cuda:0)\n", e.what());
+    return 1;
+  }
+}
+)SRC";
 
 // A C++ string literal.
 std::string quote(const std::string& s) {
@@ -335,6 +328,13 @@ std::string value_expr(const std::string& text, size_t index, const std::string&
   throw refuse("is a list of mixed or nested values");
 }
 
+// Text for a // comment: line breaks (a path may hold them) become spaces.
+std::string one_line(std::string s) {
+  std::replace(s.begin(), s.end(), '\n', ' ');
+  std::replace(s.begin(), s.end(), '\r', ' ');
+  return s;
+}
+
 // "Float [2, 2] nan 0 +inf 1 -inf 0 max|finite| 2.71828" of a recorded tensor.
 std::string recorded_line(const TensorStats& t) {
   std::string shape;
@@ -407,7 +407,7 @@ std::string repro_source(const OpRecord& r, const std::string& origin,
       "// Build: cmake -S . -B build [-DCMAKE_PREFIX_PATH=/path/to/libtorch] && cmake --build "
       "build\n"
       "// Run:   build/<program> [--device cuda:0] [DIR holding repro_in<i>.npy]\n",
-      name, origin, name, r.step);
+      name, one_line(origin), name, r.step);
   std::string consts = fmt::format(
       "static const char* const kDataDir = {};\n"
       "static const char* const kOp = {};\n"

@@ -57,10 +57,12 @@ endif()
 #   cmake -DPRECPROBE_REPRO_E2E_DUMP=/path/to/dump [-DPRECPROBE_REPRO_E2E_ARGS="--rank;1"] .
 set(PRECPROBE_REPRO_E2E_DUMP "" CACHE PATH "on_anomaly dump for the repro_e2e test (empty: hand-made)")
 set(PRECPROBE_REPRO_E2E_ARGS "" CACHE STRING "extra arguments of precprobe repro in repro_e2e (;-list)")
-if(TARGET precprobe_cli AND PRECPROBE_WITH_TORCH)
+if(TARGET precprobe_cli)  # torch-free; the browser test renders its report too
   add_executable(precprobe_make_anomaly_dump ${CMAKE_CURRENT_LIST_DIR}/make_anomaly_dump.cpp)
   target_link_libraries(precprobe_make_anomaly_dump PRIVATE precprobe::core PkgConfig::ZSTD)
   precprobe_target(precprobe_make_anomaly_dump)
+endif()
+if(TARGET precprobe_cli AND PRECPROBE_WITH_TORCH)
   add_test(NAME repro_e2e
            COMMAND ${CMAKE_COMMAND} -DCLI=$<TARGET_FILE:precprobe_cli>
                    -DMAKE_DUMP=$<TARGET_FILE:precprobe_make_anomaly_dump>

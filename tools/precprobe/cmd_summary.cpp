@@ -100,9 +100,10 @@ void print_anomalies(const SummaryResult& s, const Terminal& term) {
                                    rank, elsewhere))
               << '\n';
   }
-  std::cout << paint(term, Tone::kDim,
-                     "              (precprobe repro DIR -o repro.cpp: a program that re-runs "
-                     "the origin op on its saved inputs)")
+  std::cout << paint(
+                   term, Tone::kDim,
+                   "              (precprobe repro DIR -o repro/repro.cpp: a program that re-runs "
+                   "the origin op on its saved inputs)")
             << '\n';
 }
 

@@ -63,6 +63,8 @@ class DumpReader {
   void for_each_scaler(const RecordFilter& filter,
                        const std::function<bool(const ScalerRecord&)>& fn);
   void for_each_grad(const RecordFilter& filter, const std::function<bool(const GradRecord&)>& fn);
+  /// Every events line, the debugger's "anomaly" event included (is_anomaly_event(): not
+  /// a user scalar; consumers of scalars skip it).
   void for_each_scalar(const RecordFilter& filter,
                        const std::function<bool(const ScalarRecord&)>& fn);
   /// The debugger's "anomaly" events (events.jsonl.zst; the other events lines are passed

@@ -85,6 +85,34 @@ TEST_CASE("the anomaly event: written in the documented key order, read back typ
   CHECK_FALSE(a.is_anomaly());
 }
 
+TEST_CASE("describe(): the anomaly line in its other forms; summarize_dump(DumpData)") {
+  precprobe::AnomalyEvent a = precprobe::test::anomaly_event();
+  a.reproduced = false;
+  a.origin.clear();
+  a.origin_record.clear();
+  a.classification = "unknown";
+  a.why.clear();
+  a.trigger = "loss_spike";
+  a.trigger_detail = "loss 812 = 40x the median 20.3";
+  CHECK(precprobe::describe(a) ==
+        "anomaly at step 37 (loss 812 = 40x the median 20.3): replayed, not reproduced; no op "
+        "produced a NaN/Inf \u2014 unknown");
+  a.trigger_detail.clear();
+  a.classification.clear();
+  CHECK(precprobe::describe(a) ==
+        "anomaly at step 37 (loss_spike): replayed, not reproduced; no op produced a NaN/Inf");
+
+  precprobe::DumpData data;
+  data.anomalies = {precprobe::test::anomaly_event(), a};
+  data.anomalies[1].rank = 1;
+  const json s = json::parse(precprobe::summarize_dump(data).to_json());
+  REQUIRE(s["anomalies"].size() == 2);
+  CHECK(s["anomalies"][0]["text"] == kLine);
+  CHECK(s["anomalies"][1]["rank"] == 1);
+  CHECK(s["anomalies"][1]["reproduced"] == false);
+  CHECK(s["anomalies"][1]["origin"] == "");
+}
+
 TEST_CASE("summary, report and the scalar consumers on a dump with an anomaly event") {
   TempDir tmp("anomaly_summary");
   const std::string dir = tmp / "dump";

@@ -184,7 +184,8 @@ ReproResult write_repro(DumpReader& reader, const ReproOptions& options) {
       throw Error(fmt::format(
           "'{}' is missing: repro needs every tensor input of {} saved; the dump must come "
           "from \"record\": \"on_anomaly\" (which saves the inputs of the anomaly's origin op) "
-          "or task \"tensor\" (which saves every op's)",
+          "or task \"tensor\" (which saves every op's), and a tensor larger than "
+          "\"max_tensor_bytes\" is never saved",
           from.string(), name));
     inputs.emplace_back(std::move(from), fmt::format("repro_in{}.npy", i));
   }

@@ -62,7 +62,8 @@ if(TARGET precprobe_cli)  # torch-free; the browser test renders its report too
   target_link_libraries(precprobe_make_anomaly_dump PRIVATE precprobe::core PkgConfig::ZSTD)
   precprobe_target(precprobe_make_anomaly_dump)
 endif()
-if(TARGET precprobe_cli AND PRECPROBE_WITH_TORCH)
+# The sanitizer builds skip it (CI time: the same program, the same LibTorch).
+if(TARGET precprobe_cli AND PRECPROBE_WITH_TORCH AND NOT PRECPROBE_SANITIZE)
   add_test(NAME repro_e2e
            COMMAND ${CMAKE_COMMAND} -DCLI=$<TARGET_FILE:precprobe_cli>
                    -DMAKE_DUMP=$<TARGET_FILE:precprobe_make_anomaly_dump>

@@ -9,6 +9,7 @@ namespace precprobe {
 bool parse_record(std::string_view line, AnomalyEvent& out, std::string* error) {
   out = AnomalyEvent{};
   bool has_name = false;
+  double ignored = 0;
   json::Cursor c(line);
   bool ok = c.object([&](std::string_view k) {
     if (k == "step") return c.int64(out.step);
@@ -24,7 +25,11 @@ bool parse_record(std::string_view line, AnomalyEvent& out, std::string* error) 
     if (k == "why") return c.string(out.why);
     if (k == "trigger_detail") return c.string(out.trigger_detail);
     if (k == "replay") return c.int64(out.replay);
-    return c.skip_value(1);  // "value", "value_nonfinite", keys of newer writers
+    // "value" (the step again) is checked as the scalar reader checks it, so that a line
+    // is bad for both readers or for neither (the stream's bad_lines agree).
+    if (k == "value") return c.number(ignored);
+    if (k == "value_nonfinite") return c.nonfinite_name(ignored);
+    return c.skip_value(1);  // keys of newer writers
   }) && (c.at_end() || c.fail("text after the record"));
   if (!ok) {
     if (error != nullptr) *error = c.error_message();

@@ -80,6 +80,9 @@ TEST_CASE("the anomaly event: written in the documented key order, read back typ
   REQUIRE(precprobe::parse_record(R"({"step":3,"name":"anomaly","new_key":[1,{"x":2}]})", a));
   CHECK(a.step == 3);
   CHECK_FALSE(precprobe::parse_record(R"({"step":3,"name":"anomaly","reproduced":"yes"})", a));
+  // A line the scalar reader refuses is refused here too (one bad_lines count per stream).
+  CHECK_FALSE(precprobe::parse_record(R"({"step":3,"name":"loss","value":"x"})", a));
+  CHECK_FALSE(precprobe::parse_record(R"({"step":3,"name":"loss","value":"x"})", s));
   REQUIRE(precprobe::parse_record(
       R"({"step":3,"name":"loss","value":null,"value_nonfinite":"nan"})", a));
   CHECK_FALSE(a.is_anomaly());

@@ -373,4 +373,22 @@ void append_json(const ScalarRecord& r, std::string& out) {
   end_line(o);
 }
 
+void append_json(const AnomalyEvent& r, std::string& out) {
+  TextOut o(out);
+  o.reserve(1);
+  o.put('{');
+  int_field(o, "\"step\":", r.step);
+  str_field(o, "\"name\":", r.name.empty() ? kAnomalyEventName : std::string_view(r.name));
+  int_field(o, "\"value\":", r.step);
+  str_field(o, "\"trigger\":", r.trigger);
+  bool_field(o, "\"reproduced\":", r.reproduced);
+  str_field(o, "\"origin\":", r.origin);
+  str_field(o, "\"origin_record\":", r.origin_record);
+  str_field(o, "\"classification\":", r.classification);
+  str_field(o, "\"why\":", r.why);
+  str_field(o, "\"trigger_detail\":", r.trigger_detail);
+  int_field(o, "\"replay\":", r.replay);
+  end_line(o);
+}
+
 }  // namespace precprobe

@@ -184,6 +184,9 @@ void append_json(const ScalarRecord& r, std::string& out);
 /// Keys in the documented order: step, name, value (= step), trigger, reproduced, origin,
 /// origin_record, classification, why, trigger_detail, replay.
 void append_json(const AnomalyEvent& r, std::string& out);
+/// The event as the ScalarRecord the DumpWriter queues (its members after "value" in
+/// ScalarRecord::extra): the writer then writes exactly append_json(r)'s line.
+ScalarRecord to_scalar_record(const AnomalyEvent& r);
 bool parse_record(std::string_view line, OpRecord& out, std::string* error = nullptr);
 bool parse_record(std::string_view line, ScalerRecord& out, std::string* error = nullptr);
 bool parse_record(std::string_view line, GradRecord& out, std::string* error = nullptr);

@@ -373,13 +373,10 @@ void append_json(const ScalarRecord& r, std::string& out) {
   end_line(o);
 }
 
-void append_json(const AnomalyEvent& r, std::string& out) {
-  TextOut o(out);
-  o.reserve(1);
-  o.put('{');
-  int_field(o, "\"step\":", r.step);
-  str_field(o, "\"name\":", r.name.empty() ? kAnomalyEventName : std::string_view(r.name));
-  int_field(o, "\"value\":", r.step);
+namespace {
+
+// The members after "value", in the documented order.
+void anomaly_fields(TextOut& o, const AnomalyEvent& r) {
   str_field(o, "\"trigger\":", r.trigger);
   bool_field(o, "\"reproduced\":", r.reproduced);
   str_field(o, "\"origin\":", r.origin);
@@ -388,7 +385,32 @@ void append_json(const AnomalyEvent& r, std::string& out) {
   str_field(o, "\"why\":", r.why);
   str_field(o, "\"trigger_detail\":", r.trigger_detail);
   int_field(o, "\"replay\":", r.replay);
+}
+
+}  // namespace
+
+void append_json(const AnomalyEvent& r, std::string& out) {
+  TextOut o(out);
+  o.reserve(1);
+  o.put('{');
+  int_field(o, "\"step\":", r.step);
+  str_field(o, "\"name\":", r.name.empty() ? kAnomalyEventName : std::string_view(r.name));
+  int_field(o, "\"value\":", r.step);
+  anomaly_fields(o, r);
   end_line(o);
+}
+
+ScalarRecord to_scalar_record(const AnomalyEvent& r) {
+  ScalarRecord s;
+  s.step = r.step;
+  s.name = std::string(kAnomalyEventName);
+  s.value = static_cast<double>(r.step);
+  {
+    TextOut o(s.extra);
+    anomaly_fields(o, r);
+  }
+  if (!s.extra.empty() && s.extra.back() == ',') s.extra.pop_back();  // the writer adds one
+  return s;
 }
 
 }  // namespace precprobe

@@ -15,7 +15,6 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <unordered_map>
 
@@ -340,22 +339,17 @@ at::Tensor AnomalyWatch::replay(int64_t step, c10::function_ref<at::Tensor()> f,
                  ": finding the origin of the anomaly failed: " + what_of(e));
     if (o.why.empty()) o.why = "finding the origin failed: " + what_of(e);
   }
-  nlohmann::ordered_json j;
-  j["trigger"] = why.trigger;
-  j["reproduced"] = reproduced;
-  j["origin"] = o.op;
-  j["origin_record"] = o.record;
-  j["classification"] = o.classification;
-  j["why"] = o.why;
-  j["trigger_detail"] = why.detail;
-  j["replay"] = replays_;
-  std::string extra = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  ScalarRecord ev;
+  AnomalyEvent ev;
   ev.step = step;
-  ev.name = "anomaly";
-  ev.value = static_cast<double>(step);
-  ev.extra = extra.substr(1, extra.size() - 2);
-  writer_->submit(std::move(ev));
+  ev.trigger = why.trigger;
+  ev.reproduced = reproduced;
+  ev.origin = o.op;
+  ev.origin_record = o.record;
+  ev.classification = o.classification;
+  ev.why = o.why;
+  ev.trigger_detail = why.detail;
+  ev.replay = static_cast<int64_t>(replays_);
+  writer_->submit(to_scalar_record(ev));
   writer_->flush(/*wait=*/true);
   std::fprintf(stderr, "precprobe: step %lld: %s; replayed (%s): origin %s, %s: %s\n",
                static_cast<long long>(step), why.detail.c_str(),

@@ -43,6 +43,9 @@ std::unique_ptr<OpInfo> make_info(const at::RecordFunction& fn) {
   auto info = std::make_unique<OpInfo>();
   info->name = schema->name();
   info->overload = schema->overload_name();
+  OpRecord probe;
+  probe.op = info->name;
+  info->outputs_uninitialized = probe.outputs_uninitialized();
   const auto& args = schema->arguments();
   for (size_t i = 0; i < args.size(); ++i) {
     if (writes(args[i].alias_info())) info->write_args.push_back(i);

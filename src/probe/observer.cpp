@@ -74,6 +74,7 @@ Observer::Observer(const DebuggerOptions& options, DumpWriter* writer, std::stri
   };
   cfg.emit = [this](PendingOp& op) { emit(op); };
   engine_ = std::make_unique<StatsEngine>(std::move(cfg));
+  if (options.task == Task::kOverflowCheck) finite_ = std::make_unique<FiniteMemo>();
 }
 
 Observer::~Observer() {
@@ -196,8 +197,11 @@ std::unique_ptr<at::ObserverContext> Observer::on_op_start(const at::RecordFunct
     at::RecordFunctionGuard no_callbacks(false);
     at::NoGradGuard no_grad_for_us;  // restores the caller's mode on exit
     std::unique_ptr<OpContext> ctx;
+    std::unique_ptr<at::ObserverContext> fast;  // overflow_check
     const bool wanted = !overflow_done() && (options_.level == Level::kL2 || depth == 0);
-    if (wanted) {
+    if (wanted && finite_) {
+      fast = overflow_start(fn, info, depth, grad_on);
+    } else if (wanted) {
       const ThreadState& ts = thread_state();
       const Direction dir = ts.nodes.empty() ? Direction::kForward : Direction::kBackward;
       Selection sel;
@@ -265,8 +269,12 @@ std::unique_ptr<at::ObserverContext> Observer::on_op_start(const at::RecordFunct
       // a load and a compare when neither applies).
       for (size_t i : info.write_args)
         if (i < inputs.size())
-          for_each_tensor(inputs[i], [this](const at::Tensor& t) { engine_->before_write(t); });
+          for_each_tensor(inputs[i], [this](const at::Tensor& t) {
+            engine_->before_write(t);
+            if (finite_) finite_->forget(storage_of(t));
+          });
     }
+    if (fast) return fast;
     return ctx;
   } catch (const std::exception& e) {
     errors_.fetch_add(1, std::memory_order_relaxed);
@@ -284,7 +292,8 @@ std::unique_ptr<at::ObserverContext> Observer::on_node_start(const at::RecordFun
   backward_seen_.store(true, std::memory_order_relaxed);
   std::shared_ptr<PendingOp> op;
   try {
-    if (overflow_done()) return nullptr;
+    // overflow_check: a node's record has no outputs, so it never shows an overflow.
+    if (overflow_done() || finite_) return nullptr;
     at::RecordFunctionGuard no_callbacks(false);
     at::NoGradGuard no_grad;
     const NodeFrame& node = thread_state().nodes.back();
@@ -322,6 +331,10 @@ std::unique_ptr<at::ObserverContext> Observer::on_node_start(const at::RecordFun
 }
 
 void Observer::on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
+  if (finite_) {
+    overflow_end(fn, ctx);
+    return;
+  }
   auto* c = static_cast<OpContext*>(ctx);
   PendingOp& op = *c->op;
   set_capture_origin(c->origin);
@@ -357,7 +370,8 @@ void Observer::on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
 }
 
 void Observer::abandon(at::ObserverContext* ctx) noexcept {
-  static_cast<OpContext*>(ctx)->op->ended.store(true, std::memory_order_release);
+  // overflow_check's contexts hold no queued record.
+  if (auto* c = dynamic_cast<OpContext*>(ctx)) c->op->ended.store(true, std::memory_order_release);
 }
 
 std::string Observer::tensor_path(const std::string& name, bool input, size_t index) const {
@@ -452,7 +466,7 @@ void Observer::emit(PendingOp& op) {
     for (const ArgRef& a : from) {
       Arg x;
       if (a.is_tensor) {
-        x.tensor = a.slot->stats;
+        x.tensor = stats_of(*a.slot);
         x.tensor->param = a.param ? *a.param : std::string();
         x.tensor->list_index = a.list_index;
         x.tensor->requires_grad = a.requires_grad;

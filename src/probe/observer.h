@@ -34,6 +34,7 @@ namespace precprobe {
 namespace detail {
 
 struct OpInfo;
+class FiniteMemo;
 
 struct ObserverCounters {
   uint64_t ops_seen = 0;         ///< op and node events observed while attached
@@ -87,6 +88,13 @@ class Observer {
   void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx);
   /// Ends a call whose Observer detached meanwhile (no outputs captured).
   static void abandon(at::ObserverContext* ctx) noexcept;
+
+  /// overflow_check's own path (observer_overflow.cpp): no record is built for an op whose
+  /// outputs hold no NaN/Inf; each new output is read once by the cheapest test.
+  std::unique_ptr<at::ObserverContext> overflow_start(const at::RecordFunction& fn,
+                                                      const OpInfo& info, int32_t depth,
+                                                      bool grad_on);
+  void overflow_end(const at::RecordFunction& fn, at::ObserverContext* ctx);
 
  private:
   struct Selection {
@@ -157,6 +165,7 @@ class Observer {
   std::atomic<bool> grad_hook_armed_{false};
   std::atomic<bool> backward_seen_{false};  ///< an autograd node ran this step
   int64_t overflow_count_ = 0;              // emitter only
+  std::unique_ptr<FiniteMemo> finite_;      // overflow_check only
 };
 
 }  // namespace detail

@@ -78,7 +78,20 @@ struct Slot {
   /// Device tensors: the stream current when captured; the statistics are computed on it,
   /// after the kernels that produced the tensor.
   c10::optional<c10::Stream> stream;
+  /// A view covering exactly the memory of a tensor summarised this step (`t()`, `view`,
+  /// `reshape`, `detach`, `permute` of a dense tensor): counts, min, max, mean and norm
+  /// do not depend on element order, so they are `base`'s; this slot holds only its own
+  /// shape in `stats.shape` and is done at once (see stats_of()).
+  std::shared_ptr<Slot> base;
 };
+
+/// The statistics a finished slot stands for (its base's, with its own shape).
+inline TensorStats stats_of(const Slot& s) {
+  if (!s.base) return s.stats;
+  TensorStats out = s.base->stats;
+  out.shape = s.stats.shape;
+  return out;
+}
 
 /// How StatsEngine::capture() treats a tensor.
 struct CaptureOptions {
@@ -173,6 +186,8 @@ class StatsEngine {
   EngineCounters counters() const;
 
  private:
+  /// Caches `s` under `key` (replacing an entry) and indexes the key by storage.
+  void remember_locked(const TensorKey& key, const std::shared_ptr<Slot>& s);
   void enqueue_locked(std::shared_ptr<Slot> s, std::unique_lock<std::mutex>& lk);
   void index_locked(const TensorKey& key);
   void retire_storage(const void* storage);

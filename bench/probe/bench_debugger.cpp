@@ -111,6 +111,7 @@ struct Variant {
   bool async = true;
   bool monitor = false;
   precprobe::Task task = precprobe::Task::kStatistics;
+  bool unselected = false;  // "step" selects none of the steps run ("1000000-2000000/100")
 };
 
 double cpu_ms(clockid_t clock) {
@@ -141,6 +142,7 @@ void run_variant(Trainer& tr, const Variant& v, int steps, int warmup, const std
     o.grad_monitor = v.monitor;
     o.task = v.task;
     o.overflow_nums = -1;
+    if (v.unselected) o.step.add_every(1000000, 2000000, 100);
     dbg = std::make_unique<precprobe::PrecisionDebugger>(o);
     if (v.start) dbg->start(tr.model.ptr());
   }
@@ -286,6 +288,8 @@ int main(int argc, char** argv) {
       {"L1 + gradient monitor", true, true, precprobe::Level::kL1, true, true},
       {"L1 overflow_check", true, true, precprobe::Level::kL1, true, false,
        precprobe::Task::kOverflowCheck},
+      {"L1, step not selected", true, true, precprobe::Level::kL1, true, false,
+       precprobe::Task::kStatistics, true},
   };
   for (int64_t h : sizes) {
     Trainer tr(h);

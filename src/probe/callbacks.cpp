@@ -11,6 +11,7 @@
 
 #include "observer.h"
 #include "observer_internal.h"
+#include "own_code.h"
 #include "precprobe/error.h"
 #include "torch_compat.h"
 
@@ -73,6 +74,7 @@ const char* engine_node_name(const at::RecordFunction& fn) {
 }
 
 std::unique_ptr<at::ObserverContext> start_cb(const at::RecordFunction& fn) {
+  if (tl_own_code) return nullptr;  // an ATen op precprobe calls itself (own_code.h)
   ThreadState& ts = thread_state();
   if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION) {
     ts.nodes.push_back(NodeFrame{fn.name(), fn.seqNr(), ts.depth});
@@ -98,6 +100,7 @@ std::unique_ptr<at::ObserverContext> start_cb(const at::RecordFunction& fn) {
 }
 
 void end_cb(const at::RecordFunction& fn, at::ObserverContext* ctx) {
+  if (tl_own_code) return;  // started under the same guard: nothing was counted
   ThreadState& ts = thread_state();
   if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION) {
     if (!ts.nodes.empty()) {

@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "observer_internal.h"
+#include "own_code.h"
 #include "precprobe/checklist.h"
 #include "precprobe/debugger.h"
 #include "precprobe/error.h"
@@ -150,6 +151,7 @@ uint32_t Observer::thread_index() {
 Observer::Selection Observer::select(const std::string& op, Direction dir, int64_t call) {
   Selection s;
   if (dir == Direction::kForward ? !options_.dump_forward : !options_.dump_backward) return s;
+  if (options_.max_calls_per_op >= 0 && call >= options_.max_calls_per_op) return s;
   const bool range = options_.scope.size() == 2;
   if (!list_.empty() || range || options_.task == Task::kTensor) {
     s.name = op;
@@ -194,7 +196,7 @@ std::unique_ptr<at::ObserverContext> Observer::on_op_start(const at::RecordFunct
   std::shared_ptr<PendingOp> op;
   const bool grad_on = at::GradMode::is_enabled();  // the caller's mode
   try {
-    at::RecordFunctionGuard no_callbacks(false);
+    OwnCodeGuard own;                // our own ATen calls are not observed
     at::NoGradGuard no_grad_for_us;  // restores the caller's mode on exit
     std::unique_ptr<OpContext> ctx;
     std::unique_ptr<at::ObserverContext> fast;  // overflow_check
@@ -294,7 +296,7 @@ std::unique_ptr<at::ObserverContext> Observer::on_node_start(const at::RecordFun
   try {
     // overflow_check: a node's record has no outputs, so it never shows an overflow.
     if (overflow_done() || finite_) return nullptr;
-    at::RecordFunctionGuard no_callbacks(false);
+    OwnCodeGuard own;  // our own ATen calls are not observed
     at::NoGradGuard no_grad;
     const NodeFrame& node = thread_state().nodes.back();
     Selection sel;
@@ -339,7 +341,7 @@ void Observer::on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   PendingOp& op = *c->op;
   set_capture_origin(c->origin);
   try {
-    at::RecordFunctionGuard no_callbacks(false);
+    OwnCodeGuard own;  // our own ATen calls are not observed
     at::NoGradGuard no_grad;
     const bool outputs = options_.dump_outputs || options_.task == Task::kOverflowCheck;
     if (outputs && fn.scope() != at::RecordScope::BACKWARD_FUNCTION) {
@@ -379,7 +381,7 @@ std::string Observer::tensor_path(const std::string& name, bool input, size_t in
          (input ? ".in" : ".out") + std::to_string(index) + ".npy.zst";
 }
 
-void Observer::capture_args(c10::ArrayRef<const c10::IValue> values, std::vector<ArgRef>& out,
+void Observer::capture_args(c10::ArrayRef<const c10::IValue> values, ArgRefs& out,
                             const PendingOp& op, const std::string* save_name, bool inputs,
                             const CaptureOptions& how, AliasCapture* alias) {
   out.reserve(out.size() + values.size());
@@ -426,7 +428,7 @@ void Observer::capture_args(c10::ArrayRef<const c10::IValue> values, std::vector
   }
 }
 
-void Observer::capture_tensor(const at::Tensor& t, int64_t list_index, std::vector<ArgRef>& out,
+void Observer::capture_tensor(const at::Tensor& t, int64_t list_index, ArgRefs& out,
                               const std::string* save_path, const CaptureOptions& how) {
   ArgRef a;
   a.is_tensor = true;
@@ -461,7 +463,7 @@ void Observer::emit(PendingOp& op) {
     return;
   }
   OpRecord r = std::move(op.header);
-  auto convert = [](const std::vector<ArgRef>& from, std::vector<Arg>& to) {
+  auto convert = [](const ArgRefs& from, std::vector<Arg>& to) {
     to.reserve(from.size());
     for (const ArgRef& a : from) {
       Arg x;

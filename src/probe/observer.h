@@ -112,10 +112,10 @@ class Observer {
     bool any_unread = false;  ///< out: one of them is uninitialized memory (unread)
   };
   /// `how` applies to every tensor; outputs of aten::empty* ops are also `unread`.
-  void capture_args(c10::ArrayRef<const c10::IValue> values, std::vector<ArgRef>& out,
-                    const PendingOp& op, const std::string* save_name, bool inputs,
-                    const CaptureOptions& how, AliasCapture* alias);
-  void capture_tensor(const at::Tensor& t, int64_t list_index, std::vector<ArgRef>& out,
+  void capture_args(c10::ArrayRef<const c10::IValue> values, ArgRefs& out, const PendingOp& op,
+                    const std::string* save_name, bool inputs, const CaptureOptions& how,
+                    AliasCapture* alias);
+  void capture_tensor(const at::Tensor& t, int64_t list_index, ArgRefs& out,
                       const std::string* save_path, const CaptureOptions& how);
   std::string tensor_path(const std::string& name, bool input, size_t index) const;
   void emit(PendingOp& op);

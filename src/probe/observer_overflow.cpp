@@ -16,6 +16,7 @@
 
 #include "observer.h"
 #include "observer_internal.h"
+#include "own_code.h"
 #include "precprobe/debugger.h"
 #include "precprobe/error.h"
 #include "scaled_grads.h"
@@ -81,7 +82,7 @@ void Observer::overflow_end(const at::RecordFunction& fn, at::ObserverContext* c
   const OpInfo& info = *c->info;
   std::shared_ptr<PendingOp> op;
   try {
-    at::RecordFunctionGuard no_callbacks(false);
+    OwnCodeGuard own;  // our own ATen calls are not observed
     at::NoGradGuard no_grad;
     if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION || overflow_done()) return;
     const std::vector<c10::IValue>& outs = fn.outputs();

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "own_code.h"
 #include "precprobe/error.h"
 
 namespace precprobe {
@@ -211,7 +212,7 @@ void StatsEngine::enqueue_locked(std::shared_ptr<Slot> s, std::unique_lock<std::
 }
 
 void StatsEngine::compute(Slot& s) {
-  at::RecordFunctionGuard no_callbacks(false);  // our own ATen calls are not observed
+  OwnCodeGuard own;  // our own ATen calls are not observed (the worker also disables them)
   at::NoGradGuard no_grad;
   at::Tensor t = std::move(s.tensor);
   try {
@@ -321,7 +322,7 @@ void StatsEngine::end_op(PendingOp& op) {
 
 void StatsEngine::clear_cache() {
   std::unordered_map<TensorKey, std::shared_ptr<Slot>, TensorKeyHash> old;
-  std::unordered_map<const void*, std::vector<TensorKey>> old_index;
+  std::unordered_map<const void*, c10::SmallVector<TensorKey, 2>> old_index;
   {
     std::lock_guard<std::mutex> lk(mu_);
     old.swap(cache_);

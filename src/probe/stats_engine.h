@@ -25,6 +25,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/SmallVector.h>
 
 #include <array>
 #include <atomic>
@@ -124,11 +125,15 @@ struct ArgRef {
   bool is_tensor = false;
 };
 
+/// The arguments of one side of a call: most ops have at most four, held inline (no
+/// allocation per record).
+using ArgRefs = c10::SmallVector<ArgRef, 4>;
+
 /// An op call waiting for its statistics. Header fields are final once pushed;
 /// outputs are filled by end_op() on the thread that ran the op.
 struct PendingOp {
   OpRecord header;  ///< everything but inputs/outputs
-  std::vector<ArgRef> in, out;
+  ArgRefs in, out;
   std::atomic<bool> ended{false};
   bool flush_marker = false;  ///< not an op: flush the writer when reached
 };
@@ -210,7 +215,7 @@ class StatsEngine {
   // The keys cached this step per storage (before_write() retires them), and a one-word
   // filter of those storages, read without the lock: a write to a storage never cached
   // costs a load and a compare.
-  std::unordered_map<const void*, std::vector<TensorKey>> cached_by_storage_;
+  std::unordered_map<const void*, c10::SmallVector<TensorKey, 2>> cached_by_storage_;
   std::atomic<uint64_t> cached_storages_{0};
   std::deque<std::shared_ptr<Slot>> queue_;
   std::vector<const Slot*> running_;  // claimed jobs being computed outside the lock

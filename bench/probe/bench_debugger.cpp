@@ -11,6 +11,12 @@
 // bytes per tensor on disk.
 //
 //     bench_debugger [--h 256,1024] [--steps 30] [--rounds 5] [--warmup 5]
+//                    [--only VARIANT] [--fixed-only 1] [--records N [--task T]]
+// --only runs one variant (and "no debugger"), e.g. "L1 statistics (async)", for
+// profiling; --fixed-only 1 runs only the fixed cost per record. --records N runs N
+// aten::add of 4 floats under a started debugger (async, L1; --task overflow_check or
+// "none" for no debugger) and nothing else: the difference of two runs under
+// `valgrind --tool=callgrind` gives instructions per record, independent of load.
 #include <dlfcn.h>
 #include <time.h>
 #include <torch/torch.h>
@@ -108,6 +114,8 @@ struct Variant {
   precprobe::Level level = precprobe::Level::kL1;
   bool async = true;
   bool monitor = false;
+  precprobe::Task task = precprobe::Task::kStatistics;
+  bool unselected = false;  // "step" selects none of the steps run ("1000000-2000000/100")
   bool on_anomaly = false;  // "record": "on_anomaly", start(model, opt) + run_step
 };
 
@@ -139,6 +147,9 @@ void run_variant(Trainer& tr, const Variant& v, int steps, int warmup, const std
     o.keep_dropout = true;  // the same arithmetic in every variant
     o.grad_monitor = v.monitor;
     if (v.on_anomaly) o.record = precprobe::RecordMode::kOnAnomaly;
+    o.task = v.task;
+    o.overflow_nums = -1;
+    if (v.unselected) o.step.add_every(1000000, 2000000, 100);
     dbg = std::make_unique<precprobe::PrecisionDebugger>(o);
     if (v.start && v.on_anomaly) {
       dbg->start(tr.model.ptr(), tr.opt);
@@ -240,6 +251,9 @@ int main(int argc, char** argv) {
   std::vector<int64_t> sizes{256, 1024};
   int steps = 30, rounds = 5, warmup = 5;
   std::string only;  // run this variant only (for profiling), e.g. "L1 statistics (async)"
+  bool fixed_only = false;
+  int records = -1;
+  std::string task = "statistics";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--h") sizes = parse_list(argv[i + 1]);
@@ -247,6 +261,9 @@ int main(int argc, char** argv) {
     if (k == "--rounds") rounds = std::atoi(argv[i + 1]);
     if (k == "--warmup") warmup = std::atoi(argv[i + 1]);
     if (k == "--only") only = argv[i + 1];
+    if (k == "--fixed-only") fixed_only = std::atoi(argv[i + 1]) != 0;
+    if (k == "--records") records = std::atoi(argv[i + 1]);
+    if (k == "--task") task = argv[i + 1];
   }
   at::set_num_threads(1);
   set_blas_threads_to_one();
@@ -254,6 +271,27 @@ int main(int argc, char** argv) {
   const std::string dump =
       (std::filesystem::temp_directory_path() / ("precprobe_bench_" + std::to_string(::getpid())))
           .string();
+  if (records >= 0) {
+    auto a = torch::randn({4}), b = torch::randn({4});
+    std::unique_ptr<precprobe::PrecisionDebugger> dbg;
+    if (task != "none") {
+      precprobe::DebuggerOptions o;
+      o.dump_path = dump;
+      o.overwrite = true;
+      if (task == "overflow_check") o.task = precprobe::Task::kOverflowCheck;
+      dbg = std::make_unique<precprobe::PrecisionDebugger>(o);
+      dbg->start();
+    }
+    for (int i = 0; i < records; ++i) auto c = at::add(a, b);
+    if (dbg) dbg->stop();
+    std::filesystem::remove_all(dump);
+    return 0;
+  }
+  if (fixed_only) {
+    fixed_cost(dump);
+    std::filesystem::remove_all(dump);
+    return 0;
+  }
   const double bw = memcpy_read_bandwidth();
   std::printf("memcpy bandwidth: %.1f GB/s read\n", bw / 1e9);
 
@@ -264,7 +302,12 @@ int main(int argc, char** argv) {
       {"L1 statistics (sync)", true, true, precprobe::Level::kL1, false},
       {"L2 statistics (async)", true, true, precprobe::Level::kL2, true},
       {"L1 + gradient monitor", true, true, precprobe::Level::kL1, true, true},
-      {"on_anomaly (healthy steps)", true, true, precprobe::Level::kL2, true, false, true},
+      {"on_anomaly (healthy steps)", true, true, precprobe::Level::kL2, true, false,
+       precprobe::Task::kStatistics, false, true},
+      {"L1 overflow_check", true, true, precprobe::Level::kL1, true, false,
+       precprobe::Task::kOverflowCheck},
+      {"L1, step not selected", true, true, precprobe::Level::kL1, true, false,
+       precprobe::Task::kStatistics, true},
   };
   for (int64_t h : sizes) {
     Trainer tr(h);

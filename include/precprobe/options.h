@@ -63,17 +63,32 @@ class IntSet {
   /// Adds [lo, hi] inclusive; overlapping and adjacent ranges are merged. Throws
   /// precprobe::Error when lo > hi.
   void add(int64_t lo, int64_t hi);
-  bool empty() const noexcept { return ranges_.empty(); }
-  /// True when empty (meaning "all") or when v is inside a range. O(log ranges).
+  /// Adds every `every`-th value of [lo, hi]: lo, lo + every, ... ("lo-hi/every"). `every`
+  /// 1 is add(lo, hi). Throws precprobe::Error when lo > hi or every < 1.
+  void add_every(int64_t lo, int64_t hi, int64_t every);
+  bool empty() const noexcept { return ranges_.empty() && strided_.empty(); }
+  /// True when empty (meaning "all") or when v is inside a range (on its stride).
+  /// O(log ranges + strided ranges).
   bool contains(int64_t v) const noexcept;
   /// Largest value, or nullopt when empty.
   std::optional<int64_t> max() const noexcept;
   /// msprobe-style text, e.g. `[1, "5-7"]`.
   std::string to_json() const;
+  /// The contiguous ranges, sorted, disjoint and not touching.
   const std::vector<std::pair<int64_t, int64_t>>& ranges() const noexcept { return ranges_; }
+  /// A range with a stride: lo, lo + every, ... up to hi (every >= 2; hi is on the stride).
+  struct Strided {
+    int64_t lo, hi, every;
+    bool operator==(const Strided& o) const noexcept {
+      return lo == o.lo && hi == o.hi && every == o.every;
+    }
+  };
+  /// The strided ranges, in the order added (they may overlap each other and ranges()).
+  const std::vector<Strided>& strided() const noexcept { return strided_; }
 
  private:
   std::vector<std::pair<int64_t, int64_t>> ranges_;
+  std::vector<Strided> strided_;
 };
 
 struct DebuggerOptions {
@@ -138,6 +153,9 @@ struct DebuggerOptions {
   RecordMode record = RecordMode::kAlways;
   /// "on_anomaly": the triggers of "record": "on_anomaly".
   AnomalyTriggers on_anomaly;
+  /// "max_calls_per_op": record at most this many calls of each op name (per direction)
+  /// per step, the first ones; -1 = all. Later calls cost a callback and a counter.
+  int64_t max_calls_per_op = -1;
 
   /// Parses config.json text. Throws precprobe::Error (key, value, what is allowed).
   static DebuggerOptions from_json(const std::string& json_text);

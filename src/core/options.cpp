@@ -52,8 +52,29 @@ void IntSet::add(int64_t lo, int64_t hi) {
   ranges_.erase(std::next(it), next);
 }
 
+void IntSet::add_every(int64_t lo, int64_t hi, int64_t every) {
+  if (every < 1) {
+    throw Error("IntSet::add_every: stride " + std::to_string(every) + " must be >= 1");
+  }
+  if (lo > hi) add(lo, hi);  // throws
+  if (every == 1 || lo == hi) {
+    add(lo, hi);
+    return;
+  }
+  const int64_t last = lo + (hi - lo) / every * every;  // no overflow: <= hi
+  if (last == lo) {
+    add(lo, lo);
+    return;
+  }
+  strided_.push_back({lo, last, every});
+}
+
 bool IntSet::contains(int64_t v) const noexcept {
-  if (ranges_.empty()) return true;
+  if (empty()) return true;
+  for (const Strided& s : strided_) {
+    if (v >= s.lo && v <= s.hi && (v - s.lo) % s.every == 0) return true;
+  }
+  if (ranges_.empty()) return false;
   auto it =
       std::upper_bound(ranges_.begin(), ranges_.end(), v,
                        [](int64_t x, const std::pair<int64_t, int64_t>& r) { return x < r.first; });
@@ -63,8 +84,10 @@ bool IntSet::contains(int64_t v) const noexcept {
 }
 
 std::optional<int64_t> IntSet::max() const noexcept {
-  if (ranges_.empty()) return std::nullopt;
-  return ranges_.back().second;
+  if (empty()) return std::nullopt;
+  int64_t m = ranges_.empty() ? std::numeric_limits<int64_t>::min() : ranges_.back().second;
+  for (const Strided& s : strided_) m = std::max(m, s.hi);
+  return m;
 }
 
 std::string IntSet::to_json() const {
@@ -152,6 +175,10 @@ ordered_json int_set_json(const IntSet& set) {
       out.push_back(std::to_string(r.first) + "-" + std::to_string(r.second));
     }
   }
+  for (const auto& s : set.strided()) {
+    out.push_back(std::to_string(s.lo) + "-" + std::to_string(s.hi) + "/" +
+                  std::to_string(s.every));
+  }
   return out;
 }
 
@@ -173,9 +200,13 @@ void check_int(const std::string& key, int64_t value, const detail::IntLimits& l
 }
 
 void check_int_set(const std::string& key, const IntSet& set) {
-  if (!set.empty() && set.ranges().front().first < 0) {
-    detail::fail_key(key, "negative value " + std::to_string(set.ranges().front().first) +
+  auto negative = [&key](int64_t v) {
+    detail::fail_key(key, "negative value " + std::to_string(v) +
                               "; allowed: integers >= 0 and ranges \"lo-hi\" of them");
+  };
+  if (!set.ranges().empty() && set.ranges().front().first < 0) negative(set.ranges().front().first);
+  for (const auto& s : set.strided()) {
+    if (s.lo < 0) negative(s.lo);
   }
 }
 
@@ -237,6 +268,10 @@ void DebuggerOptions::validate() const {
   check_int("max_tensor_bytes", max_tensor_bytes, detail::kMaxTensorBytesLimits);
   check_int("replica_check_every", replica_check_every, detail::kReplicaCheckLimits);
   detail::validate_record(*this);
+  check_int("max_calls_per_op", max_calls_per_op, detail::kMaxCallsPerOpLimits);
+  if (max_calls_per_op == 0) {
+    fail_key("max_calls_per_op", "0 would record nothing; allowed: -1 (all calls) or >= 1");
+  }
   if (task == Task::kTensor && list.empty() && scope.empty()) {
     throw Error(
         "task 'tensor' saves full tensors only for ops named in 'list' or 'scope'; add one "
@@ -293,6 +328,7 @@ std::string DebuggerOptions::to_json() const {
   j["replica_check_every"] = replica_check_every;
   j["record"] = detail::record_mode_name(record);
   j["on_anomaly"] = detail::on_anomaly_json(on_anomaly);
+  j["max_calls_per_op"] = max_calls_per_op;
   // Strings set from C++ may hold invalid UTF-8; replace rather than throw.
   return j.dump(2, ' ', false, json::error_handler_t::replace);
 }

@@ -9,6 +9,7 @@
 #include <cctype>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "options_detail.h"
@@ -80,9 +81,19 @@ std::vector<std::string> get_string_list(const json& v, const std::string& key) 
   return out;
 }
 
-// One element of "rank"/"step": 5 or "4-6" (spaces around the numbers are allowed).
-std::pair<int64_t, int64_t> parse_int_set_element(const json& v, const std::string& key) {
-  const char* expected = "an integer >= 0 or a range string \"lo-hi\" like \"4-6\"";
+struct IntSetElement {
+  int64_t lo = 0, hi = 0, every = 1;
+  bool operator<(const IntSetElement& o) const {
+    return std::tie(lo, hi, every) < std::tie(o.lo, o.hi, o.every);
+  }
+};
+
+// One element of "rank"/"step": 5, "4-6", or "0-1000/10" (every 10th value of the range:
+// 0, 10, ... 1000). Spaces around the numbers are allowed.
+IntSetElement parse_int_set_element(const json& v, const std::string& key) {
+  const char* expected =
+      "an integer >= 0, a range string \"lo-hi\" like \"4-6\", or \"lo-hi/N\" (every N-th "
+      "value of the range) like \"0-100000/100\"";
   if (v.is_number_integer()) {
     if (!v.is_number_unsigned()) {
       fail_key(key, "negative value " + std::to_string(v.get<int64_t>()) +
@@ -90,7 +101,7 @@ std::pair<int64_t, int64_t> parse_int_set_element(const json& v, const std::stri
     }
     if (v.get<uint64_t>() > static_cast<uint64_t>(kIndexLimits.hi)) fail_expected(key, v, expected);
     const auto x = static_cast<int64_t>(v.get<uint64_t>());
-    return {x, x};
+    return {x, x, 1};
   }
   if (!v.is_string()) fail_expected(key, v, expected);
   const std::string& s = v.get_ref<const std::string&>();
@@ -116,26 +127,38 @@ std::pair<int64_t, int64_t> parse_int_set_element(const json& v, const std::stri
     fail_expected(key, v, std::string(expected) + (negative ? " (values are >= 0)" : ""));
   }
   ++pos;
-  if (!read_number(hi) || pos != s.size()) fail_expected(key, v, expected);
+  if (!read_number(hi)) fail_expected(key, v, expected);
+  int64_t every = 1;
+  if (pos < s.size() && s[pos] == '/') {
+    ++pos;
+    if (!read_number(every)) fail_expected(key, v, expected);
+    if (every < 1) {
+      fail_key(key, "stride " + std::to_string(every) + " in \"" + s +
+                        "\" must be >= 1 (\"lo-hi/N\" records every N-th value)");
+    }
+  }
+  if (pos != s.size()) fail_expected(key, v, expected);
   if (lo > hi) {
     fail_key(key, "range \"" + s + "\" is reversed; write \"" + std::to_string(hi) + "-" +
                       std::to_string(lo) + "\"");
   }
-  return {lo, hi};
+  return {lo, hi, every};
 }
 
 IntSet get_int_set(const json& v, const std::string& key) {
   if (!v.is_array()) {
-    fail_expected(key, v, "a list of integers >= 0 and range strings like \"4-6\" ([] = all)");
+    fail_expected(key, v,
+                  "a list of integers >= 0 and range strings like \"4-6\" or \"0-1000/10\" "
+                  "([] = all)");
   }
-  std::vector<std::pair<int64_t, int64_t>> ranges;
+  std::vector<IntSetElement> ranges;
   for (size_t i = 0; i < v.size(); ++i) {
     ranges.push_back(parse_int_set_element(v[i], key + "[" + std::to_string(i) + "]"));
   }
   // Sorted first, every add() appends or merges at the end: a long list stays O(n log n).
   std::sort(ranges.begin(), ranges.end());
   IntSet set;
-  for (const auto& r : ranges) set.add(r.first, r.second);
+  for (const auto& r : ranges) set.add_every(r.lo, r.hi, r.every);
   return set;
 }
 
@@ -313,6 +336,12 @@ const KeySpec kTopKeys[] = {
      }},
     {"record", parse_record_mode},
     {"on_anomaly", parse_on_anomaly},
+    {"max_calls_per_op",
+     [](const json& v, const std::string& k, DebuggerOptions& o) {
+       const char* allowed = "-1 (all calls) or an integer >= 1";
+       o.max_calls_per_op = get_int(v, k, kMaxCallsPerOpLimits, allowed);
+       if (o.max_calls_per_op == 0) fail_expected(k, v, allowed);
+     }},
 };
 
 // Keys of every task section; the section-specific ones follow.

@@ -11,6 +11,7 @@
 
 #include "observer.h"
 #include "observer_internal.h"
+#include "own_code.h"
 #include "precprobe/error.h"
 #include "torch_compat.h"
 
@@ -43,6 +44,9 @@ std::unique_ptr<OpInfo> make_info(const at::RecordFunction& fn) {
   auto info = std::make_unique<OpInfo>();
   info->name = schema->name();
   info->overload = schema->overload_name();
+  OpRecord probe;
+  probe.op = info->name;
+  info->outputs_uninitialized = probe.outputs_uninitialized();
   const auto& args = schema->arguments();
   for (size_t i = 0; i < args.size(); ++i) {
     if (writes(args[i].alias_info())) info->write_args.push_back(i);
@@ -70,6 +74,7 @@ const char* engine_node_name(const at::RecordFunction& fn) {
 }
 
 std::unique_ptr<at::ObserverContext> start_cb(const at::RecordFunction& fn) {
+  if (tl_own_code) return nullptr;  // an ATen op precprobe calls itself (own_code.h)
   ThreadState& ts = thread_state();
   if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION) {
     ts.nodes.push_back(NodeFrame{fn.name(), fn.seqNr(), ts.depth});
@@ -95,6 +100,7 @@ std::unique_ptr<at::ObserverContext> start_cb(const at::RecordFunction& fn) {
 }
 
 void end_cb(const at::RecordFunction& fn, at::ObserverContext* ctx) {
+  if (tl_own_code) return;  // started under the same guard: nothing was counted
   ThreadState& ts = thread_state();
   if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION) {
     if (!ts.nodes.empty()) {

@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "observer_internal.h"
+#include "own_code.h"
 #include "precprobe/checklist.h"
 #include "precprobe/debugger.h"
 #include "precprobe/error.h"
@@ -77,6 +78,7 @@ Observer::Observer(const DebuggerOptions& options, DumpWriter* writer, std::stri
   };
   cfg.emit = [this](PendingOp& op) { emit(op); };
   engine_ = std::make_unique<StatsEngine>(std::move(cfg));
+  if (options.task == Task::kOverflowCheck) finite_ = std::make_unique<FiniteMemo>();
 }
 
 Observer::~Observer() {
@@ -152,6 +154,7 @@ uint32_t Observer::thread_index() {
 Observer::Selection Observer::select(const std::string& op, Direction dir, int64_t call) {
   Selection s;
   if (dir == Direction::kForward ? !options_.dump_forward : !options_.dump_backward) return s;
+  if (options_.max_calls_per_op >= 0 && call >= options_.max_calls_per_op) return s;
   const bool range = options_.scope.size() == 2;
   if (!list_.empty() || range || options_.task == Task::kTensor) {
     s.name = op;
@@ -196,11 +199,14 @@ std::unique_ptr<at::ObserverContext> Observer::on_op_start(const at::RecordFunct
   std::shared_ptr<PendingOp> op;
   const bool grad_on = at::GradMode::is_enabled();  // the caller's mode
   try {
-    at::RecordFunctionGuard no_callbacks(false);
+    OwnCodeGuard own;                // our own ATen calls are not observed
     at::NoGradGuard no_grad_for_us;  // restores the caller's mode on exit
     std::unique_ptr<OpContext> ctx;
+    std::unique_ptr<at::ObserverContext> fast;  // overflow_check
     const bool wanted = !overflow_done() && (options_.level == Level::kL2 || depth == 0);
-    if (wanted) {
+    if (wanted && finite_) {
+      fast = overflow_start(fn, info, depth, grad_on);
+    } else if (wanted) {
       const ThreadState& ts = thread_state();
       const Direction dir = ts.nodes.empty() ? Direction::kForward : Direction::kBackward;
       Selection sel;
@@ -272,8 +278,12 @@ std::unique_ptr<at::ObserverContext> Observer::on_op_start(const at::RecordFunct
       // a load and a compare when neither applies).
       for (size_t i : info.write_args)
         if (i < inputs.size())
-          for_each_tensor(inputs[i], [this](const at::Tensor& t) { engine_->before_write(t); });
+          for_each_tensor(inputs[i], [this](const at::Tensor& t) {
+            engine_->before_write(t);
+            if (finite_) finite_->forget(storage_of(t));
+          });
     }
+    if (fast) return fast;
     return ctx;
   } catch (const std::exception& e) {
     errors_.fetch_add(1, std::memory_order_relaxed);
@@ -291,8 +301,9 @@ std::unique_ptr<at::ObserverContext> Observer::on_node_start(const at::RecordFun
   backward_seen_.store(true, std::memory_order_relaxed);
   std::shared_ptr<PendingOp> op;
   try {
-    if (overflow_done()) return nullptr;
-    at::RecordFunctionGuard no_callbacks(false);
+    // overflow_check: a node's record has no outputs, so it never shows an overflow.
+    if (overflow_done() || finite_) return nullptr;
+    OwnCodeGuard own;  // our own ATen calls are not observed
     at::NoGradGuard no_grad;
     const NodeFrame& node = thread_state().nodes.back();
     Selection sel;
@@ -329,11 +340,15 @@ std::unique_ptr<at::ObserverContext> Observer::on_node_start(const at::RecordFun
 }
 
 void Observer::on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
+  if (finite_) {
+    overflow_end(fn, ctx);
+    return;
+  }
   auto* c = static_cast<OpContext*>(ctx);
   PendingOp& op = *c->op;
   set_capture_origin(c->origin);
   try {
-    at::RecordFunctionGuard no_callbacks(false);
+    OwnCodeGuard own;  // our own ATen calls are not observed
     at::NoGradGuard no_grad;
     const bool outputs = options_.dump_outputs || options_.task == Task::kOverflowCheck;
     if (outputs && fn.scope() != at::RecordScope::BACKWARD_FUNCTION) {
@@ -365,7 +380,8 @@ void Observer::on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
 }
 
 void Observer::abandon(at::ObserverContext* ctx) noexcept {
-  static_cast<OpContext*>(ctx)->op->ended.store(true, std::memory_order_release);
+  // overflow_check's contexts hold no queued record.
+  if (auto* c = dynamic_cast<OpContext*>(ctx)) c->op->ended.store(true, std::memory_order_release);
 }
 
 std::string Observer::tensor_path(const std::string& name, bool input, size_t index) const {
@@ -373,7 +389,7 @@ std::string Observer::tensor_path(const std::string& name, bool input, size_t in
          (input ? ".in" : ".out") + std::to_string(index) + ".npy.zst";
 }
 
-void Observer::capture_args(c10::ArrayRef<const c10::IValue> values, std::vector<ArgRef>& out,
+void Observer::capture_args(c10::ArrayRef<const c10::IValue> values, ArgRefs& out,
                             const PendingOp& op, const std::string* save_name, bool inputs,
                             const CaptureOptions& how, AliasCapture* alias) {
   out.reserve(out.size() + values.size());
@@ -420,7 +436,7 @@ void Observer::capture_args(c10::ArrayRef<const c10::IValue> values, std::vector
   }
 }
 
-void Observer::capture_tensor(const at::Tensor& t, int64_t list_index, std::vector<ArgRef>& out,
+void Observer::capture_tensor(const at::Tensor& t, int64_t list_index, ArgRefs& out,
                               const std::string* save_path, const CaptureOptions& how) {
   ArgRef a;
   a.is_tensor = true;
@@ -455,12 +471,12 @@ void Observer::emit(PendingOp& op) {
     return;
   }
   OpRecord r = std::move(op.header);
-  auto convert = [](const std::vector<ArgRef>& from, std::vector<Arg>& to) {
+  auto convert = [](const ArgRefs& from, std::vector<Arg>& to) {
     to.reserve(from.size());
     for (const ArgRef& a : from) {
       Arg x;
       if (a.is_tensor) {
-        x.tensor = a.slot->stats;
+        x.tensor = stats_of(*a.slot);
         x.tensor->param = a.param ? *a.param : std::string();
         x.tensor->list_index = a.list_index;
         x.tensor->requires_grad = a.requires_grad;

@@ -35,6 +35,7 @@ namespace detail {
 
 struct OpInfo;
 class OriginTracker;  // replay_origin.h
+class FiniteMemo;
 
 struct ObserverCounters {
   uint64_t ops_seen = 0;         ///< op and node events observed while attached
@@ -95,6 +96,13 @@ class Observer {
   /// Ends a call whose Observer detached meanwhile (no outputs captured).
   static void abandon(at::ObserverContext* ctx) noexcept;
 
+  /// overflow_check's own path (observer_overflow.cpp): no record is built for an op whose
+  /// outputs hold no NaN/Inf; each new output is read once by the cheapest test.
+  std::unique_ptr<at::ObserverContext> overflow_start(const at::RecordFunction& fn,
+                                                      const OpInfo& info, int32_t depth,
+                                                      bool grad_on);
+  void overflow_end(const at::RecordFunction& fn, at::ObserverContext* ctx);
+
  private:
   struct Selection {
     bool record = false;
@@ -111,10 +119,10 @@ class Observer {
     bool any_unread = false;  ///< out: one of them is uninitialized memory (unread)
   };
   /// `how` applies to every tensor; outputs of aten::empty* ops are also `unread`.
-  void capture_args(c10::ArrayRef<const c10::IValue> values, std::vector<ArgRef>& out,
-                    const PendingOp& op, const std::string* save_name, bool inputs,
-                    const CaptureOptions& how, AliasCapture* alias);
-  void capture_tensor(const at::Tensor& t, int64_t list_index, std::vector<ArgRef>& out,
+  void capture_args(c10::ArrayRef<const c10::IValue> values, ArgRefs& out, const PendingOp& op,
+                    const std::string* save_name, bool inputs, const CaptureOptions& how,
+                    AliasCapture* alias);
+  void capture_tensor(const at::Tensor& t, int64_t list_index, ArgRefs& out,
                       const std::string* save_path, const CaptureOptions& how);
   std::string tensor_path(const std::string& name, bool input, size_t index) const;
   void emit(PendingOp& op);
@@ -164,7 +172,8 @@ class Observer {
   std::atomic<bool> grad_hook_armed_{false};
   std::atomic<bool> backward_seen_{false};  ///< an autograd node ran this step
   std::atomic<OriginTracker*> origin_tracker_{nullptr};
-  int64_t overflow_count_ = 0;  // emitter only
+  int64_t overflow_count_ = 0;              // emitter only
+  std::unique_ptr<FiniteMemo> finite_;      // overflow_check only
 };
 
 }  // namespace detail

@@ -8,9 +8,14 @@
 #include <ATen/core/ivalue.h>
 #include <ATen/record_function.h>
 
+#include <array>
 #include <cstdint>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "stats.h"
 
 namespace precprobe {
 namespace detail {
@@ -25,6 +30,56 @@ struct OpInfo {
   /// Positions of arguments with any alias annotation ("a!" or "a"): written, or handed
   /// back as (a view of) the output, e.g. resolve_conj's self or copy_'s destination.
   std::vector<size_t> alias_args;
+  /// aten::empty* (OpRecord::outputs_uninitialized()): the outputs are garbage, unread.
+  bool outputs_uninitialized = false;
+};
+
+/// overflow_check's memory of tensors known to hold no NaN/Inf (an output it tested, or
+/// uninitialized memory, which is never read): an in-place op's written argument found
+/// here is not read again before the op. One entry per storage (a direct-mapped table of
+/// TensorKeys: a collision only costs a read). A write to a storage forgets it, whichever
+/// alias (`.data()`) it goes through; weak references keep a remembered StorageImpl's
+/// address from being reused. Any thread.
+class FiniteMemo {
+ public:
+  bool known(const at::Tensor& t) {
+    const TensorKey k = make_key(t);
+    if (!k.versioned) return false;
+    std::lock_guard<std::mutex> lk(mu_);
+    return slots_[index(k.storage)].key == k;
+  }
+  void note(const at::Tensor& t) {
+    const TensorKey k = make_key(t);
+    if (!k.versioned) return;
+    std::lock_guard<std::mutex> lk(mu_);
+    Entry& e = slots_[index(k.storage)];
+    if (e.key.storage != k.storage || !e.alive)
+      e.alive = t.unsafeGetTensorImpl()->unsafe_storage().getWeakStorageImpl();
+    e.key = k;
+  }
+  void forget(const void* storage) {
+    if (storage == nullptr) return;
+    std::lock_guard<std::mutex> lk(mu_);
+    Entry& e = slots_[index(storage)];
+    if (e.key.storage == storage) e.key = TensorKey{};
+  }
+  void clear() {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (Entry& e : slots_) e = Entry{};
+  }
+
+ private:
+  static constexpr size_t kSlots = 1024;
+  static size_t index(const void* storage) noexcept {
+    const uint64_t h = (reinterpret_cast<uintptr_t>(storage) >> 4) * 0x9e3779b97f4a7c15ULL;
+    return static_cast<size_t>(h >> 54);  // 10 bits
+  }
+  struct Entry {
+    TensorKey key;
+    std::optional<c10::weak_intrusive_ptr<c10::StorageImpl>> alive;
+  };
+  std::mutex mu_;
+  std::array<Entry, kSlots> slots_;
 };
 
 /// The OpInfo of a dispatcher op event; nullptr for other events (engine markers,

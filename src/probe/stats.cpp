@@ -460,7 +460,64 @@ void add_histogram(const at::Tensor& t, TensorStats& out) {
     if (counts[i] > 0) out.hist.emplace_back(lo + static_cast<int64_t>(i), counts[i]);
 }
 
+// Receives the runs of a walk and tests them for NaN/Inf (has_non_finite).
+template <typename T>
+struct DetectSink {
+  bool found = false;
+  void run(const T* p, int64_t n) {
+    if (!found) found = any_non_finite(p, n);
+  }
+  void gather(const T* p, int64_t n, int64_t stride) {
+    for (int64_t i = 0; i < n && !found; ++i) {
+      const double x = static_cast<double>(p[i * stride]);
+      found = !std::isfinite(x);
+    }
+  }
+  void flush() {}
+};
+
+template <typename T>
+bool detect_cpu(const at::Tensor& v) {
+  const T* base = static_cast<const T*>(v.data_ptr());
+  if (v.is_non_overlapping_and_dense()) return any_non_finite(base, v.numel());
+  DetectSink<T> sink;
+  walk(base, memory_geometry(v), sink);
+  return sink.found;
+}
+
 }  // namespace
+
+bool has_non_finite(const at::Tensor& t) noexcept {
+  try {
+    if (!t.defined() || t.is_meta() || t.numel() == 0) return false;
+    if (!at::isFloatingType(t.scalar_type()) && !at::isComplexType(t.scalar_type())) return false;
+    if (!readable_on_cpu(t)) {
+      if (t.layout() != c10::kStrided || t.is_quantized() || t.is_nested()) return false;
+      return !at::isfinite(t.detach()).all().item<bool>();  // CUDA and other devices
+    }
+    if (t._is_zerotensor()) return false;
+    at::Tensor v = t;
+    if (v.is_complex()) v = at::view_as_real(v.is_conj() ? v.conj() : v);  // same magnitudes
+    if (v.data_ptr() == nullptr) return false;
+    switch (v.scalar_type()) {
+      case at::kFloat:
+        return detect_cpu<float>(v);
+      case at::kDouble:
+        return detect_cpu<double>(v);
+      case at::kBFloat16:
+        return detect_cpu<c10::BFloat16>(v);
+      case at::kHalf:
+        return detect_cpu<c10::Half>(v);
+      default:
+        return !at::isfinite(v).all().item<bool>();
+    }
+  } catch (const std::exception& e) {
+    report_error(std::string("precprobe: the NaN/Inf test failed: ") + e.what());
+  } catch (...) {
+    report_error("precprobe: the NaN/Inf test failed (unknown exception)");
+  }
+  return false;
+}
 
 void summarize_with_aten(const at::Tensor& t, TensorStats& out, bool with_hash) {
   out.hist.clear();

@@ -43,6 +43,13 @@ void summarize(const at::Tensor& t, TensorStats& out, bool with_hash) noexcept;
 /// it on CPU tensors and compare it with the single-pass kernel). May throw c10::Error.
 void summarize_with_aten(const at::Tensor& t, TensorStats& out, bool with_hash);
 
+/// Whether `t` holds a NaN or an Inf, read once at memory speed (overflow_check's fast
+/// path): a vectorised test of the exponent bits, nothing counted or written. Integer and
+/// bool tensors never do. Complex: either component. False for tensors whose values cannot
+/// be read (meta, sparse, quantized, nested). Never throws (a failure reports an error and
+/// answers false).
+bool has_non_finite(const at::Tensor& t) noexcept;
+
 /// The logical-order hash of precprobe::tensor_hash (see precprobe/hash.h).
 uint64_t hash_tensor(const at::Tensor& t);
 

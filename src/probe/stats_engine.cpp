@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "own_code.h"
 #include "precprobe/error.h"
 
 namespace precprobe {
@@ -49,20 +50,74 @@ uint64_t StatsEngine::next_serial() const {
   return serial_;
 }
 
+namespace {
+
+// The key of the memory a dense tensor covers, whatever its sizes and strides: the same
+// for a tensor and its full views. Sizes and strides are replaced by the element count
+// (a distinct tag keeps it apart from the keys of make_key()).
+TensorKey dense_key(TensorKey key, int64_t numel) {
+  key.geometry = (static_cast<uint64_t>(numel) * 0x9e3779b97f4a7c15ULL) ^ 0xd3a5e0f1c2b4a697ULL;
+  return key;
+}
+
+// Whether the statistics of `t` equal those of any other tensor covering the same memory:
+// dense (every element of the span once) and read as stored (no lazy conj/neg).
+bool order_free(const at::Tensor& t) {
+  return t.layout() == c10::kStrided && t.numel() > 0 && t.is_non_overlapping_and_dense() &&
+         !t.is_conj() && !t.is_neg() && !t._is_zerotensor();
+}
+
+}  // namespace
+
+void StatsEngine::remember_locked(const TensorKey& key, const std::shared_ptr<Slot>& s) {
+  auto [it, added] = cache_.try_emplace(key, s);
+  if (!added) {
+    const bool retired = it->second->overwritten;  // its key left the storage index then
+    it->second = s;
+    if (!retired) return;
+  }
+  index_locked(key);
+}
+
 std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, const CaptureOptions& how) {
   TensorKey key = make_key(t);
   const bool cacheable = key.versioned && key.storage != nullptr;
+  auto usable = [&how](const Slot& hit) {
+    return !hit.overwritten && !how.fresh && !(hit.untracked && hit.serial >= how.reuse_before);
+  };
+  // The hash depends on element order: with it, only the exact key is shared.
+  const bool by_memory = cacheable && !cfg_.with_hash && order_free(t);
   std::unique_lock<std::mutex> lk(mu_);
   std::shared_ptr<Slot>* cached = nullptr;
   if (cacheable) {
     auto it = cache_.find(key);
     if (it != cache_.end()) {
       const Slot& hit = *it->second;
-      if (!hit.overwritten && !how.fresh && !(hit.untracked && hit.serial >= how.reuse_before)) {
+      if (usable(hit)) {
         bump(kCached);
         return it->second;
       }
       cached = &it->second;  // replaced below by the statistics of the tensor as it is now
+    }
+  }
+  TensorKey memory_key;
+  if (by_memory) {
+    memory_key = dense_key(key, t.numel());
+    auto it = cache_.find(memory_key);
+    if (it != cache_.end() && usable(*it->second) && cached == nullptr) {
+      auto v = std::make_shared<Slot>();  // a full view of a tensor summarised this step
+      v->base = it->second;
+      v->key = key;
+      v->origin = tl_origin;
+      v->untracked = v->base->untracked;
+      v->unread = v->base->unread;
+      v->serial = v->base->serial;
+      v->stats.shape.assign(t.sizes().begin(), t.sizes().end());
+      v->storage_alive = v->base->storage_alive;
+      v->state.store(Slot::kDone, std::memory_order_relaxed);
+      remember_locked(key, v);
+      bump(kCached);
+      return v;
     }
   }
   auto s = std::make_shared<Slot>();
@@ -75,6 +130,7 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, const CaptureOpt
   if (key.storage)
     s->storage_alive = t.unsafeGetTensorImpl()->unsafe_storage().getWeakStorageImpl();
   bump(kSummarised);
+  if (by_memory) remember_locked(memory_key, s);
   if (cached != nullptr) {
     const bool retired = (*cached)->overwritten;  // its key left the storage index then
     *cached = s;
@@ -156,7 +212,7 @@ void StatsEngine::enqueue_locked(std::shared_ptr<Slot> s, std::unique_lock<std::
 }
 
 void StatsEngine::compute(Slot& s) {
-  at::RecordFunctionGuard no_callbacks(false);  // our own ATen calls are not observed
+  OwnCodeGuard own;  // our own ATen calls are not observed (the worker also disables them)
   at::NoGradGuard no_grad;
   at::Tensor t = std::move(s.tensor);
   try {
@@ -266,7 +322,7 @@ void StatsEngine::end_op(PendingOp& op) {
 
 void StatsEngine::clear_cache() {
   std::unordered_map<TensorKey, std::shared_ptr<Slot>, TensorKeyHash> old;
-  std::unordered_map<const void*, std::vector<TensorKey>> old_index;
+  std::unordered_map<const void*, c10::SmallVector<TensorKey, 2>> old_index;
   {
     std::lock_guard<std::mutex> lk(mu_);
     old.swap(cache_);
@@ -280,7 +336,10 @@ bool StatsEngine::op_ready(const PendingOp& op) const {
   if (!op.ended.load(std::memory_order_acquire)) return false;
   for (const auto* args : {&op.in, &op.out})
     for (const auto& a : *args)
-      if (a.slot && a.slot->state.load(std::memory_order_acquire) != Slot::kDone) return false;
+      if (a.slot &&
+          (a.slot->state.load(std::memory_order_acquire) != Slot::kDone ||
+           (a.slot->base && a.slot->base->state.load(std::memory_order_acquire) != Slot::kDone)))
+        return false;
   return true;
 }
 

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/SmallVector.h>
 
 #include <array>
 #include <atomic>
@@ -78,7 +79,20 @@ struct Slot {
   /// Device tensors: the stream current when captured; the statistics are computed on it,
   /// after the kernels that produced the tensor.
   c10::optional<c10::Stream> stream;
+  /// A view covering exactly the memory of a tensor summarised this step (`t()`, `view`,
+  /// `reshape`, `detach`, `permute` of a dense tensor): counts, min, max, mean and norm
+  /// do not depend on element order, so they are `base`'s; this slot holds only its own
+  /// shape in `stats.shape` and is done at once (see stats_of()).
+  std::shared_ptr<Slot> base;
 };
+
+/// The statistics a finished slot stands for (its base's, with its own shape).
+inline TensorStats stats_of(const Slot& s) {
+  if (!s.base) return s.stats;
+  TensorStats out = s.base->stats;
+  out.shape = s.stats.shape;
+  return out;
+}
 
 /// How StatsEngine::capture() treats a tensor.
 struct CaptureOptions {
@@ -111,11 +125,15 @@ struct ArgRef {
   bool is_tensor = false;
 };
 
+/// The arguments of one side of a call: most ops have at most four, held inline (no
+/// allocation per record).
+using ArgRefs = c10::SmallVector<ArgRef, 4>;
+
 /// An op call waiting for its statistics. Header fields are final once pushed;
 /// outputs are filled by end_op() on the thread that ran the op.
 struct PendingOp {
   OpRecord header;  ///< everything but inputs/outputs
-  std::vector<ArgRef> in, out;
+  ArgRefs in, out;
   std::atomic<bool> ended{false};
   bool flush_marker = false;  ///< not an op: flush the writer when reached
 };
@@ -173,6 +191,8 @@ class StatsEngine {
   EngineCounters counters() const;
 
  private:
+  /// Caches `s` under `key` (replacing an entry) and indexes the key by storage.
+  void remember_locked(const TensorKey& key, const std::shared_ptr<Slot>& s);
   void enqueue_locked(std::shared_ptr<Slot> s, std::unique_lock<std::mutex>& lk);
   void index_locked(const TensorKey& key);
   void retire_storage(const void* storage);
@@ -195,7 +215,7 @@ class StatsEngine {
   // The keys cached this step per storage (before_write() retires them), and a one-word
   // filter of those storages, read without the lock: a write to a storage never cached
   // costs a load and a compare.
-  std::unordered_map<const void*, std::vector<TensorKey>> cached_by_storage_;
+  std::unordered_map<const void*, c10::SmallVector<TensorKey, 2>> cached_by_storage_;
   std::atomic<uint64_t> cached_storages_{0};
   std::deque<std::shared_ptr<Slot>> queue_;
   std::vector<const Slot*> running_;  // claimed jobs being computed outside the lock

@@ -218,5 +218,44 @@ PRECPROBE_CLONES void block_stats(const bool* p, int64_t n, BlockStats& out) noe
   out.max = ones > 0 ? 1.0 : 0.0;
 }
 
+namespace {
+
+// An element is non-finite when its exponent bits are all ones: (bits & E) + lowest
+// exponent bit carries into the sign bit exactly then. Integer OR-reduction: exact and
+// vectorised; one early exit per chunk keeps a broken tensor from being read to the end.
+template <typename U>
+PRECPROBE_INLINE bool exponent_all_ones(const U* __restrict p, int64_t n, U exp_mask, U exp_low,
+                                        U top) {
+  constexpr int64_t kChunk = 8192;
+  for (int64_t i = 0; i < n; i += kChunk) {
+    const int m = static_cast<int>(n - i < kChunk ? n - i : kChunk);
+    const U* q = p + i;
+    U acc = 0;
+#pragma omp simd reduction(| : acc)
+    for (int k = 0; k < m; ++k) acc |= static_cast<U>((q[k] & exp_mask) + exp_low);
+    if ((acc & top) != 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+PRECPROBE_CLONES bool any_non_finite(const float* p, int64_t n) noexcept {
+  return exponent_all_ones(reinterpret_cast<const uint32_t*>(p), n, uint32_t{0x7f800000},
+                           uint32_t{0x00800000}, uint32_t{0x80000000});
+}
+PRECPROBE_CLONES bool any_non_finite(const double* p, int64_t n) noexcept {
+  return exponent_all_ones(reinterpret_cast<const uint64_t*>(p), n, uint64_t{0x7ff0000000000000},
+                           uint64_t{0x0010000000000000}, uint64_t{0x8000000000000000});
+}
+PRECPROBE_CLONES bool any_non_finite(const c10::BFloat16* p, int64_t n) noexcept {
+  return exponent_all_ones(reinterpret_cast<const uint16_t*>(p), n, uint16_t{0x7f80},
+                           uint16_t{0x0080}, uint16_t{0x8000});
+}
+PRECPROBE_CLONES bool any_non_finite(const c10::Half* p, int64_t n) noexcept {
+  return exponent_all_ones(reinterpret_cast<const uint16_t*>(p), n, uint16_t{0x7c00},
+                           uint16_t{0x0400}, uint16_t{0x8000});
+}
+
 }  // namespace detail
 }  // namespace precprobe

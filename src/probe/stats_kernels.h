@@ -45,5 +45,12 @@ void block_stats(const int32_t* p, int64_t n, BlockStats& out) noexcept;
 void block_stats(const int64_t* p, int64_t n, BlockStats& out) noexcept;
 void block_stats(const bool* p, int64_t n, BlockStats& out) noexcept;
 
+// Whether p[0..n) (any n) holds a NaN or an Inf: an OR over the exponent bits, vectorised,
+// reading each element once and writing nothing (overflow_check's fast path).
+bool any_non_finite(const float* p, int64_t n) noexcept;
+bool any_non_finite(const double* p, int64_t n) noexcept;
+bool any_non_finite(const c10::BFloat16* p, int64_t n) noexcept;
+bool any_non_finite(const c10::Half* p, int64_t n) noexcept;
+
 }  // namespace detail
 }  // namespace precprobe

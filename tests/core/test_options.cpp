@@ -416,6 +416,62 @@ TEST_CASE("rank and step take lists and \"lo-hi\" ranges", "[options][intset]") 
   CHECK_FALSE(o.rank.contains(1));
 }
 
+TEST_CASE("step takes \"lo-hi/N\": every N-th step of a range", "[options][intset]") {
+  const DebuggerOptions o =
+      DebuggerOptions::from_json(R"({"step": ["0-1000/100", 7, " 10 - 25 / 5 "]})");
+  std::vector<int64_t> selected;
+  for (int64_t v = -1; v <= 1200; ++v)
+    if (o.step.contains(v)) selected.push_back(v);
+  CHECK(selected == std::vector<int64_t>{0, 7, 10, 15, 20, 25, 100, 200, 300, 400, 500, 600, 700,
+                                         800, 900, 1000});
+  CHECK(o.step.max() == std::optional<int64_t>(1000));
+  // The last value is put on the stride; "/1" is a plain range.
+  const DebuggerOptions p = DebuggerOptions::from_json(R"({"step": ["3-20/8", "30-32/1"]})");
+  CHECK(p.step.to_json() == R"(["30-32", "3-19/8"])");
+  for (int64_t v : {3, 11, 19, 30, 31, 32}) CHECK(p.step.contains(v));
+  for (int64_t v : {4, 20, 27, 29, 33}) CHECK_FALSE(p.step.contains(v));
+  // to_json round-trips.
+  const DebuggerOptions q = DebuggerOptions::from_json(o.to_json());
+  for (int64_t v = 0; v <= 1200; ++v) CHECK(q.step.contains(v) == o.step.contains(v));
+  // Errors name the element and the bad value.
+  auto message = [](const char* json) {
+    try {
+      DebuggerOptions::from_json(json);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK_THAT(message(R"({"step": [1, "0-100/0"]})"),
+             Catch::Matchers::ContainsSubstring("'step[1]'") &&
+                 Catch::Matchers::ContainsSubstring("stride 0"));
+  CHECK_THAT(message(R"({"step": ["0-100/x"]})"),
+             Catch::Matchers::ContainsSubstring("'step[0]'") &&
+                 Catch::Matchers::ContainsSubstring("\"0-100/x\"") &&
+                 Catch::Matchers::ContainsSubstring("lo-hi/N"));
+  CHECK_THAT(message(R"({"step": ["5/2"]})"), Catch::Matchers::ContainsSubstring("'step[0]'") &&
+                                                  Catch::Matchers::ContainsSubstring("\"5/2\""));
+  CHECK_THAT(message(R"({"step": ["9-3/2"]})"), Catch::Matchers::ContainsSubstring("reversed"));
+  IntSet s;
+  CHECK_THROWS_AS(s.add_every(0, 10, 0), Error);
+}
+
+TEST_CASE("max_calls_per_op: -1 or >= 1", "[options]") {
+  CHECK(DebuggerOptions::from_json("{}").max_calls_per_op == -1);
+  const DebuggerOptions o = DebuggerOptions::from_json(R"({"max_calls_per_op": 3})");
+  CHECK(o.max_calls_per_op == 3);
+  CHECK(DebuggerOptions::from_json(o.to_json()).max_calls_per_op == 3);
+  for (const char* bad : {R"({"max_calls_per_op": 0})", R"({"max_calls_per_op": -2})",
+                          R"({"max_calls_per_op": "3"})", R"({"max_calls_per_op": 1.5})"}) {
+    INFO(bad);
+    CHECK_THROWS_WITH(DebuggerOptions::from_json(bad),
+                      Catch::Matchers::ContainsSubstring("'max_calls_per_op'"));
+  }
+  DebuggerOptions c;
+  c.max_calls_per_op = 0;
+  CHECK_THROWS_WITH(c.validate(), Catch::Matchers::ContainsSubstring("max_calls_per_op"));
+}
+
 TEST_CASE("IntSet agrees with a brute-force set", "[intset]") {
   IntSet empty;
   CHECK(empty.contains(-5));

@@ -272,6 +272,29 @@ TEST_CASE("step, list, scope and data_mode filters", "[debugger]") {
     REQUIRE(!ops.empty());
     for (const auto& r : ops) CHECK(r.step == 1);
   }
+  SECTION("step: every 2nd of a range") {
+    TempDir dir("dbg_fstride");
+    auto o = options_in(dir);
+    o.step.add_every(0, 100, 2);
+    PrecisionDebugger dbg(o);
+    program(dbg);
+    std::set<int64_t> steps;
+    for (const auto& r : read_ops(dir)) steps.insert(r.step);
+    CHECK(steps == std::set<int64_t>{0, 2});
+  }
+  SECTION("max_calls_per_op: the first calls of each op per step") {
+    TempDir dir("dbg_fmaxcalls");
+    auto o = options_in(dir);
+    o.max_calls_per_op = 1;
+    PrecisionDebugger dbg(o);
+    program(dbg);
+    auto ops = read_ops(dir);
+    REQUIRE(!ops.empty());
+    for (const auto& r : ops) CHECK(r.call == 0);
+    // mul runs twice forward per step: only its first call, in each of the 3 steps.
+    auto muls = with_name(ops, "aten::mul");
+    CHECK(muls.size() == 3);
+  }
   SECTION("list: an exact full name") {
     TempDir dir("dbg_flist");
     auto o = options_in(dir);

@@ -170,6 +170,74 @@ TEST_CASE("overflow_check records only the op where non-finite values start",
   CHECK(all[2].op == "aten::sqrt");
 }
 
+TEST_CASE("overflow_check: in-place ops, propagation and outputs of empty",
+          "[debugger][overflow]") {
+  TempDir dir("dbg_ovf_inplace");
+  auto o = options_in(dir);
+  o.task = Task::kOverflowCheck;
+  o.overflow_nums = -1;
+  {
+    PrecisionDebugger dbg(o);
+    dbg.start();
+    auto w = torch::full({64}, 2.0f);
+    for (int i = 0; i < 3; ++i) w.mul_(1.5f);  // finite chain of in-place updates
+    auto big = torch::full({8, 8}, 3e38f);
+    big.mul_(10.0f);                // +Inf in place from a finite tensor: an origin
+    big.add_(1.0f);                 // Inf in, Inf out: not an origin
+    auto e = torch::empty({1000});  // garbage is never read as NaN/Inf
+    e.fill_(1.0f);
+    auto t = big.t().contiguous();  // Inf propagated through a view: not an origin
+    auto h = torch::tensor({1.0f, 2.0f}, torch::kHalf) * 60000;  // Half overflow: an origin
+    dbg.step();
+    dbg.stop();
+  }
+  auto ops = read_ops(dir);
+  REQUIRE(ops.size() == 2);
+  CHECK(ops[0].name() == "aten::mul_.3.forward");
+  CHECK(ops[0].outputs[0].tensor->pinf == 64);
+  CHECK(ops[0].inputs[0].tensor->all_finite());  // its values before the write are gone
+  CHECK(ops[0].inputs[0].tensor->shape == std::vector<int64_t>{8, 8});
+  CHECK(ops[1].op == "aten::mul");
+  CHECK(ops[1].outputs[0].tensor->dtype == "Half");
+  CHECK(ops[1].outputs[0].tensor->pinf == 1);
+  CHECK(ops[1].inputs[0].tensor->all_finite());
+}
+
+TEST_CASE("statistics of a full view are its base's, with its own shape", "[debugger][cache]") {
+  TempDir dir("dbg_views");
+  auto o = options_in(dir);
+  auto x = torch::randn({48, 80});
+  x.view(-1)[7] = -1e30f;  // a distinct extreme that the view must show too
+  {
+    PrecisionDebugger dbg(o);
+    dbg.start();
+    auto y = x * 3;     // y summarised
+    auto a = y.t();     // a full view: reused
+    auto b = a.sum(0);  // reads the transposed view
+    auto c = y.reshape({80, 48}).mul(2);
+    auto z = y.narrow(0, 0, 10).sum();  // a partial view: summarised itself
+    dbg.step();
+    dbg.stop();
+  }
+  auto ops = read_ops(dir);
+  const at::Tensor y = x * 3;
+  for (const auto& r : ops) {
+    INFO(r.name());
+    if (r.op == "aten::t") {
+      check_stats(*r.inputs[0].tensor, y);
+      check_stats(*r.outputs[0].tensor, y.t());
+    } else if (r.op == "aten::sum" && r.call == 0) {
+      check_stats(*r.inputs[0].tensor, y.t());
+    } else if (r.op == "aten::reshape") {
+      check_stats(*r.outputs[0].tensor, y.reshape({80, 48}));
+    } else if (r.op == "aten::sum" && r.call == 1) {
+      check_stats(*r.inputs[0].tensor, y.narrow(0, 0, 10));
+    }
+  }
+  auto meta = read_meta(dir);
+  CHECK(meta["counters"]["errors"] == 0);
+}
+
 TEST_CASE("task tensor writes the selected ops' tensors as .npy.zst", "[debugger][tensor]") {
   TempDir dir("dbg_tensor");
   auto o = options_in(dir);

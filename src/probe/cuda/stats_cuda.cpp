@@ -173,6 +173,10 @@ class CudaReduceBackend : public ReduceBackend {
   }
 };
 
+// Batches in flight before new CUDA jobs fall back to the ATen path (which waits for the
+// device): bounds the tensor memory held when the device falls behind the worker.
+constexpr size_t kMaxInFlight = 4096;
+
 DeferredStats& device_batches() {
   static auto* d = new DeferredStats(std::make_unique<CudaReduceBackend>());  // never destroyed
   return *d;
@@ -185,6 +189,9 @@ bool defer_device_stats(const std::shared_ptr<Slot>& s, bool with_hash) {
   if (with_hash || !s->save_path.empty() || s->unread) return false;
   const at::Tensor& t = s->tensor;
   if (!t.defined() || !t.is_cuda() || !DeferredStats::supported(t)) return false;
+  if (device_batches().in_flight() >= kMaxInFlight && device_batches().poll() == 0 &&
+      device_batches().in_flight() >= kMaxInFlight)
+    return false;
   c10::optional<c10::Stream> stream = s->stream;
   if (!stream) stream = c10::cuda::getCurrentCUDAStream(t.device().index()).unwrap();
   DeferredStats::Item item;

@@ -11,6 +11,9 @@
 
 #include "own_code.h"
 #include "precprobe/error.h"
+#if PRECPROBE_WITH_CUDA
+#include "cuda/stats_cuda.h"  // CUDA tensors: fused kernel, results read by the worker
+#endif
 
 namespace precprobe {
 namespace detail {
@@ -149,6 +152,9 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, const CaptureOpt
     s->state.store(Slot::kRunning, std::memory_order_relaxed);
     lk.unlock();
     s->tensor = t;
+#if PRECPROBE_WITH_CUDA
+    if (cfg_.async && defer_device_stats(s, cfg_.with_hash)) return s;  // no sync here
+#endif
     compute(*s);
     return s;
   }
@@ -253,7 +259,10 @@ void StatsEngine::compute(Slot& s) {
 void StatsEngine::run_claimed(const std::shared_ptr<Slot>& s, std::unique_lock<std::mutex>& lk) {
   running_.push_back(s.get());
   lk.unlock();
-  compute(*s);
+#if PRECPROBE_WITH_CUDA
+  if (!(cfg_.async && defer_device_stats(s, cfg_.with_hash)))  // launched: the worker completes it
+#endif
+    compute(*s);
   lk.lock();
   held_bytes_ -= s->bytes;
   running_.erase(std::find(running_.begin(), running_.end(), s.get()));
@@ -368,6 +377,9 @@ void StatsEngine::drain() {
     }
     while (pending_jobs_.load(std::memory_order_acquire) != 0) done_cv_.wait(lk);
   }
+#if PRECPROBE_WITH_CUDA
+  wait_device_stats();  // slots deferred to the device: their events
+#endif
   emit_ready();
 }
 
@@ -405,6 +417,9 @@ void StatsEngine::worker_main() {
     }
     if (stop_) break;
     lk.unlock();
+#if PRECPROBE_WITH_CUDA
+    poll_device_stats();  // slots whose device results have arrived
+#endif
     emit_ready();
     if (worked) {  // more is likely to come soon
       auto until = std::chrono::steady_clock::now() + kSpin;

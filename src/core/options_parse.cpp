@@ -265,7 +265,10 @@ const KeySpec kTopKeys[] = {
     {"rank",
      [](const json& v, const std::string& k, DebuggerOptions& o) { o.rank = get_int_set(v, k); }},
     {"step",
-     [](const json& v, const std::string& k, DebuggerOptions& o) { o.step = get_int_set(v, k); }},
+     [](const json& v, const std::string& k, DebuggerOptions& o) {
+       // A lone range string ("step": "0-100000/100") reads as a list of that one element.
+       o.step = get_int_set(v.is_string() ? json::array({v}) : v, k);
+     }},
     {"level", parse_level},
     {"seed",
      [](const json& v, const std::string& k, DebuggerOptions& o) {

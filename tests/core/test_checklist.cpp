@@ -320,6 +320,18 @@ TEST_CASE("checklist: frozen or unused weights", "[checklist]") {
   CHECK(verdict(frozen, "api.frozen_weights") == Verdict::kProblem);
   CHECK(run_checklist(unused).find("api.frozen_weights")->evidence ==
         "1 parameters never received a non-zero gradient: head.weight");
+  // A gradient that is all NaN (finite norm 0) was computed: not an unused weight. One
+  // recorded step (a replayed anomaly) cannot show whether a weight moves.
+  DumpData replayed;
+  GradRecord nan_grad;
+  nan_grad.step = 37;
+  nan_grad.param = "fc.weight";
+  nan_grad.grad_norm = 0;
+  nan_grad.grad_nan = 64;
+  replayed.grads.push_back(nan_grad);
+  CHECK(verdict(replayed, "api.frozen_weights") == Verdict::kOk);
+  replayed.grads.back().grad_nan = 0;
+  CHECK(verdict(replayed, "api.frozen_weights") == Verdict::kProblem);
 }
 
 TEST_CASE("checklist: initial weights", "[checklist]") {

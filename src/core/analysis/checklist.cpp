@@ -676,7 +676,8 @@ CheckItem check_frozen(const std::vector<GradRecord>& grads) {
     if (g.rank != rank) continue;
     P& p = ps[g.param];
     ++p.records;
-    if (g.has_grad && g.grad_norm > 0) ++p.with_grad;
+    // A NaN/Inf gradient is a gradient (mp.overflow reports it), not a missing one.
+    if (g.has_grad && (g.grad_norm > 0 || g.grad_nan > 0 || g.grad_inf > 0)) ++p.with_grad;
     if (g.update_ratio > 0) ++p.moved;
   }
   std::vector<std::string> no_grad, unchanged;

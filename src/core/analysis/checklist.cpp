@@ -911,7 +911,7 @@ std::vector<const CheckItem*> ChecklistResult::problems_by_cause() const {
   return out;
 }
 
-std::string ChecklistResult::to_json() const {
+nlohmann::json ChecklistResult::to_json() const {
   using analysis_detail::number;
   nlohmann::json items_json = nlohmann::json::array();
   for (const CheckItem& c : items) {
@@ -928,7 +928,7 @@ std::string ChecklistResult::to_json() const {
   for (const CheckItem* c : problems_by_cause()) causes.push_back(c->id);
   nlohmann::json j = {
       {"path", path}, {"problem", problem()}, {"likely_causes", causes}, {"items", items_json}};
-  return analysis_detail::dump(j);
+  return j;
 }
 
 ChecklistResult run_checklist(const DumpData& data, const ChecklistOptions& options) {

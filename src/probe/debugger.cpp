@@ -15,6 +15,7 @@
 
 #include "debugger_internal.h"
 #include "observer.h"
+#include "precprobe/checklist_probe.h"
 #include "precprobe/distributed.h"
 #include "precprobe/dump_format.h"
 #include "precprobe/error.h"
@@ -443,6 +444,15 @@ std::string PrecisionDebugger::parameter_name(const at::Tensor& t) const {
 }
 
 const torch::nn::Module* PrecisionDebugger::model() const noexcept { return impl_->model.get(); }
+
+void PrecisionDebugger::observe_batch(const at::Tensor& inputs, const at::Tensor& targets,
+                                      int64_t epoch, int64_t ignore_index) noexcept {
+  detail::observe_batch_of(*this, model(), inputs, targets, epoch, ignore_index);
+}
+
+void PrecisionDebugger::expect_module_hash(uint64_t hash) noexcept {
+  precprobe::expect_module_hash(*this, hash);
+}
 
 DumpWriter* PrecisionDebugger::writer() noexcept { return impl_->writer.get(); }
 DebuggerCounters PrecisionDebugger::counters() const noexcept {

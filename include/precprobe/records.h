@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace precprobe {
@@ -20,6 +21,11 @@ enum class Direction : uint8_t {
 };
 
 std::string_view to_string(Direction d) noexcept;
+
+/// The largest value span (max - min + 1) and number of distinct values for which an integer
+/// tensor's "hist" is recorded.
+inline constexpr int64_t kHistogramSpan = 1024;
+inline constexpr size_t kHistogramBins = 256;
 
 /// Health and statistics of one tensor. Counts are exact; min/max/mean/norm are over the
 /// finite values only (NaN when there are none) and accumulated in float64.
@@ -42,6 +48,11 @@ struct TensorStats {
   std::optional<uint64_t> hash;  ///< "hash": XXH3-64 of dtype+shape+values (precprobe/hash.h)
   std::string param;             ///< "param": parameter name when the tensor is a parameter
   int64_t list_index = -1;       ///< "li": position inside a TensorList argument, else -1
+  /// "hist": value histogram of an integer tensor (class labels, indices) as (value, count)
+  /// pairs in ascending value order; only for CPU integer tensors whose values span fewer
+  /// than kHistogramSpan consecutive integers and take at most kHistogramBins values,
+  /// else empty (and not written).
+  std::vector<std::pair<int64_t, int64_t>> hist;
 
   int64_t non_finite() const noexcept { return nan + pinf + ninf; }
   bool all_finite() const noexcept { return non_finite() == 0; }

@@ -156,6 +156,18 @@ void append_tensor(const TensorStats& t, TextOut& o) {
     o.lit(",\"li\":");
     o.int64(t.list_index);
   }
+  if (!t.hist.empty()) {
+    o.lit(",\"hist\":[");
+    for (size_t i = 0; i < t.hist.size(); ++i) {
+      if (i > 0) o.put(',');
+      o.put('[');
+      o.int64(t.hist[i].first);
+      o.put(',');
+      o.int64(t.hist[i].second);
+      o.put(']');
+    }
+    o.put(']');
+  }
   o.put('}');
 }
 

@@ -34,6 +34,7 @@ void reset(TensorStats& t) {
   t.hash.reset();
   t.param.clear();
   t.list_index = -1;
+  t.hist.clear();
 }
 
 bool parse_int_list(Cursor& c, std::vector<int64_t>& v) {
@@ -42,6 +43,24 @@ bool parse_int_list(Cursor& c, std::vector<int64_t>& v) {
     int64_t x = 0;
     if (!c.int64(x)) return false;
     v.push_back(x);
+    return true;
+  });
+}
+
+// [[value, count], ...] ("hist").
+bool parse_histogram(Cursor& c, std::vector<std::pair<int64_t, int64_t>>& h) {
+  h.clear();
+  return c.array([&] {
+    if (h.size() >= kHistogramBins) return c.fail("hist has too many bins");
+    std::pair<int64_t, int64_t> bin{0, 0};
+    int at = 0;
+    const bool ok = c.array([&] {
+      if (at >= 2) return c.fail("a hist bin is [value, count]");
+      return c.int64(at++ == 0 ? bin.first : bin.second);
+    });
+    if (!ok) return false;
+    if (at != 2) return c.fail("a hist bin is [value, count]");
+    h.push_back(bin);
     return true;
   });
 }
@@ -66,12 +85,13 @@ enum TensorKey : int {
   kHash,
   kParam,
   kLi,
+  kHist,
   kTensorKeys,
   kUnknownKey = kTensorKeys
 };
 constexpr std::string_view kTensorKeyNames[kTensorKeys] = {
-    "dtype", "shape", "device", "rg",  "numel", "nan",  "pinf", "ninf",  "zero",
-    "neg",   "pos",   "min",    "max", "mean",  "norm", "hash", "param", "li"};
+    "dtype", "shape", "device", "rg",   "numel", "nan",  "pinf",  "ninf", "zero", "neg",
+    "pos",   "min",   "max",    "mean", "norm",  "hash", "param", "li",   "hist"};
 
 constexpr json::KeyLiteral kTensorKeyLiterals[kTensorKeys] = {
     json::KeyLiteral("dtype"), json::KeyLiteral("shape"), json::KeyLiteral("device"),
@@ -79,7 +99,8 @@ constexpr json::KeyLiteral kTensorKeyLiterals[kTensorKeys] = {
     json::KeyLiteral("pinf"),  json::KeyLiteral("ninf"),  json::KeyLiteral("zero"),
     json::KeyLiteral("neg"),   json::KeyLiteral("pos"),   json::KeyLiteral("min"),
     json::KeyLiteral("max"),   json::KeyLiteral("mean"),  json::KeyLiteral("norm"),
-    json::KeyLiteral("hash"),  json::KeyLiteral("param"), json::KeyLiteral("li")};
+    json::KeyLiteral("hash"),  json::KeyLiteral("param"), json::KeyLiteral("li"),
+    json::KeyLiteral("hist")};
 
 int tensor_key_id(std::string_view k) {
   for (int i = 0; i < kTensorKeys; ++i) {
@@ -145,6 +166,8 @@ bool tensor_value(Cursor& c, int id, TensorStats& t) {
       return c.string(t.param);
     case kLi:
       return c.int64(t.list_index);
+    case kHist:
+      return parse_histogram(c, t.hist);
     default:
       return c.skip_value(2);
   }
@@ -191,6 +214,11 @@ bool parse_tensor_fast(Cursor& c, TensorStats& t) {
     if (!c.int64(t.list_index)) return false;
   } else {
     t.list_index = -1;
+  }
+  if (c.token(",\"hist\":")) {
+    if (!parse_histogram(c, t.hist)) return false;
+  } else {
+    t.hist.clear();
   }
   return c.token("}");
 }

@@ -28,7 +28,9 @@ namespace detail {
 ///
 /// Per dtype:
 /// - floating types (Float, Double, Half, BFloat16): as TensorStats documents.
-/// - integer types: no NaN/Inf; sums in float64 (int64 values above 2^53 round).
+/// - integer types: no NaN/Inf; sums in float64 (int64 values above 2^53 round); on the
+///   CPU also `hist` when the values span fewer than kHistogramSpan integers (a second
+///   pass over the tensor).
 /// - Bool: false counts as zero, true as positive; min/max are 0/1.
 /// - complex: the real and imaginary parts are summarised as 2*numel real values
 ///   (counts are over components, `numel` stays the element count).

@@ -39,6 +39,7 @@ inline std::string diff(const TensorStats& a, const TensorStats& b) {
   if (a.hash != b.hash) return "hash";
   if (a.param != b.param) return "param";
   if (a.list_index != b.list_index) return "li";
+  if (a.hist != b.hist) return "hist";
   return {};
 }
 

@@ -675,3 +675,52 @@ TEST_CASE("checklist from records: each planted fault flips its item", "[checkli
     CHECK(verdict(d, "data.no_shuffling") == Verdict::kOk);
   }
 }
+
+TEST_CASE("checklist from records: class balance from the loss target's histogram",
+          "[checklist][records]") {
+  // The probe records "hist" for small integer tensors: the loss op's labels then give the
+  // class counts without observe_batch. Counts summed over steps, the ignore index left out.
+  auto with_hist = [](std::vector<std::pair<int64_t, int64_t>> per_step) {
+    DumpData d = records_run(12, {});
+    for (OpRecord& op : d.ops)
+      if (op.op == "aten::cross_entropy_loss") op.inputs[1].tensor->hist = per_step;
+    return d;
+  };
+  SECTION("balanced labels: ok, with the summed counts") {
+    std::vector<std::pair<int64_t, int64_t>> h;
+    for (int64_t k = 0; k < 10; ++k) h.emplace_back(k, 6 + k % 2);  // 6 or 7 of each
+    h.emplace_back(-100, 5);  // padding: the ignore index is not a class
+    const ChecklistResult r = run_checklist(with_hist(h));
+    const CheckItem& c = item_of(r, "data.class_imbalance");
+    CHECK(c.verdict == Verdict::kOk);
+    CHECK(figure_of(c, "classes") == 10);
+    CHECK(figure_of(c, "labels") == 12 * 65);  // 12 training steps x (5 x 6 + 5 x 7)
+    CHECK(figure_of(c, "ratio") == Approx(7.0 / 6.0));
+    CHECK_THAT(c.evidence, Catch::Matchers::ContainsSubstring("aten::cross_entropy_loss"));
+  }
+  SECTION("one class 20 times rarer than another: problem") {
+    const ChecklistResult r = run_checklist(with_hist({{0, 40}, {1, 22}, {2, 2}}));
+    const CheckItem& c = item_of(r, "data.class_imbalance");
+    CHECK(c.verdict == Verdict::kProblem);
+    CHECK(figure_of(c, "ratio") == Approx(20.0));
+  }
+  SECTION("ignored targets counted from the histogram at the loss op's ignore index") {
+    CHECK(verdict(with_hist({{0, 30}, {9, 34}}), "data.ignore_index") == Verdict::kNotApplicable);
+    const ChecklistResult some = run_checklist(with_hist({{-100, 4}, {0, 30}, {9, 30}}));
+    const CheckItem& c = item_of(some, "data.ignore_index");
+    CHECK(c.verdict == Verdict::kOk);
+    CHECK(figure_of(c, "ignored") == 12 * 4);
+    CHECK(figure_of(c, "targets") == 12 * 64);  // numel of the Long labels
+    DumpData all = with_hist({{0, 32}, {9, 32}});
+    for (OpRecord& op : all.ops)
+      if (op.op == "aten::cross_entropy_loss" && op.step == 7)
+        op.inputs[1].tensor->hist = {{-100, 64}};
+    CHECK(verdict(all, "data.ignore_index") == Verdict::kProblem);
+  }
+  SECTION("some steps without a histogram: only the range, n/a") {
+    DumpData d = with_hist({{0, 32}, {9, 32}});
+    for (OpRecord& op : d.ops)
+      if (op.op == "aten::cross_entropy_loss" && op.step == 5) op.inputs[1].tensor->hist.clear();
+    CHECK(verdict(d, "data.class_imbalance") == Verdict::kNotApplicable);
+  }
+}

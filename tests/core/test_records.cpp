@@ -174,6 +174,7 @@ TEST_CASE("op record: every field round-trips, special doubles and extreme integ
     if (i % 2) t.hash = i == 1 ? ~uint64_t{0} : uint64_t{i};
     if (i % 4 == 1) t.param = "layers." + std::to_string(i) + ".weight";
     t.list_index = i % 3 == 0 ? -1 : static_cast<int64_t>(i);
+    if (i % 5 == 2) t.hist = {{std::numeric_limits<int64_t>::min(), 1}, {7, int64_t(i) << 40}};
     (i % 2 ? r.inputs : r.outputs).push_back(Arg{t, {}});
   }
   for (const char* v : {"1", "-0.5", "[1,2,[3,{\"a\":null}]]", "\"mean\"", "null", "true",
@@ -391,6 +392,7 @@ TEST_CASE("the fast paths and the general parser read the same records", "[recor
         if (i % 19 == 0) t.min = kNaN;
         if (i % 23 == 0) t.max = kInf;
         if (i % 29 == 0) t.dtype = "BFloat16";
+        if (i % 31 == 0) t.hist = {{-100, 3}, {0, int64_t(i)}, {9, 1}};
       }
     }
     std::string line;
@@ -538,7 +540,12 @@ TEST_CASE("hostile lines fail cleanly with a message", "[records]") {
   for (int i = 0; i < 50000; ++i) deep_object += R"({"a":)";
   std::string long_digits =
       R"({"op":"x","in":[{"dtype":"F","min":1)" + std::string(5000, '0') + "}]}";
+  std::string many_bins = R"({"op":"x","in":[{"dtype":"Long","hist":[)";
+  for (size_t i = 0; i <= precprobe::kHistogramBins; ++i)
+    many_bins += (i ? ",[" : "[") + std::to_string(i) + ",1]";
+  many_bins += "]}]}";
   std::vector<std::string> bad = {
+      many_bins,
       "",
       "   ",
       "null",
@@ -579,6 +586,10 @@ TEST_CASE("hostile lines fail cleanly with a message", "[records]") {
       R"({"op":"x","in":[{"dtype":"F","hash":"xyz"}]})",
       R"({"op":"x","in":[{"dtype":"F","hash":"12345678901234567"}]})",
       R"({"op":"x","in":[{"dtype":"F","hash":""}]})",
+      R"({"op":"x","in":[{"dtype":"F","hist":[[1]]}]})",
+      R"({"op":"x","in":[{"dtype":"F","hist":[[1,2,3]]}]})",
+      R"({"op":"x","in":[{"dtype":"F","hist":[1,2]}]})",
+      R"({"op":"x","in":[{"dtype":"F","hist":[[1,2.5]]}]})",
       R"({"op":"x","in":[{"v":}]})",
       R"({"op":"x","in":[{"v":[1,]}]})",
       R"({"op":"x","in":[{"v":tru}]})",

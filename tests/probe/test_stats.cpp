@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -293,6 +294,48 @@ TEST_CASE("integer and bool tensors", "[stats]") {
   CHECK(s.norm == std::sqrt(2.0));
   s = stats_of(torch::ones({3}, torch::kBool));
   CHECK(s.min == 1);
+}
+
+TEST_CASE("integer tensors with a small value span get a histogram", "[stats]") {
+  // Reference: counts taken element by element through an accessor.
+  auto reference = [](const torch::Tensor& t) {
+    std::map<int64_t, int64_t> m;
+    const torch::Tensor l = t.to(torch::kLong).contiguous();
+    for (int64_t i = 0; i < l.numel(); ++i) ++m[l.data_ptr<int64_t>()[i]];
+    return std::vector<std::pair<int64_t, int64_t>>(m.begin(), m.end());
+  };
+  torch::manual_seed(5);
+  const torch::Tensor labels = torch::randint(0, 10, {1000}, torch::kLong);
+  auto s = stats_of(labels);
+  CHECK(s.hist == reference(labels));
+  int64_t total = 0;
+  for (const auto& bin : s.hist) total += bin.second;
+  CHECK(total == 1000);
+
+  // Negative values (an ignore index), a strided view, every integer width.
+  const torch::Tensor padded = torch::cat({labels, torch::full({7}, -100, torch::kLong)});
+  CHECK(stats_of(padded).hist == reference(padded));
+  const torch::Tensor strided = torch::randint(-3, 4, {40, 30}, torch::kInt).t().slice(0, 0, 30, 2);
+  REQUIRE_FALSE(strided.is_contiguous());
+  CHECK(stats_of(strided).hist == reference(strided));
+  for (auto dt : {torch::kByte, torch::kChar, torch::kShort, torch::kInt, torch::kLong}) {
+    const torch::Tensor t = torch::randint(0, 100, {257}, dt);
+    CHECK(stats_of(t).hist == reference(t));
+  }
+
+  // No histogram: floating and bool tensors, a span of kHistogramSpan values or more, more
+  // than kHistogramBins distinct values, empty tensors.
+  CHECK(stats_of(torch::tensor({0.0f, 1.0f, 1.0f})).hist.empty());
+  CHECK(stats_of(torch::tensor({true, false})).hist.empty());
+  CHECK(
+      stats_of(torch::tensor({int64_t(0), precprobe::kHistogramSpan}, torch::kLong)).hist.empty());
+  CHECK(stats_of(torch::tensor({int64_t(0), precprobe::kHistogramSpan - 1}, torch::kLong))
+            .hist.size() == 2);
+  CHECK(stats_of(torch::arange(0, int64_t(precprobe::kHistogramBins) + 1, torch::kLong))
+            .hist.empty());
+  CHECK(stats_of(torch::arange(0, int64_t(precprobe::kHistogramBins), torch::kLong)).hist.size() ==
+        precprobe::kHistogramBins);
+  CHECK(stats_of(torch::zeros({0}, torch::kLong)).hist.empty());
 }
 
 TEST_CASE("4M random float32 values agree with a float64 recomputation", "[stats]") {

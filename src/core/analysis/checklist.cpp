@@ -146,43 +146,10 @@ std::map<int64_t, int64_t> label_histogram(const Observed& o, size_t& batches) {
   return h;
 }
 
-// Without observe_batch: the loss op's integer targets give their range, not their counts.
-CheckItem check_imbalance_records(CheckItem c, const RecordsView& rv) {
-  if (rv.targets.empty()) {
-    return set(c, Verdict::kNotApplicable,
-               "no batch observed and no integer target of a loss op recorded (call "
-               "dbg.observe_batch(inputs, targets) for the label histogram)"),
-           c;
-  }
-  double lo = INFINITY, hi = -INFINITY;
-  for (const auto& t : rv.targets) {
-    lo = std::min(lo, t.min);
-    hi = std::max(hi, t.max);
-  }
-  c.figures = {{"batches", double(rv.targets.size())}, {"min_label", lo}, {"max_label", hi}};
-  if (!(lo < hi)) {
-    return set(c, Verdict::kProblem,
-               fmt::format("only one class ({}) in the targets of {} in {} training steps", lo,
-                           rv.loss_op, rv.targets.size())),
-           c;
-  }
-  return set(c, Verdict::kNotApplicable,
-             fmt::format("the targets of {} span labels {}..{}; their counts need "
-                         "dbg.observe_batch(inputs, targets)",
-                         rv.loss_op, lo, hi)),
-         c;
-}
-
-CheckItem check_imbalance(const Observed& o, const RecordsView& rv) {
-  CheckItem c = item("data.class_imbalance", "data", "class imbalance (label histogram)");
-  if (o.batches.empty()) return check_imbalance_records(std::move(c), rv);
-  size_t batches = 0;
-  const auto h = label_histogram(o, batches);
-  if (h.empty()) {
-    return set(c, Verdict::kNotApplicable,
-               o.batches.empty() ? kNoBatches : "no integer class labels observed in training"),
-           c;
-  }
+// Judges a label histogram (label -> count) gathered over `batches` training batches;
+// `source` says where it came from.
+CheckItem judge_histogram(CheckItem c, const std::map<int64_t, int64_t>& h, size_t batches,
+                          const std::string& source) {
   double total = 0, lo = INFINITY, hi = 0;
   for (const auto& kv : h) {
     total += double(kv.second);
@@ -209,16 +176,70 @@ CheckItem check_imbalance(const Observed& o, const RecordsView& rv) {
   }
   if (h.size() < 2) {
     set(c, Verdict::kProblem,
-        fmt::format("only one class seen in {} training batches ({})", batches, hist));
+        fmt::format("only one class seen in {} training batches ({}){}", batches, hist, source));
   } else if (hi / lo > kMaxClassRatio) {
     set(c, Verdict::kProblem,
-        fmt::format("max/min class count {:.3g} > {} over {} classes ({})", hi / lo, kMaxClassRatio,
-                    h.size(), hist));
+        fmt::format("max/min class count {:.3g} > {} over {} classes ({}){}", hi / lo,
+                    kMaxClassRatio, h.size(), hist, source));
   } else {
     set(c, Verdict::kOk,
-        fmt::format("{} classes, max/min {:.3g}, std {:.3g} ({})", h.size(), hi / lo, sd, hist));
+        fmt::format("{} classes, max/min {:.3g}, std {:.3g} ({}){}", h.size(), hi / lo, sd, hist,
+                    source));
   }
   return c;
+}
+
+// Without observe_batch: the loss op's integer targets, with their value histogram ("hist")
+// where the probe recorded one, else only their range.
+CheckItem check_imbalance_records(CheckItem c, const RecordsView& rv) {
+  if (rv.targets.empty()) {
+    return set(c, Verdict::kNotApplicable,
+               "no batch observed and no integer target of a loss op recorded (call "
+               "dbg.observe_batch(inputs, targets) for the label histogram)"),
+           c;
+  }
+  std::map<int64_t, int64_t> h;
+  size_t with_hist = 0;
+  double lo = INFINITY, hi = -INFINITY;
+  for (const auto& t : rv.targets) {
+    lo = std::min(lo, t.min);
+    hi = std::max(hi, t.max);
+    if (t.hist.empty()) continue;
+    ++with_hist;
+    for (const auto& [label, count] : t.hist)
+      if (!rv.ignore_index || label != *rv.ignore_index) h[label] += count;
+  }
+  if (with_hist == rv.targets.size() && !h.empty()) {
+    return judge_histogram(
+        std::move(c), h, with_hist,
+        fmt::format("; from the targets of {} in {} training steps", rv.loss_op, with_hist));
+  }
+  c.figures = {{"batches", double(rv.targets.size())}, {"min_label", lo}, {"max_label", hi}};
+  if (!(lo < hi)) {
+    return set(c, Verdict::kProblem,
+               fmt::format("only one class ({}) in the targets of {} in {} training steps", lo,
+                           rv.loss_op, rv.targets.size())),
+           c;
+  }
+  return set(c, Verdict::kNotApplicable,
+             fmt::format("the targets of {} span labels {}..{} but their counts were not "
+                         "recorded (a histogram is kept for CPU targets spanning fewer than {} "
+                         "values; dbg.observe_batch(inputs, targets) records it for any)",
+                         rv.loss_op, lo, hi, kHistogramSpan)),
+         c;
+}
+
+CheckItem check_imbalance(const Observed& o, const RecordsView& rv) {
+  CheckItem c = item("data.class_imbalance", "data", "class imbalance (label histogram)");
+  if (o.batches.empty()) return check_imbalance_records(std::move(c), rv);
+  size_t batches = 0;
+  const auto h = label_histogram(o, batches);
+  if (h.empty()) {
+    return set(c, Verdict::kNotApplicable,
+               o.batches.empty() ? kNoBatches : "no integer class labels observed in training"),
+           c;
+  }
+  return judge_histogram(std::move(c), h, batches, "");
 }
 
 // Without observe_batch: the whole input tensor per step, pooled like the channels.
@@ -417,28 +438,60 @@ CheckItem check_shuffling(const Observed& o, const RecordsView& rv) {
   return c;
 }
 
-CheckItem check_ignore_index(const Observed& o) {
-  CheckItem c = item("data.ignore_index", "data", "padding/mask sanity (ignored targets)");
+// Targets, ignored targets and batches with every target ignored: from the observed
+// batches, else from the histograms of the loss op's targets and its ignore_index argument.
+struct IgnoredTally {
   int64_t targets = 0, ignored = 0, all_ignored = 0;
-  for (const Batch& b : o.batches) {
-    targets += b.targets_numel;
-    ignored += b.ignored;
-    if (b.targets_numel > 0 && b.ignored == b.targets_numel) ++all_ignored;
+  bool known = false;
+  std::string none_why;  // why nothing is known, or why nothing is ignored
+};
+
+IgnoredTally tally_ignored(const Observed& o, const RecordsView& rv) {
+  IgnoredTally t;
+  if (!o.batches.empty()) {
+    t.known = true;
+    for (const Batch& b : o.batches) {
+      t.targets += b.targets_numel;
+      t.ignored += b.ignored;
+      if (b.targets_numel > 0 && b.ignored == b.targets_numel) ++t.all_ignored;
+    }
+    t.none_why = "no target equals the ignore index";
+    return t;
   }
-  if (ignored == 0) {
-    return set(c, Verdict::kNotApplicable,
-               o.batches.empty() ? kNoBatches : "no target equals the ignore index"),
-           c;
+  const bool hists = !rv.targets.empty() &&
+                     std::all_of(rv.targets.begin(), rv.targets.end(),
+                                 [](const RecordsView::Target& x) { return !x.hist.empty(); });
+  if (!hists || !rv.ignore_index) {
+    t.none_why = kNoBatches;
+    return t;
   }
-  const double share = double(ignored) / double(targets);
-  c.figures = {{"targets", double(targets)},
-               {"ignored", double(ignored)},
+  t.known = true;
+  for (const auto& x : rv.targets) {
+    int64_t ignored = 0;
+    for (const auto& [label, count] : x.hist)
+      if (label == *rv.ignore_index) ignored = count;
+    t.targets += x.numel;
+    t.ignored += ignored;
+    if (x.numel > 0 && ignored == x.numel) ++t.all_ignored;
+  }
+  t.none_why = fmt::format("no target of {} equals its ignore index {} ({} training steps)",
+                           rv.loss_op, *rv.ignore_index, rv.targets.size());
+  return t;
+}
+
+CheckItem check_ignore_index(const Observed& o, const RecordsView& rv) {
+  CheckItem c = item("data.ignore_index", "data", "padding/mask sanity (ignored targets)");
+  const IgnoredTally t = tally_ignored(o, rv);
+  if (!t.known || t.ignored == 0) return set(c, Verdict::kNotApplicable, t.none_why), c;
+  const double share = double(t.ignored) / double(t.targets);
+  c.figures = {{"targets", double(t.targets)},
+               {"ignored", double(t.ignored)},
                {"share", share},
-               {"all_ignored_batches", double(all_ignored)}};
-  if (all_ignored > 0 || share > kMaxIgnoredShare) {
+               {"all_ignored_batches", double(t.all_ignored)}};
+  if (t.all_ignored > 0 || share > kMaxIgnoredShare) {
     set(c, Verdict::kProblem,
         fmt::format("{:.1f}% of targets ignored; {} batches entirely ignored", 100 * share,
-                    all_ignored));
+                    t.all_ignored));
   } else {
     set(c, Verdict::kOk, fmt::format("{:.1f}% of targets ignored", 100 * share));
   }
@@ -843,7 +896,7 @@ ChecklistResult build(const std::string& path, const std::vector<ScalarRecord>& 
              check_imbalance(o, rv),
              check_normalised(o, rv),
              check_shuffling(o, rv),
-             check_ignore_index(o),
+             check_ignore_index(o, rv),
              check_lr(o),
              check_loss(o, rv),
              check_mode(o, rv, op_records),

@@ -2,6 +2,7 @@
 #include "checklist_records.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <string_view>
 
@@ -126,7 +127,16 @@ void RecordsCollector::add(const OpRecord& op) {
       tg.min = t.min;
       tg.max = t.max;
       tg.hash = t.hash;
+      tg.hist = t.hist;
       s.target = tg;
+      // cross_entropy_loss / nll_loss*: (self, target, weight, reduction, ignore_index, ...)
+      const bool nll = op.op == "aten::cross_entropy_loss" || op.op.rfind("aten::nll_loss", 0) == 0;
+      if (!v_.ignore_index && nll && op.inputs.size() > 4 && !op.inputs[4].is_tensor()) {
+        int64_t ii = 0;
+        const std::string& v = op.inputs[4].value;
+        if (std::from_chars(v.data(), v.data() + v.size(), ii).ec == std::errc())
+          v_.ignore_index = ii;
+      }
     }
   }
 }

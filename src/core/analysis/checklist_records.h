@@ -51,8 +51,10 @@ struct RecordsView {
     int64_t numel = 0;
     double min = 0, max = 0;
     std::optional<uint64_t> hash;
+    std::vector<std::pair<int64_t, int64_t>> hist;  // (label, count), when recorded
   };
   std::vector<Target> targets;
+  std::optional<int64_t> ignore_index;  // the loss op's ignore_index argument
   bool params_named = false;
 };
 

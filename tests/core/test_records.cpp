@@ -14,12 +14,7 @@
 #include "precprobe_catch.h"
 
 using namespace precprobe;
-using precprobe::test::diff;
-using precprobe::test::kInf;
-using precprobe::test::kNaN;
-using precprobe::test::round_trip;
-using precprobe::test::same_bits;
-using precprobe::test::tensor;
+using namespace precprobe::test;  // diff, same_bits, kNaN, kInf, tensor, round_trip
 
 TEST_CASE("helpers: direction names, msprobe-style name, abs_max, non-finite flags", "[records]") {
   CHECK(to_string(Direction::kForward) == "forward");

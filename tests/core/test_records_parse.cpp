@@ -3,8 +3,6 @@
 // Op records: test_records.cpp.
 // Exact float comparisons are the point here (round trips must be bit-exact).
 #pragma GCC diagnostic ignored "-Wfloat-equal"
-#include <cfloat>
-#include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -15,13 +13,7 @@
 #include "precprobe_catch.h"
 
 using namespace precprobe;
-using precprobe::test::diff;
-using precprobe::test::same_bits;
-
-using precprobe::test::kInf;
-using precprobe::test::kNaN;
-using precprobe::test::round_trip;
-using precprobe::test::tensor;
+using namespace precprobe::test;  // diff, same_bits, kNaN, kInf, tensor, round_trip
 
 TEST_CASE("scaler, grad and scalar records round-trip", "[records]") {
   ScalerRecord s;

@@ -7,13 +7,18 @@
 //                       [--log-every 100] [--no-debugger] [--bf16] [--overwrite]
 //                       [--no-normalise] [--sorted-labels] [--eval-in-train-mode]
 //                       [--perturb-step S [--perturb R]]
-//                       [--no-observe-batch]
+//                       [--no-observe-batch] [--record-on-anomaly]
 //
 // --no-normalise, --sorted-labels and --eval-in-train-mode plant the bugs `precprobe check`
 // finds (docs/checklist.md): pixels left in [0, 1], batches in label order instead of
 // shuffled, evaluation without model->eval(). --no-observe-batch leaves out the
 // dbg.observe_batch() calls: a program with only the README's three lines, judged from the
 // op records alone.
+//
+// --record-on-anomaly runs each step through dbg.run_step() with "record": "on_anomaly":
+// nothing is recorded while the steps are healthy; a step whose loss or gradients turn
+// non-finite is replayed from its snapshot with every op recorded (docs/debugger.md). Try
+// it with a planted overflow: --record-on-anomaly --perturb-step 50 --perturb 1e39.
 #include <ATen/autocast_mode.h>
 #include <precprobe/precprobe.h>
 #include <torch/torch.h>
@@ -48,6 +53,7 @@ struct Flags {
   int64_t perturb_step = -1;  // >= 0: conv1's output is multiplied by a constant every step
   double perturb = 0;         // ... which is 1 + perturb at perturb_step, 1 elsewhere
   bool observe_batch = true;
+  bool record_on_anomaly = false;
 };
 
 [[noreturn]] void usage(const char* argv0, int code) {
@@ -57,9 +63,11 @@ struct Flags {
                "          [--no-debugger] [--bf16] [--overwrite]\n"
                "          [--no-normalise] [--sorted-labels] [--eval-in-train-mode]\n"
                "          [--perturb-step S [--perturb R]]\n"
-               "          [--no-observe-batch]\n"
+               "          [--no-observe-batch] [--record-on-anomaly]\n"
                "  --perturb-step S: multiply conv1's output by a constant every step (1, and\n"
                "  1 + R at step S): two runs with different R differ in that one op\n"
+               "  --record-on-anomaly: record nothing while steps are healthy; replay a step\n"
+               "  whose loss or gradients turn NaN/Inf with every op recorded\n"
                "Trains a small CNN on Fashion-MNIST with precprobe's PrecisionDebugger on.\n",
                argv0);
   std::exit(code);
@@ -112,6 +120,8 @@ Flags parse_flags(int argc, char** argv) {
       f.perturb = std::stod(value());
     else if (a == "--no-observe-batch")
       f.observe_batch = false;
+    else if (a == "--record-on-anomaly")
+      f.record_on_anomaly = true;
     else if (a == "--help" || a == "-h")
       usage(argv[0], 0);
     else {
@@ -215,10 +225,15 @@ int main(int argc, char** argv) try {
   if (!flags.config.empty()) opts = precprobe::DebuggerOptions::from_json_file(flags.config);
   opts.dump_path = flags.dump;
   opts.overwrite = opts.overwrite || flags.overwrite;
+  if (flags.record_on_anomaly) opts.record = precprobe::RecordMode::kOnAnomaly;
   std::unique_ptr<precprobe::PrecisionDebugger> dbg;
   if (flags.debugger) {
     dbg = std::make_unique<precprobe::PrecisionDebugger>(opts);
-    dbg->start(net);
+    if (opts.record == precprobe::RecordMode::kOnAnomaly) {
+      dbg->start(net, opt);  // the optimizer's state joins the step snapshot
+    } else {
+      dbg->start(net);
+    }
   }
 
   precprobe::GradScalerOptions scaler_opts;
@@ -241,19 +256,27 @@ int main(int argc, char** argv) try {
 
       if (flags.perturb_step >= 0)
         net->act_scale = step == flags.perturb_step ? 1 + flags.perturb : 1.0;
-      auto logits = net->forward(x);
-      auto loss = torch::cross_entropy_loss(logits.to(torch::kFloat32), y);
-      opt.zero_grad();
-      scaler.scale(loss).backward();
-      scaler.unscale_(opt);
-      torch::nn::utils::clip_grad_norm_(net->parameters(), 5.0);
-      scaler.step(opt);
-      scaler.update();
-
-      const double l = loss.item<double>();
-      if (dbg) {
-        dbg->log_scalar("loss", l);
-        dbg->step();
+      auto train_step = [&] {
+        auto logits = net->forward(x);
+        auto loss = torch::cross_entropy_loss(logits.to(torch::kFloat32), y);
+        opt.zero_grad();
+        scaler.scale(loss).backward();
+        scaler.unscale_(opt);
+        torch::nn::utils::clip_grad_norm_(net->parameters(), 5.0);
+        scaler.step(opt);
+        scaler.update();
+        return loss;
+      };
+      double l = 0;
+      if (dbg && opts.record == precprobe::RecordMode::kOnAnomaly) {
+        // Snapshot, the step unobserved, and a recorded replay if it goes bad; ends the step.
+        l = dbg->run_step(train_step).item<double>();
+      } else {
+        l = train_step().item<double>();
+        if (dbg) {
+          dbg->log_scalar("loss", l);
+          dbg->step();
+        }
       }
       if (flags.log_every > 0 && step % flags.log_every == 0) {
         std::printf("epoch %d step %5lld  loss %.4f\n", epoch, static_cast<long long>(step), l);

@@ -4,8 +4,11 @@
 //
 // Prints, per hidden size, the median step time of each variant and its ratio to the run
 // without a debugger; variants are interleaved in rounds so that drift of a shared machine
-// hits them alike. Also prints the floor (bytes the statistics read per step / memcpy
-// bandwidth), the fixed cost per record, and the compressed bytes per tensor on disk.
+// hits them alike. "on_anomaly (healthy steps)" runs every step through run_step() with
+// "record": "on_anomaly" (snapshot + trigger check, no anomaly, nothing recorded); its
+// snapshot's size is printed beside the parameters' and AdamW's state. Also prints the floor (bytes
+// the statistics read per step / memcpy bandwidth), the fixed cost per record, and the compressed
+// bytes per tensor on disk.
 //
 //     bench_debugger [--h 256,1024] [--steps 30] [--rounds 5] [--warmup 5]
 #include <dlfcn.h>
@@ -67,11 +70,12 @@ struct Trainer {
         opt(model->parameters(), torch::optim::AdamWOptions(1e-3)),
         x(torch::randn({128, 256})),
         y(torch::randint(0, 10, {128})) {}
-  void step() {
+  torch::Tensor step() {
     opt.zero_grad();
     auto loss = torch::nn::functional::cross_entropy(model->forward(x), y);
     loss.backward();
     opt.step();
+    return loss;
   }
   Mlp model;
   torch::optim::AdamW opt;
@@ -104,6 +108,7 @@ struct Variant {
   precprobe::Level level = precprobe::Level::kL1;
   bool async = true;
   bool monitor = false;
+  bool on_anomaly = false;  // "record": "on_anomaly", start(model, opt) + run_step
 };
 
 double cpu_ms(clockid_t clock) {
@@ -119,6 +124,7 @@ struct RunResult {
   precprobe::DebuggerCounters counters;
   int64_t steps = 0;
   std::string meta_counters;  // of the last run
+  int64_t snapshot_bytes = 0;
 };
 
 void run_variant(Trainer& tr, const Variant& v, int steps, int warmup, const std::string& dump,
@@ -132,14 +138,23 @@ void run_variant(Trainer& tr, const Variant& v, int steps, int warmup, const std
     o.async_stats = v.async;
     o.keep_dropout = true;  // the same arithmetic in every variant
     o.grad_monitor = v.monitor;
+    if (v.on_anomaly) o.record = precprobe::RecordMode::kOnAnomaly;
     dbg = std::make_unique<precprobe::PrecisionDebugger>(o);
-    if (v.start) dbg->start(tr.model.ptr());
+    if (v.start && v.on_anomaly) {
+      dbg->start(tr.model.ptr(), tr.opt);
+    } else if (v.start) {
+      dbg->start(tr.model.ptr());
+    }
   }
   for (int i = 0; i < warmup + steps; ++i) {
     const double c0 = cpu_ms(CLOCK_THREAD_CPUTIME_ID), p0 = cpu_ms(CLOCK_PROCESS_CPUTIME_ID);
     auto t0 = Clock::now();
-    tr.step();
-    if (dbg) dbg->step();
+    if (dbg && v.on_anomaly) {
+      dbg->run_step([&] { return tr.step(); });
+    } else {
+      tr.step();
+      if (dbg) dbg->step();
+    }
     double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     if (i >= warmup) {
       res.step_ms.push_back(ms);
@@ -156,6 +171,7 @@ void run_variant(Trainer& tr, const Variant& v, int steps, int warmup, const std
       if (a != std::string::npos) res.meta_counters = text.substr(a, b - a + 1);
     }
     auto c = dbg->counters();
+    res.snapshot_bytes = c.snapshot_bytes;
     res.counters.ops_seen += c.ops_seen;
     res.counters.ops_recorded += c.ops_recorded;
     res.counters.tensors_summarised += c.tensors_summarised;
@@ -248,6 +264,7 @@ int main(int argc, char** argv) {
       {"L1 statistics (sync)", true, true, precprobe::Level::kL1, false},
       {"L2 statistics (async)", true, true, precprobe::Level::kL2, true},
       {"L1 + gradient monitor", true, true, precprobe::Level::kL1, true, true},
+      {"on_anomaly (healthy steps)", true, true, precprobe::Level::kL2, true, false, true},
   };
   for (int64_t h : sizes) {
     Trainer tr(h);
@@ -285,6 +302,22 @@ int main(int argc, char** argv) {
       std::printf("\n");
       if (getenv("BENCH_VERBOSE") && !x.meta_counters.empty())
         std::printf("%s\n", x.meta_counters.c_str());
+    }
+    const RunResult& oa = res["on_anomaly (healthy steps)"];
+    if (oa.snapshot_bytes > 0) {
+      int64_t params = 0, state = 0;
+      for (const auto& p : tr.model->parameters()) params += p.numel() * p.element_size();
+      for (const auto& p : tr.model->buffers()) params += p.numel() * p.element_size();
+      for (const auto& kv : tr.opt.state()) {
+        auto& a = static_cast<torch::optim::AdamWParamState&>(*kv.second);
+        for (const auto* t : {&a.exp_avg(), &a.exp_avg_sq(), &a.max_exp_avg_sq()})
+          if (t->defined()) state += t->numel() * t->element_size();
+      }
+      std::printf(
+          "  on_anomaly snapshot: %.2f MB (parameters + buffers %.2f MB, AdamW state %.2f MB, "
+          "RNG %.3f MB)\n",
+          oa.snapshot_bytes / 1e6, params / 1e6, state / 1e6,
+          (oa.snapshot_bytes - params - state) / 1e6);
     }
   }
   if (only.empty()) fixed_cost(dump);

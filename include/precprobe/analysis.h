@@ -33,7 +33,8 @@ struct DumpData {
   std::vector<OpRecord> ops;
   std::vector<ScalerRecord> scaler;
   std::vector<GradRecord> grads;
-  std::vector<ScalarRecord> scalars;
+  std::vector<ScalarRecord> scalars;    ///< every events line (anomaly events included)
+  std::vector<AnomalyEvent> anomalies;  ///< the "anomaly" events with their keys
   std::vector<StreamStatus> statuses;
 };
 
@@ -133,9 +134,16 @@ struct SummaryResult {
   /// then in the JSON as "modules".
   bool by_module = false;
   std::vector<ModuleSummary> modules;
+  /// The debugger's replayed anomalies ("record": "on_anomaly"), every rank, in file order;
+  /// in the JSON as "anomalies" (always present).
+  std::vector<AnomalyEvent> anomalies;
 
   nlohmann::json to_json() const;
 };
+
+/// One line for people: "anomaly at step 37 (loss = nan): replayed, reproduced; origin
+/// aten::exp — range: float64 result reaches 1.2e+39, beyond float32's max".
+std::string describe(const AnomalyEvent& a);
 
 SummaryResult summarize_dump(DumpReader& reader, const ReadOptions& read = {},
                              bool by_module = false);

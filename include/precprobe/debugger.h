@@ -21,6 +21,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/FunctionRef.h>
 #include <c10/util/intrusive_ptr.h>
 
 #include <cstdint>
@@ -39,6 +40,9 @@ namespace torch {
 namespace nn {
 class Module;
 }
+namespace optim {
+class Optimizer;
+}
 }  // namespace torch
 
 namespace precprobe {
@@ -51,6 +55,8 @@ struct DebuggerCounters {
   uint64_t tensors_cached = 0;      ///< statistics reused from an earlier op this step
   uint64_t bytes_summarised = 0;    ///< tensor bytes read to compute the statistics
   uint64_t errors = 0;              ///< problems reported while observing
+  uint64_t replays = 0;             ///< anomalous steps replayed ("record": "on_anomaly")
+  int64_t snapshot_bytes = 0;       ///< tensor bytes of the step snapshot (on_anomaly)
   WriterCounters writer;            ///< of this rank's writer
 };
 
@@ -94,6 +100,44 @@ class PrecisionDebugger {
   void start(ModuleT& model) {
     start(std::shared_ptr<torch::nn::Module>(std::shared_ptr<torch::nn::Module>(), &model));
   }
+
+  /// As start(model), and the optimizer joins the step snapshot of "record": "on_anomaly"
+  /// (needed there; with "always" it is not used). `model` is any form start(model) takes;
+  /// `optimizer` is SGD, Adam, AdamW, RMSprop or Adagrad (start throws precprobe::Error for
+  /// another under "on_anomaly") and must outlive stop().
+  void start(const std::shared_ptr<torch::nn::Module>& model, torch::optim::Optimizer& optimizer);
+  template <typename ModuleHolderT>
+  void start(const ModuleHolderT& holder, torch::optim::Optimizer& optimizer) {
+    start(std::static_pointer_cast<torch::nn::Module>(holder.ptr()), optimizer);
+  }
+  template <typename ModuleT>
+  void start(const std::shared_ptr<ModuleT>& model, torch::optim::Optimizer& optimizer) {
+    start(std::static_pointer_cast<torch::nn::Module>(model), optimizer);
+  }
+  template <typename ModuleT,
+            std::enable_if_t<std::is_base_of<torch::nn::Module, ModuleT>::value, int> = 0>
+  void start(ModuleT& model, torch::optim::Optimizer& optimizer) {
+    start(std::shared_ptr<torch::nn::Module>(std::shared_ptr<torch::nn::Module>(), &model),
+          optimizer);
+  }
+
+  /// Runs one training step `f` (zero_grad, forward, backward, optimizer step; it returns
+  /// the loss) and ends it with step(); returns what f returned.
+  /// "record": "always": f() then step(). "record": "on_anomaly": the state before the step
+  /// is kept (parameters, buffers, optimizer state, RNG), f runs unobserved, and when a
+  /// trigger fires ("on_anomaly" config) the state is put back and f runs again with every
+  /// op recorded; the "anomaly" event says what happened and where (docs/debugger.md,
+  /// "Record on anomaly"). Training continues from that second run. Exceptions thrown by f
+  /// propagate unchanged; the debugger's own failures are reported and counted.
+  ///
+  ///     torch::Tensor loss = dbg.run_step([&] {
+  ///       opt.zero_grad();
+  ///       auto l = loss_fn(model->forward(x), y);
+  ///       l.backward();
+  ///       opt.step();
+  ///       return l;
+  ///     });
+  at::Tensor run_step(c10::function_ref<at::Tensor()> f);
 
   /// Stops observing; flushes. Idempotent.
   void stop() noexcept;

@@ -43,6 +43,25 @@ enum class SummaryMode : uint8_t {
   kHash,        ///< "hash" (alias "md5"): statistics plus an XXH3-64 hash of the values
 };
 
+/// "record": which steps write op records.
+enum class RecordMode : uint8_t {
+  kAlways,     ///< "always": every step "step" selects (default)
+  kOnAnomaly,  ///< "on_anomaly": only a step PrecisionDebugger::run_step() found anomalous,
+               ///< replayed from the snapshot taken before it (docs/debugger.md)
+};
+
+/// "on_anomaly": what makes a step anomalous under "record": "on_anomaly".
+struct AnomalyTriggers {
+  bool loss_nonfinite = true;  ///< "loss_nonfinite": the loss is NaN or ±Inf
+  bool grad_nonfinite = true;  ///< "grad_nonfinite": a parameter's gradient holds NaN/Inf
+  /// "loss_spike": {"k": K, "n": N}: the loss exceeds K × the median of the last N healthy
+  /// losses (median > 0). spike_k = 0: off (the default; "loss_spike": false).
+  double spike_k = 0;
+  int64_t spike_n = 20;
+  /// "max_replays": replays per run; later anomalies are not watched (0: never replay).
+  int64_t max_replays = 1;
+};
+
 /// A set of integers from msprobe's syntax: [1, 3, "5-7"]; empty = all.
 class IntSet {
  public:
@@ -121,6 +140,10 @@ struct DebuggerOptions {
   /// group given to the debugger and records the result (events stream); 0 = never. A
   /// collective: every rank must call step() equally often. Needs start(model).
   int64_t replica_check_every = 0;
+  /// "record": "always" or "on_anomaly" (needs start(model, optimizer) and run_step()).
+  RecordMode record = RecordMode::kAlways;
+  /// "on_anomaly": the triggers of "record": "on_anomaly".
+  AnomalyTriggers on_anomaly;
 
   /// Parses config.json text. Throws precprobe::Error (key, value, what is allowed).
   static DebuggerOptions from_json(const std::string& json_text);

@@ -69,14 +69,21 @@ class DumpReader {
   void for_each_scaler(const RecordFilter& filter,
                        const std::function<bool(const ScalerRecord&)>& fn);
   void for_each_grad(const RecordFilter& filter, const std::function<bool(const GradRecord&)>& fn);
+  /// Every events line, the debugger's "anomaly" event included (is_anomaly_event(): not
+  /// a user scalar; consumers of scalars skip it).
   void for_each_scalar(const RecordFilter& filter,
                        const std::function<bool(const ScalarRecord&)>& fn);
+  /// The debugger's "anomaly" events (events.jsonl.zst; the other events lines are passed
+  /// over). The filter's steps and ranks apply; name_contains does not.
+  void for_each_anomaly(const RecordFilter& filter,
+                        const std::function<bool(const AnomalyEvent&)>& fn);
 
   /// Convenience: all matching records in memory.
   std::vector<OpRecord> ops(const RecordFilter& filter = {});
   std::vector<ScalerRecord> scaler(const RecordFilter& filter = {});
   std::vector<GradRecord> grads(const RecordFilter& filter = {});
   std::vector<ScalarRecord> scalars(const RecordFilter& filter = {});
+  std::vector<AnomalyEvent> anomalies(const RecordFilter& filter = {});
 
   /// Status of every stream read so far (one entry per rank and stream, latest read).
   const std::vector<StreamStatus>& statuses() const noexcept { return statuses_; }

@@ -135,8 +135,37 @@ struct ScalarRecord {
   int64_t step = 0;  ///< "step"
   std::string name;  ///< "name"
   double value = 0;  ///< "value"
-  int rank = 0;      ///< filled by the reader
+  /// More members of the line, as JSON text without braces (`"trigger":"loss_nonfinite",...`),
+  /// written after "value"; the "anomaly" event uses it (docs/dump-format.md). Not read back
+  /// by parse_record (readers skip unknown keys).
+  std::string extra;
+  int rank = 0;  ///< filled by the reader
 };
+
+/// The name of the event the debugger writes when it replays an anomalous step
+/// ("record": "on_anomaly"); reserved: not a user scalar. Its line also parses as a
+/// ScalarRecord (value = the step), so consumers of scalars skip it (is_anomaly_event).
+inline constexpr std::string_view kAnomalyEventName = "anomaly";
+
+/// One replayed anomaly (events.jsonl.zst, name "anomaly"; docs/dump-format.md).
+struct AnomalyEvent {
+  int64_t step = 0;            ///< "step": the anomalous (replayed) step
+  std::string name;            ///< "name": kAnomalyEventName for an anomaly
+  std::string trigger;         ///< "trigger": "loss_nonfinite" | "grad_nonfinite" | "loss_spike"
+  bool reproduced = false;     ///< "reproduced": the replay showed the same anomaly
+  std::string origin;          ///< "origin": op name, "" when no op output was non-finite
+  std::string origin_record;   ///< "origin_record": OpRecord::name() of it (tensor file prefix)
+  std::string classification;  ///< "classification": "range" | "invalid" | "inherited" | "unknown"
+  std::string why;             ///< "why": human text
+  std::string trigger_detail;  ///< "trigger_detail": human text, e.g. "loss = nan"
+  int64_t replay = 0;          ///< "replay": 1-based index of this replay in the run
+  int rank = 0;                ///< filled by the reader
+
+  bool is_anomaly() const noexcept { return name == kAnomalyEventName; }
+};
+
+/// True for the debugger's anomaly event read as a scalar: not a user scalar.
+inline bool is_anomaly_event(const ScalarRecord& r) noexcept { return r.name == kAnomalyEventName; }
 
 // JSON Lines encoding. append_* write one line including the trailing '\n'.
 // parse_* return false and set *error (when given) on malformed input; never throw.
@@ -144,9 +173,14 @@ void append_json(const OpRecord& r, std::string& out);
 void append_json(const ScalerRecord& r, std::string& out);
 void append_json(const GradRecord& r, std::string& out);
 void append_json(const ScalarRecord& r, std::string& out);
+/// Keys in the documented order: step, name, value (= step), trigger, reproduced, origin,
+/// origin_record, classification, why, trigger_detail, replay.
+void append_json(const AnomalyEvent& r, std::string& out);
 bool parse_record(std::string_view line, OpRecord& out, std::string* error = nullptr);
 bool parse_record(std::string_view line, ScalerRecord& out, std::string* error = nullptr);
 bool parse_record(std::string_view line, GradRecord& out, std::string* error = nullptr);
 bool parse_record(std::string_view line, ScalarRecord& out, std::string* error = nullptr);
+/// Parses any events line (name required); out.is_anomaly() tells whether it is one.
+bool parse_record(std::string_view line, AnomalyEvent& out, std::string* error = nullptr);
 
 }  // namespace precprobe

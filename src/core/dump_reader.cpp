@@ -95,6 +95,9 @@ bool selects(const RecordFilter& f, const GradRecord& r) {
 bool selects(const RecordFilter& f, const ScalarRecord& r) {
   return selects_step(f, r.step) && contains(r.name, f.name_contains);
 }
+bool selects(const RecordFilter& f, const AnomalyEvent& r) {
+  return r.is_anomaly() && selects_step(f, r.step);
+}
 
 }  // namespace
 
@@ -209,6 +212,11 @@ void DumpReader::for_each_scalar(const RecordFilter& filter,
   read_all<ScalarRecord>(ranks_, statuses_, StreamKind::kEvents, filter, fn);
 }
 
+void DumpReader::for_each_anomaly(const RecordFilter& filter,
+                                  const std::function<bool(const AnomalyEvent&)>& fn) {
+  read_all<AnomalyEvent>(ranks_, statuses_, StreamKind::kEvents, filter, fn);
+}
+
 std::vector<OpRecord> DumpReader::ops(const RecordFilter& filter) {
   std::vector<OpRecord> v;
   for_each_op(filter, [&](const OpRecord& r) {
@@ -236,6 +244,15 @@ std::vector<GradRecord> DumpReader::grads(const RecordFilter& filter) {
 std::vector<ScalarRecord> DumpReader::scalars(const RecordFilter& filter) {
   std::vector<ScalarRecord> v;
   for_each_scalar(filter, [&](const ScalarRecord& r) {
+    v.push_back(r);
+    return true;
+  });
+  return v;
+}
+
+std::vector<AnomalyEvent> DumpReader::anomalies(const RecordFilter& filter) {
+  std::vector<AnomalyEvent> v;
+  for_each_anomaly(filter, [&](const AnomalyEvent& r) {
     v.push_back(r);
     return true;
   });

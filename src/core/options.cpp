@@ -240,6 +240,7 @@ void DebuggerOptions::validate() const {
   check_int("zstd_level", zstd_level, detail::kZstdLevelLimits);
   check_int("max_tensor_bytes", max_tensor_bytes, detail::kMaxTensorBytesLimits);
   check_int("replica_check_every", replica_check_every, detail::kReplicaCheckLimits);
+  detail::validate_record(*this);
   if (task == Task::kTensor && list.empty() && scope.empty()) {
     throw Error(
         "task 'tensor' saves full tensors only for ops named in 'list' or 'scope'; add one "
@@ -294,6 +295,8 @@ std::string DebuggerOptions::to_json() const {
   j["max_tensor_bytes"] = max_tensor_bytes;
   j["signal_flush"] = signal_flush;
   j["replica_check_every"] = replica_check_every;
+  j["record"] = detail::record_mode_name(record);
+  j["on_anomaly"] = detail::on_anomaly_json(on_anomaly);
   // Strings set from C++ may hold invalid UTF-8; replace rather than throw.
   return j.dump(2, ' ', false, json::error_handler_t::replace);
 }

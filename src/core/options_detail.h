@@ -32,6 +32,13 @@ const char* task_name(Task t);
 const char* level_name(Level l);
 const char* summary_mode_name(SummaryMode m);
 const char* overflow_policy_name(OverflowPolicy p);
+const char* record_mode_name(RecordMode m);
+
+// "record" and "on_anomaly" (options_record.cpp): parsing, validate()'s rules, to_json().
+void parse_record_mode(const nlohmann::json& v, const std::string& key, DebuggerOptions& o);
+void parse_on_anomaly(const nlohmann::json& v, const std::string& key, DebuggerOptions& o);
+void validate_record(const DebuggerOptions& o);
+nlohmann::ordered_json on_anomaly_json(const AnomalyTriggers& t);
 
 /// "an integer in 1..19", "an integer >= 0".
 std::string describe_limits(const IntLimits& limits);

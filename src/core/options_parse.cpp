@@ -311,6 +311,8 @@ const KeySpec kTopKeys[] = {
      [](const json& v, const std::string& k, DebuggerOptions& o) {
        o.replica_check_every = get_int(v, k, kReplicaCheckLimits);
      }},
+    {"record", parse_record_mode},
+    {"on_anomaly", parse_on_anomaly},
 };
 
 // Keys of every task section; the section-specific ones follow.

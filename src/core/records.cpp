@@ -365,6 +365,29 @@ void append_json(const ScalarRecord& r, std::string& out) {
   int_field(o, "\"step\":", r.step);
   str_field(o, "\"name\":", r.name);
   number_field(o, "value", r.value);
+  if (!r.extra.empty()) {
+    o.reserve(r.extra.size() + 1);
+    o.raw(r.extra);
+    o.put(',');
+  }
+  end_line(o);
+}
+
+void append_json(const AnomalyEvent& r, std::string& out) {
+  TextOut o(out);
+  o.reserve(1);
+  o.put('{');
+  int_field(o, "\"step\":", r.step);
+  str_field(o, "\"name\":", r.name.empty() ? kAnomalyEventName : std::string_view(r.name));
+  int_field(o, "\"value\":", r.step);
+  str_field(o, "\"trigger\":", r.trigger);
+  bool_field(o, "\"reproduced\":", r.reproduced);
+  str_field(o, "\"origin\":", r.origin);
+  str_field(o, "\"origin_record\":", r.origin_record);
+  str_field(o, "\"classification\":", r.classification);
+  str_field(o, "\"why\":", r.why);
+  str_field(o, "\"trigger_detail\":", r.trigger_detail);
+  int_field(o, "\"replay\":", r.replay);
   end_line(o);
 }
 

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <utility>
 
 #include "debugger_internal.h"
 #include "observer.h"
@@ -22,6 +23,7 @@
 #include "precprobe/grad_monitor.h"
 #include "precprobe/signal_flush.h"
 #include "precprobe/version.h"
+#include "replay.h"
 #include "torch_compat.h"
 #if __has_include("precprobe/dropout.h")
 #include "precprobe/dropout.h"
@@ -102,10 +104,19 @@ struct PrecisionDebugger::Impl {
   bool installed_signal_flush = false;
   int64_t replica_checks = 0;
   int64_t replica_mismatches = 0;  // checks that found a difference
+  // "record": "on_anomaly" (replay.h): the optimizer of start(model, optimizer), the watch,
+  // and whether the step being replayed is recorded now.
+  torch::optim::Optimizer* optimizer = nullptr;
+  std::unique_ptr<detail::AnomalyWatch> watch;
+  bool replaying = false;
+  bool in_run_step = false;
+  bool warned_step = false;
 
   bool step_selected() const {
-    return options.step.contains(step) && !(observer && observer->overflow_done());
+    return options.step.contains(step) && !(observer && observer->overflow_done()) &&
+           (options.record == RecordMode::kAlways || replaying);
   }
+  void set_replay_recording(bool on);
   /// Options ($PRECPROBE_CONFIG wins, validated) and where this rank writes.
   void configure(const DebuggerOptions& given, int rank, int world_size);
   void sync_attachment();
@@ -126,6 +137,24 @@ void PrecisionDebugger::Impl::sync_attachment() {
     // Unobserved ops may now change tensors in place: finish what still reads them.
     observer->drain();
   }
+}
+
+// The replay of an anomalous step: records it like a step of "record": "always", then
+// finishes its records (gradients, drain, on disk) before run_step ends the step.
+void PrecisionDebugger::Impl::set_replay_recording(bool on) {
+  if (on) {
+    replaying = true;
+    sync_attachment();
+    if (observer) observer->arm_grad_hook(monitor != nullptr);
+    return;
+  }
+  if (observer && observer->attached()) {
+    observe_grads();
+    observer->end_step();
+  }
+  replaying = false;
+  sync_attachment();
+  if (writer) writer->flush(/*wait=*/true);
 }
 
 void PrecisionDebugger::Impl::setup_monitor(const std::shared_ptr<torch::nn::Module>& m) {
@@ -198,6 +227,11 @@ DebuggerCounters PrecisionDebugger::Impl::counters() const {
     c.bytes_summarised = o.engine.bytes;
     c.errors = o.errors + o.engine.save_errors;
   }
+  if (watch) {
+    c.errors += watch->errors();
+    c.replays = watch->replays();
+    c.snapshot_bytes = watch->snapshot_bytes();
+  }
   if (writer) c.writer = writer->counters();
   return c;
 }
@@ -242,6 +276,7 @@ RunMeta PrecisionDebugger::Impl::run_meta(bool final_meta) const {
       k["backpressure"] = o.engine.backpressure;
       k["stale"] = o.engine.stale;
     }
+    if (options.record == RecordMode::kOnAnomaly) k["replays"] = c.replays;
     if (options.replica_check_every > 0) {
       k["replica_checks"] = replica_checks;
       k["replica_mismatches"] = replica_mismatches;
@@ -298,6 +333,12 @@ void PrecisionDebugger::start() { start(std::shared_ptr<torch::nn::Module>()); }
 void PrecisionDebugger::start(const std::shared_ptr<torch::nn::Module>& model) {
   Impl& d = *impl_;
   if (d.started) return;
+  if (d.options.record == RecordMode::kOnAnomaly && d.optimizer == nullptr) {
+    throw Error(
+        "precprobe: \"record\": \"on_anomaly\" needs the optimizer (its state is part of "
+        "the snapshot a replayed step starts from): call start(model, optimizer) and run each "
+        "step through run_step()");
+  }
   PrecisionDebugger* expected = nullptr;
   if (!g_current.compare_exchange_strong(expected, this))
     throw Error("precprobe: another PrecisionDebugger is already started in this process");
@@ -351,13 +392,21 @@ void PrecisionDebugger::start(const std::shared_ptr<torch::nn::Module>& model) {
         d.writer->submit(std::move(r));
       }
       d.setup_monitor(model);
+      if (d.options.record == RecordMode::kOnAnomaly) {
+        if (!d.watch)
+          d.watch = std::make_unique<detail::AnomalyWatch>(d.options, d.writer.get(),
+                                                           d.observer.get(), d.rank_dir);
+        d.watch->bind(model.get(), d.optimizer);
+      }
       if (d.observer_step != d.step) {
         d.observer->begin_step(d.step);
         d.observer_step = d.step;
       }
     }
 #ifdef PRECPROBE_HAVE_DROPOUT
-    if (!d.options.keep_dropout) d.no_dropout = std::make_unique<DropoutGuard>();
+    // "on_anomaly" watches a real run: its dropout stays as the program set it.
+    if (!d.options.keep_dropout && d.options.record == RecordMode::kAlways)
+      d.no_dropout = std::make_unique<DropoutGuard>();
 #endif
     d.started = true;
     d.sync_attachment();
@@ -365,6 +414,8 @@ void PrecisionDebugger::start(const std::shared_ptr<torch::nn::Module>& model) {
     set_signal_writer(d.writer);
   } catch (...) {
     d.started = false;
+    d.optimizer = nullptr;
+    if (d.watch) d.watch->unbind();
     if (d.observer) d.observer->detach();
 #ifdef PRECPROBE_HAVE_DROPOUT
     d.no_dropout.reset();
@@ -395,13 +446,43 @@ void PrecisionDebugger::stop() noexcept {
   d.no_dropout.reset();
 #endif
   if (d.observer) d.observer->arm_grad_hook(false);
+  if (d.watch) d.watch->unbind();
+  d.optimizer = nullptr;
   d.model.reset();
   PrecisionDebugger* self = this;
   g_current.compare_exchange_strong(self, nullptr);
 }
 
+void PrecisionDebugger::start(const std::shared_ptr<torch::nn::Module>& model,
+                              torch::optim::Optimizer& optimizer) {
+  Impl& d = *impl_;
+  if (d.started) return;
+  d.optimizer = &optimizer;
+  start(model);
+}
+
+at::Tensor PrecisionDebugger::run_step(c10::function_ref<at::Tensor()> f) {
+  Impl& d = *impl_;
+  at::Tensor loss;
+  if (d.started && d.watch && d.watch->bound()) {
+    loss = d.watch->run(d.step, f, [&d](bool on) { d.set_replay_recording(on); });
+    d.in_run_step = true;
+  } else {
+    loss = f();
+  }
+  step();
+  return loss;
+}
+
 void PrecisionDebugger::step() {
   Impl& d = *impl_;
+  const bool via_run_step = std::exchange(d.in_run_step, false);
+  if (d.started && d.watch && d.watch->bound() && !via_run_step && !d.warned_step) {
+    d.warned_step = true;
+    report_error(
+        "precprobe: \"record\": \"on_anomaly\" watches only the steps run through "
+        "run_step(); this step() ended a step that was neither snapshot nor checked");
+  }
   if (d.started && d.observer && d.observer->attached()) {
     d.observe_grads();
     d.observer->end_step();

@@ -12,6 +12,7 @@
 #include "precprobe/checklist.h"
 #include "precprobe/debugger.h"
 #include "precprobe/error.h"
+#include "replay_origin.h"
 #include "scaled_grads.h"
 
 namespace precprobe {
@@ -31,6 +32,8 @@ struct OpContext final : at::ObserverContext {
   bool save = false;
   std::string name;                        // full name, when saving tensors
   const char* origin = "(autograd node)";  // process-lifetime op name, for diagnostics
+  OriginTracker* tracker = nullptr;        // during a replay: the call as the tracker sees it
+  std::shared_ptr<OriginTracker::Call> tracked;
 };
 
 bool any_requires_grad(c10::ArrayRef<const c10::IValue> values) {
@@ -250,6 +253,10 @@ std::unique_ptr<at::ObserverContext> Observer::on_op_start(const at::RecordFunct
           ctx->alias_unread = alias.any_unread && !ctx->writes;
         }
         ctx->serial_after_inputs = engine_->next_serial();
+        if (OriginTracker* t = origin_tracker_.load(std::memory_order_acquire)) {
+          ctx->tracked = t->on_start(info, op->header, inputs);
+          if (ctx->tracked) ctx->tracker = t;
+        }
       }
     }
     if (depth == 0 && !param_tensors_.empty()) {
@@ -342,6 +349,7 @@ void Observer::on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
       capture_args(c10::ArrayRef<const c10::IValue>(outs.data(), outs.size()), op.out, op,
                    c->save ? &c->name : nullptr, false, how, nullptr);
     }
+    if (c->tracked) c->tracker->on_end(*c->tracked, fn.outputs());
     if (op.header.dir == Direction::kBackward && fn.scope() != at::RecordScope::BACKWARD_FUNCTION &&
         !param_tensors_.empty() && scaled_grads_window() > 0.0f)
       note_backward_outputs(fn.outputs());

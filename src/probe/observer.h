@@ -34,6 +34,7 @@ namespace precprobe {
 namespace detail {
 
 struct OpInfo;
+class OriginTracker;  // replay_origin.h
 
 struct ObserverCounters {
   uint64_t ops_seen = 0;         ///< op and node events observed while attached
@@ -79,6 +80,12 @@ class Observer {
   /// the last moment they can be read. Only while detached. arm_grad_hook(true) re-arms it.
   void set_grad_hook(std::vector<at::Tensor> params, std::function<void()> fn);
   void arm_grad_hook(bool on) noexcept { grad_hook_armed_.store(on, std::memory_order_release); }
+
+  /// While set (the replay of an anomalous step, replay.h), every recorded op call is also
+  /// shown to `t`; nullptr: none (the default, no cost). `t` must outlive its setting.
+  void set_origin_tracker(OriginTracker* t) noexcept {
+    origin_tracker_.store(t, std::memory_order_release);
+  }
 
   // The callbacks (called through static trampolines).
   std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction& fn, const OpInfo& info,
@@ -156,7 +163,8 @@ class Observer {
   std::function<void()> grad_hook_;
   std::atomic<bool> grad_hook_armed_{false};
   std::atomic<bool> backward_seen_{false};  ///< an autograd node ran this step
-  int64_t overflow_count_ = 0;              // emitter only
+  std::atomic<OriginTracker*> origin_tracker_{nullptr};
+  int64_t overflow_count_ = 0;  // emitter only
 };
 
 }  // namespace detail

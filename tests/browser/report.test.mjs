@@ -5,6 +5,7 @@
 // Environment (set by tests/browser/tests.cmake):
 //   PRECPROBE_CLI          the precprobe executable
 //   PRECPROBE_MAKE_DUMP    tests/browser/make_dump.cpp built
+//   PRECPROBE_MAKE_ANOMALY_DUMP  tests/cli/make_anomaly_dump.cpp built (a replayed anomaly)
 //   PRECPROBE_BROWSER_OUT  output directory (dumps, reports, screenshots)
 //   PRECPROBE_GOLDEN       tests/data/cli (the CLI's golden dumps)
 import { execFileSync } from "node:child_process";
@@ -26,7 +27,8 @@ function check(cond, what) {
   else { failed++; console.error(`  FAIL ${what}`); }
 }
 
-for (const v of ["PRECPROBE_CLI", "PRECPROBE_MAKE_DUMP", "PRECPROBE_BROWSER_OUT", "PRECPROBE_GOLDEN"])
+for (const v of ["PRECPROBE_CLI", "PRECPROBE_MAKE_DUMP", "PRECPROBE_MAKE_ANOMALY_DUMP", "PRECPROBE_BROWSER_OUT",
+                 "PRECPROBE_GOLDEN"])
   if (!process.env[v]) die(`${v} is not set (run through ctest)`);
 if (!fs.existsSync(CHROMIUM))
   die(`${CHROMIUM} not found: install Debian's chromium (scripts/install-deps.sh does: apt-get install chromium)`);
@@ -55,6 +57,9 @@ run(cli, ["report", path.join(golden, "overflow"), "-o", "golden_overflow.html"]
 run(cli, ["report", path.join(golden, "diverged_1pct"), "--compare", path.join(golden, "clean"), "-o", "golden_compare.html"]);
 run(cli, ["report", path.join(golden, "truncated"), "-o", "golden_truncated.html"]);
 run(cli, ["report", "run_empty", "-o", "report_empty.html"]);
+fs.rmSync(path.join(out, "run_anomaly"), { recursive: true, force: true });
+run(process.env.PRECPROBE_MAKE_ANOMALY_DUMP, [path.join(out, "run_anomaly")]);
+run(cli, ["report", "run_anomaly", "-o", "report_anomaly.html"]);
 
 async function open(file) {
   const html = fs.readFileSync(path.join(out, file), "utf8");
@@ -175,6 +180,19 @@ const uplotPoints = (page, id, series) =>
   const { page, close } = await open("report_empty.html");
   check((await page.$$(".chart")).length === 0, "empty dump: no charts");
   check((await page.$("#run")) !== null, "empty dump: run header shown");
+  await close();
+}
+
+// ---- a replayed anomaly ("record": "on_anomaly"; tests/cli/anomaly_dump.h) ----
+{
+  const { page, close } = await open("report_anomaly.html");
+  const rows = await page.$$eval("#verdict table.verdict tr", (trs) => trs.map((t) => [t.children[0].textContent, t.children[1].textContent]));
+  const at = rows.findIndex((r) => r[0] === "replay");
+  check(at >= 0 && rows[at][1] === "anomaly at step 37 (loss = nan): replayed, reproduced; origin aten::exp \u2014 range: " +
+        "float64 result reaches 1.2e+39, beyond float32's max", "anomaly: the verdict's replay row names the step, trigger and origin");
+  check(at >= 0 && at < rows.findIndex((r) => r[0] === "loss"), "anomaly: the replay row comes before the loss");
+  const scalars = await page.evaluate(() => window.precprobeReport.data.scalars.map((c) => c.name));
+  check(!scalars.includes("anomaly"), "anomaly: no scalar chart for the anomaly event");
   await close();
 }
 

@@ -19,6 +19,7 @@ if(PRECPROBE_BUILD_TOOLS AND NOT PRECPROBE_SANITIZE)
            COMMAND ${CMAKE_COMMAND} -E env
                    PRECPROBE_CLI=$<TARGET_FILE:precprobe_cli>
                    PRECPROBE_MAKE_DUMP=$<TARGET_FILE:precprobe_make_dump>
+                   PRECPROBE_MAKE_ANOMALY_DUMP=$<TARGET_FILE:precprobe_make_anomaly_dump>
                    PRECPROBE_BROWSER_OUT=${_dir}
                    PRECPROBE_GOLDEN=${PROJECT_SOURCE_DIR}/tests/data/cli
                    node ${CMAKE_CURRENT_LIST_DIR}/report.test.mjs)

@@ -44,3 +44,35 @@ if(TARGET precprobe_cli AND TARGET train_fashion_mnist)
     set_tests_properties(compare_e2e_${mode} PROPERTIES TIMEOUT 300 LABELS "cli;e2e")
   endforeach()
 endif()
+
+# The replayed-anomaly side of the CLI (summary's "anomalies", `precprobe repro`) on a dump
+# written by hand (anomaly_dump.h); torch-free.
+if(TARGET precprobe_cli)
+  precprobe_add_test(${CMAKE_CURRENT_LIST_DIR}/test_repro.cpp nlohmann_json::nlohmann_json
+                     precprobe::core PkgConfig::ZSTD)
+  add_dependencies(test_repro precprobe_cli)
+  target_compile_definitions(test_repro PRIVATE PRECPROBE_CLI="$<TARGET_FILE:precprobe_cli>")
+endif()
+
+# repro_e2e: the program `precprobe repro` writes, built against this build's LibTorch and
+# run (one compile of <ATen/ATen.h>, ~1 min). By default on the hand-made dump (exp(100) in
+# float32 must print +inf 1); point it at a real on_anomaly dump with
+#   cmake -DPRECPROBE_REPRO_E2E_DUMP=/path/to/dump [-DPRECPROBE_REPRO_E2E_ARGS="--rank;1"] .
+set(PRECPROBE_REPRO_E2E_DUMP "" CACHE PATH "on_anomaly dump for the repro_e2e test (empty: hand-made)")
+set(PRECPROBE_REPRO_E2E_ARGS "" CACHE STRING "extra arguments of precprobe repro in repro_e2e (;-list)")
+if(TARGET precprobe_cli)  # torch-free; the browser test renders its report too
+  add_executable(precprobe_make_anomaly_dump ${CMAKE_CURRENT_LIST_DIR}/make_anomaly_dump.cpp)
+  target_link_libraries(precprobe_make_anomaly_dump PRIVATE precprobe::core PkgConfig::ZSTD)
+  precprobe_target(precprobe_make_anomaly_dump)
+endif()
+# The sanitizer builds skip it (CI time: the same program, the same LibTorch).
+if(TARGET precprobe_cli AND PRECPROBE_WITH_TORCH AND NOT PRECPROBE_SANITIZE)
+  add_test(NAME repro_e2e
+           COMMAND ${CMAKE_COMMAND} -DCLI=$<TARGET_FILE:precprobe_cli>
+                   -DMAKE_DUMP=$<TARGET_FILE:precprobe_make_anomaly_dump>
+                   -DDUMP=${PRECPROBE_REPRO_E2E_DUMP} "-DREPRO_ARGS=${PRECPROBE_REPRO_E2E_ARGS}"
+                   -DWORK=${CMAKE_CURRENT_BINARY_DIR}/repro_e2e -DTORCH_DIR=${Torch_DIR}
+                   -DGENERATOR=${CMAKE_GENERATOR} -DLAUNCHER=${CMAKE_CXX_COMPILER_LAUNCHER}
+                   -P ${CMAKE_CURRENT_LIST_DIR}/run_repro_e2e.cmake)
+  set_tests_properties(repro_e2e PROPERTIES TIMEOUT 600 LABELS "cli;e2e")
+endif()

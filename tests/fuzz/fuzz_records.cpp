@@ -31,5 +31,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   round_trip<precprobe::ScalerRecord>(line);
   round_trip<precprobe::GradRecord>(line);
   round_trip<precprobe::ScalarRecord>(line);
+  round_trip<precprobe::AnomalyEvent>(line);
   return 0;
 }

@@ -12,3 +12,9 @@ if(PRECPROBE_WITH_TORCH)
     endif()
   endforeach()
 endif()
+
+# test_replay reads Fashion-MNIST (examples/fashion_mnist.h) for its loss-spike case.
+if(TARGET test_replay)
+  find_package(ZLIB REQUIRED)
+  target_link_libraries(test_replay PRIVATE ZLIB::ZLIB)
+endif()

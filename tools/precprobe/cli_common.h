@@ -92,5 +92,6 @@ void add_scale_command(CLI::App& app, int& exit_code);
 void add_export_command(CLI::App& app, int& exit_code);
 void add_report_command(CLI::App& app, int& exit_code);
 void add_check_command(CLI::App& app, int& exit_code);
+void add_repro_command(CLI::App& app, int& exit_code);
 
 }  // namespace precprobe::cli

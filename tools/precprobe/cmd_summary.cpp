@@ -80,6 +80,33 @@ std::optional<double> figure(const CheckItem* c, std::string_view key) {
   return std::nullopt;
 }
 
+// One line per replayed anomaly ("record": "on_anomaly") of the first rank that has any;
+// the other ranks' are counted (a replay runs on every rank).
+void print_anomalies(const SummaryResult& s, const Terminal& term) {
+  if (s.anomalies.empty()) return;
+  const int rank = s.anomalies.front().rank;
+  size_t elsewhere = 0;
+  for (const AnomalyEvent& a : s.anomalies) {
+    if (a.rank != rank) {
+      ++elsewhere;
+      continue;
+    }
+    std::cout << paint(term, Tone::kRed, "replay        " + describe(a)) << '\n';
+  }
+  if (elsewhere > 0) {
+    std::cout << paint(term, Tone::kDim,
+                       fmt::format("              (rank {} shown; {} more on other ranks: "
+                                   "--json \"anomalies\")",
+                                   rank, elsewhere))
+              << '\n';
+  }
+  std::cout << paint(
+                   term, Tone::kDim,
+                   "              (precprobe repro DIR -o repro/repro.cpp: a program that re-runs "
+                   "the origin op on its saved inputs)")
+            << '\n';
+}
+
 // The answer first: what was recorded, where the first NaN/Inf came from, the loss, the
 // anomalies and the checklist's problems, and whether data was lost.
 void print_verdict(const SummaryResult& s, const ChecklistResult& check, const Terminal& term) {
@@ -101,6 +128,7 @@ void print_verdict(const SummaryResult& s, const ChecklistResult& check, const T
   } else if (s.op_records > 0) {
     std::cout << paint(term, Tone::kGreen, "NaN/Inf       none in the op records") << '\n';
   }
+  print_anomalies(s, term);
   const CheckItem* loss = check.find("hp.loss_trend");
   const auto first = figure(loss, "first_value"), last = figure(loss, "last_value");
   if (first && last) {
@@ -119,6 +147,8 @@ void print_verdict(const SummaryResult& s, const ChecklistResult& check, const T
     anomalies.push_back(fmt::format("{} watchpoint hits ({} {} at step {}{})", hits, h.param,
                                     h.watch, h.first_step, s.watch_hits.size() > 1 ? ", ..." : ""));
   }
+  if (!s.anomalies.empty())
+    anomalies.push_back(fmt::format("{} replayed step(s) (above)", s.anomalies.size()));
   if (s.nonfinite_grad_records > 0)
     anomalies.push_back(fmt::format("{} gradient records with NaN/Inf", s.nonfinite_grad_records));
   if (s.scaler.skipped > 0) anomalies.push_back(fmt::format("{} skipped steps", s.scaler.skipped));
@@ -265,7 +295,8 @@ void add_summary_command(CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember({"op", "module"}));
   cmd->footer(
       "The first lines are the verdict: what was recorded, the origin of the first NaN/Inf,\n"
-      "the loss, anomalies, the checklist's problems (precprobe check), lost data.\n\n"
+      "the replayed anomalies (\"record\": \"on_anomaly\"), the loss, anomalies, the checklist's "
+      "problems (precprobe check), lost data.\n\n"
       "Example:\n  precprobe summary ./precprobe_dump\n  precprobe summary ./precprobe_dump --by "
       "module\n  precprobe summary ./precprobe_dump --json | jq .scaler");
   cmd->callback([args, &exit_code] {

@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
     add_export_command(app, exit_code);
     add_report_command(app, exit_code);
     add_check_command(app, exit_code);
+    add_repro_command(app, exit_code);
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -65,7 +65,7 @@ Observed collect(const std::vector<ScalarRecord>& scalars) {
   Batch* cur = nullptr;
   analysis_detail::ReplicaCounter replicas;
   for (const ScalarRecord& r : scalars) {
-    if (r.rank != rank) continue;
+    if (r.rank != rank || is_anomaly_event(r)) continue;
     replicas.add(r, o.replicas);
     const std::string& n = r.name;
     if (n == cs::kBatchBegin) {

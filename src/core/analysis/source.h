@@ -21,6 +21,7 @@ class RecordSource {
   virtual void scaler(const std::function<bool(const ScalerRecord&)>& fn) = 0;
   virtual void grads(const std::function<bool(const GradRecord&)>& fn) = 0;
   virtual void scalars(const std::function<bool(const ScalarRecord&)>& fn) = 0;
+  virtual void anomalies(const std::function<bool(const AnomalyEvent&)>& fn) = 0;
 };
 
 class ReaderSource final : public RecordSource {
@@ -40,6 +41,9 @@ class ReaderSource final : public RecordSource {
   }
   void scalars(const std::function<bool(const ScalarRecord&)>& fn) override {
     reader_.for_each_scalar(read_.filter, counted(fn));
+  }
+  void anomalies(const std::function<bool(const AnomalyEvent&)>& fn) override {
+    reader_.for_each_anomaly(read_.filter, fn);
   }
 
  private:
@@ -71,6 +75,9 @@ class DataSource final : public RecordSource {
   void grads(const std::function<bool(const GradRecord&)>& fn) override { each(data_.grads, fn); }
   void scalars(const std::function<bool(const ScalarRecord&)>& fn) override {
     each(data_.scalars, fn);
+  }
+  void anomalies(const std::function<bool(const AnomalyEvent&)>& fn) override {
+    each(data_.anomalies, fn);
   }
 
  private:

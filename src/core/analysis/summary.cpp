@@ -143,6 +143,10 @@ SummaryResult summarize(RecordSource& src, bool by_module) {
     return true;
   });
   replicas.finish(s.replicas);
+  src.anomalies([&](const AnomalyEvent& a) {
+    s.anomalies.push_back(a);
+    return true;
+  });
   if (!s.records_per_step.empty()) {
     s.step_min = s.records_per_step.front().first;
     s.step_max = s.records_per_step.back().first;
@@ -216,9 +220,42 @@ nlohmann::json SummaryResult::to_json() const {
     }
     j["modules"] = std::move(ms);
   }
+  nlohmann::json an = nlohmann::json::array();
+  for (const AnomalyEvent& a : anomalies) {
+    an.push_back({{"step", a.step},
+                  {"rank", a.rank},
+                  {"trigger", a.trigger},
+                  {"reproduced", a.reproduced},
+                  {"origin", a.origin},
+                  {"origin_record", a.origin_record},
+                  {"classification", a.classification},
+                  {"why", a.why},
+                  {"trigger_detail", a.trigger_detail},
+                  {"replay", a.replay},
+                  {"text", describe(a)}});
+  }
+  j["anomalies"] = std::move(an);
   j["step_min"] = step_min ? nlohmann::json(*step_min) : nlohmann::json();
   j["step_max"] = step_max ? nlohmann::json(*step_max) : nlohmann::json();
   return j;
+}
+
+std::string describe(const AnomalyEvent& a) {
+  std::string s = "anomaly at step " + std::to_string(a.step);
+  const std::string& trigger = a.trigger_detail.empty() ? a.trigger : a.trigger_detail;
+  if (!trigger.empty()) s += " (" + trigger + ")";
+  s += a.reproduced ? ": replayed, reproduced" : ": replayed, not reproduced";
+  if (a.origin.empty()) {
+    s += "; no op produced a NaN/Inf";
+  } else {
+    s += "; origin " + a.origin;
+  }
+  if (!a.classification.empty() || !a.why.empty()) {
+    s += " \u2014 ";
+    s += a.classification.empty() ? std::string("unknown") : a.classification;
+    if (!a.why.empty()) s += ": " + a.why;
+  }
+  return s;
 }
 
 SummaryResult summarize_dump(DumpReader& reader, const ReadOptions& read, bool by_module) {

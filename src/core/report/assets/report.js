@@ -245,8 +245,8 @@
     });
   }
 
-  // The answer first: what was recorded, the origin of the first NaN/Inf, the loss, the
-  // anomalies, the checklist's problems (likely cause first), data lost.
+  // The answer first: what was recorded, the origin of the first NaN/Inf, the replayed
+  // anomalies, the loss, the anomalies, the checklist's problems (likely cause first), data lost.
   function renderVerdict() {
     const run = (D.runs || [])[0] || {};
     const sum = run.summary || {};
@@ -262,6 +262,8 @@
     if (ov && ov.verdict === "problem") row("NaN/Inf", ov.evidence, "bad");
     else if (sum.nonfinite_op_records) row("NaN/Inf", `in the outputs of ${sum.nonfinite_op_records} op records`, "bad");
     else if (sum.op_records) row("NaN/Inf", "none in the op records", "ok");
+    const replays = sum.anomalies || [];  // the first rank's replayed steps ("record": "on_anomaly")
+    replays.forEach((a) => { if (a.rank === replays[0].rank) row("replay", a.text, a.reproduced ? "bad" : "warn"); });
     const lt = item("hp.loss_trend");
     const f = (lt && lt.figures) || {};
     if (f.first_value !== undefined) {
@@ -272,6 +274,7 @@
     const anomalies = [];
     const G = D.grads;
     if (G && G.watch_total) anomalies.push(`${G.watch_total} gradient records with watchpoint hits (first: ${G.watch[0].param} ${G.watch[0].names.join(", ")} at step ${G.watch[0].step})`);
+    if (replays.length) anomalies.push(`${replays.length} replayed step(s) (above)`);
     if (sum.nonfinite_grad_records) anomalies.push(`${sum.nonfinite_grad_records} gradient records with NaN/Inf`);
     if (D.scale && D.scale.skipped_total) anomalies.push(`${D.scale.skipped_total} skipped steps`);
     row("anomalies", anomalies.length ? anomalies.join("; ") : "none", anomalies.length ? "warn" : "ok");

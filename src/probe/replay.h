@@ -1,0 +1,90 @@
+// AnomalyWatch: "record": "on_anomaly". Around each step run through
+// PrecisionDebugger::run_step it snapshots the training state (step_snapshot.h), runs the
+// step with nothing observed, and checks the triggers (non-finite loss, non-finite
+// gradient, loss spike). On a trigger it restores the snapshot, runs the same step again
+// with every op recorded, checks that the replay reproduced the anomaly, finds and
+// classifies the origin op (replay_origin.h), saves its inputs and writes the "anomaly"
+// event (docs/dump-format.md). Training continues from the replayed state.
+//
+// Threads: the controlling thread (the training loop).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/FunctionRef.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "precprobe/options.h"
+#include "precprobe/writer.h"
+#include "step_snapshot.h"
+
+namespace precprobe {
+namespace detail {
+
+class Observer;
+
+class AnomalyWatch {
+ public:
+  /// `writer` and `observer` must outlive the watch.
+  AnomalyWatch(const DebuggerOptions& options, DumpWriter* writer, Observer* observer,
+               std::string rank_dir);
+
+  /// Throws precprobe::Error for an optimizer the snapshot does not support.
+  void bind(torch::nn::Module* model, torch::optim::Optimizer* optimizer);
+  void unbind() noexcept;
+  bool bound() const noexcept { return snapshot_.bound(); }
+
+  /// Runs step `step`: f(), or, on an anomaly, f() again from the snapshot with every op
+  /// recorded; returns the loss of the run training continues from. `record(true)` makes
+  /// the debugger record this step's ops, `record(false)` finishes them (drained, on
+  /// disk). Exceptions of f propagate; the watch's own failures are reported and counted.
+  at::Tensor run(int64_t step, c10::function_ref<at::Tensor()> f,
+                 const std::function<void(bool)>& record);
+
+  uint64_t replays() const noexcept { return replays_; }
+  uint64_t errors() const noexcept { return errors_; }
+  /// Bytes of the snapshot (the last one taken, after unbind()).
+  int64_t snapshot_bytes() const;
+
+ private:
+  struct Check {
+    std::string trigger;  // "" = healthy
+    std::string detail;
+    double loss = 0;
+  };
+  /// Loss bits and which gradients are non-finite: what a replay must reproduce.
+  struct Pattern {
+    uint64_t loss_bits = 0;
+    bool loss_nan = false;
+    std::vector<bool> bad_grads;
+    bool operator==(const Pattern& o) const {
+      return (loss_bits == o.loss_bits || (loss_nan && o.loss_nan)) && bad_grads == o.bad_grads;
+    }
+  };
+  Check check(const at::Tensor& loss);
+  Pattern pattern(const at::Tensor& loss) const;
+  std::string bad_grads_text() const;
+  void remember(double loss);
+  at::Tensor replay(int64_t step, c10::function_ref<at::Tensor()> f, const at::Tensor& loss,
+                    const Check& why, const std::function<void(bool)>& record);
+
+  DebuggerOptions options_;
+  DumpWriter* writer_;
+  Observer* observer_;
+  std::string rank_dir_;
+  StepSnapshot snapshot_;
+  std::vector<std::pair<std::string, at::Tensor>> params_;  // (name, parameter)
+  std::vector<at::Tensor> sums_;                            // reused each step
+  std::vector<double> history_, scratch_;                   // spike window (ring)
+  size_t history_next_ = 0, history_size_ = 0;
+  uint64_t replays_ = 0;
+  uint64_t errors_ = 0;
+  int64_t last_bytes_ = 0;  // the snapshot's size when it was last unbound
+};
+
+}  // namespace detail
+}  // namespace precprobe

@@ -1,6 +1,7 @@
 // Analysis of dumps, torch-free: summary, origin of the first NaN/Inf, comparison of two
 // runs, gradient and loss-scale histories, flat export. The `precprobe` command line tool
-// and the HTML report print these results; to_json() gives the same data as JSON text.
+// and the HTML report print these results; to_json() gives the same data as a JSON value (made into
+// text once, where printed or embedded).
 //
 // Every analysis takes either a DumpReader (records are streamed; only compare_dumps holds
 // the selected records of both dumps in memory) or a DumpData (records already in memory:
@@ -13,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -62,7 +64,7 @@ struct OpBrief {
   std::vector<Arg> outputs;
 
   static OpBrief from(const OpRecord& r);
-  std::string to_json() const;
+  nlohmann::json to_json() const;
 };
 
 // ---------------------------------------------------------------------------- summary
@@ -114,7 +116,7 @@ struct ModuleSummary {
 struct SummaryResult {
   std::string path;
   std::vector<RankInfo> ranks;
-  std::string meta_json;  ///< meta.json of the first rank (JSON text; "{}" when missing)
+  RunMeta meta;  ///< meta.json of the first rank (empty when missing)
   std::optional<int64_t> step_min, step_max;
   std::vector<std::pair<int64_t, int64_t>> records_per_step;  ///< (step, op records)
   int64_t op_records = 0, scaler_records = 0, grad_records = 0, scalar_records = 0;
@@ -136,7 +138,7 @@ struct SummaryResult {
   /// in the JSON as "anomalies" (always present).
   std::vector<AnomalyEvent> anomalies;
 
-  std::string to_json() const;
+  nlohmann::json to_json() const;
 };
 
 /// One line for people: "anomaly at step 37 (loss = nan): replayed, reproduced; origin
@@ -183,7 +185,7 @@ struct OverflowResult {
   bool any_nonfinite = false;  ///< some op had non-finite inputs or outputs
   std::vector<RankOverflow> ranks;
 
-  std::string to_json() const;
+  nlohmann::json to_json() const;
 };
 
 OverflowResult find_overflow(DumpReader& reader, const ReadOptions& read = {});
@@ -204,7 +206,7 @@ struct TensorMetrics {
   std::string message;     ///< why a metric is missing, msprobe's wording
   bool comparable = true;  ///< false when NaN/Inf positions differ or the tensor is empty
 
-  std::string to_json() const;
+  nlohmann::json to_json() const;
 };
 
 /// Compares a tensor N with its benchmark B (count elements each), as msprobe does.
@@ -256,7 +258,7 @@ struct OpCompare {
   /// so far in its step ("fc1" for "fc1.weight"); "" before any.
   std::string module;
 
-  std::string to_json() const;
+  nlohmann::json to_json() const;
 };
 
 /// Ops of one module (--by module), over all compared steps.
@@ -318,7 +320,7 @@ struct CompareResult {
   /// 2 * matched / (ops_a + ops_b): the share of ops that aligned (1 when both are empty).
   double aligned_fraction = 1;
 
-  std::string to_json() const;
+  nlohmann::json to_json() const;
   /// True when the result differs in the sense of the selected mode (exit status 1).
   bool differs() const noexcept;
 };
@@ -376,7 +378,7 @@ struct ParamGradHistory {
 struct GradHistory {
   std::vector<ParamGradHistory> params;               ///< by name
   std::vector<std::pair<int64_t, std::string>> hits;  ///< (step, "param: watch")
-  std::string to_json() const;
+  nlohmann::json to_json() const;
 };
 
 /// Gradient history; `param` selects parameters whose name contains it (empty: all).
@@ -400,7 +402,7 @@ struct ScaleEntry {
 struct ScaleHistory {
   std::vector<ScaleEntry> entries;
   /// A JSON array of {step, rank, optimizer, scale, scale_next, found_inf, skipped, event}.
-  std::string to_json() const;
+  nlohmann::json to_json() const;
 };
 
 ScaleHistory scale_history(DumpReader& reader, const ReadOptions& read = {});

@@ -1,8 +1,12 @@
-// The torch-free part of precprobe: records, dump writer and reader, options, analysis.
+// The torch-free part of precprobe: records, the dump format, writer and reader, options,
+// analysis, the checklist and the LR range test. Include this one header for all of them.
 #pragma once
 
 #include "precprobe/analysis.h"
+#include "precprobe/checklist.h"
+#include "precprobe/dump_format.h"
 #include "precprobe/error.h"
+#include "precprobe/lr_range.h"
 #include "precprobe/options.h"
 #include "precprobe/reader.h"
 #include "precprobe/records.h"

@@ -30,6 +30,7 @@
 #include <type_traits>
 
 #include "precprobe/options.h"
+#include "precprobe/scope.h"  // Scope, declared here before it had its own header
 #include "precprobe/writer.h"
 
 namespace c10d {
@@ -187,19 +188,6 @@ class PrecisionDebugger {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
-};
-
-/// Names a region of code; records made while it lives carry the scope path ("a/b").
-/// Thread-local; nest freely. Non-copyable, non-movable.
-class Scope {
- public:
-  explicit Scope(std::string name);
-  ~Scope();
-  Scope(const Scope&) = delete;
-  Scope& operator=(const Scope&) = delete;
-
-  /// The current thread's scope path, "" outside any Scope.
-  static const std::string& current_path() noexcept;
 };
 
 }  // namespace precprobe

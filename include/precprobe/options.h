@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "precprobe/writer.h"
@@ -30,6 +31,11 @@ enum class Level : uint8_t {
   kL1,  ///< "L1": the outermost ATen op of each call from user code (depth 0 only)
   kL2,  ///< "L2": every ATen op, nested ones included
 };
+
+/// The names config.json and meta.json use: "statistics" | "tensor" | "overflow_check".
+std::string_view to_string(Task t) noexcept;
+/// "L1" | "L2".
+std::string_view to_string(Level l) noexcept;
 
 /// "summary_mode": what is computed per tensor.
 enum class SummaryMode : uint8_t {

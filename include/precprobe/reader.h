@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "precprobe/dump_format.h"
 #include "precprobe/records.h"
 #include "precprobe/writer.h"
 
@@ -36,7 +37,12 @@ struct RankInfo {
   int rank = 0;
   int world_size = 1;
   std::string dir;
-  std::string meta_json;  ///< meta.json as written (empty if missing)
+  std::string meta_json;        ///< meta.json as written (empty if missing)
+  std::optional<RunMeta> meta;  ///< meta.json read (absent if missing)
+
+  /// `meta`, or for a RankInfo made by hand with only `meta_json`, that text read; empty
+  /// when there is neither. Throws precprobe::Error when the text is not a JSON object.
+  RunMeta run_meta() const;
 };
 
 /// Selects records; empty fields select everything.

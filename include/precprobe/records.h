@@ -14,14 +14,6 @@
 
 namespace precprobe {
 
-/// Dump format version, written to meta.json. Version 2 writes every number as a JSON
-/// number or null (non-finite values named by "<key>_nonfinite" fields); version 1 wrote
-/// them as the strings "nan", "inf", "-inf".
-inline constexpr int kDumpFormatVersion = 2;
-/// The oldest version the reader still reads; it refuses versions outside
-/// [kOldestDumpFormatVersion, kDumpFormatVersion].
-inline constexpr int kOldestDumpFormatVersion = 1;
-
 /// Whether an op ran in the forward pass or inside autograd's backward.
 enum class Direction : uint8_t {
   kForward,   ///< "forward": called from user code (or the optimizer)

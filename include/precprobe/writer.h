@@ -21,6 +21,8 @@
 
 namespace precprobe {
 
+struct RunMeta;  // dump_format.h
+
 /// What submit() does when the queue is full.
 enum class OverflowPolicy : uint8_t {
   kBlock,  ///< wait for the writer thread (no record is lost; the step slows down)
@@ -64,11 +66,6 @@ struct WriterCounters {
   bool failed = false;  ///< an I/O error stopped writing
 };
 
-/// The counters as the JSON object meta.json stores under "writer" (docs/dump-format.md):
-/// {"records_written":..,"records_dropped":..,"bytes_uncompressed":..,
-///  "bytes_compressed":..,"frames":..,"failed":false}.
-std::string to_json(const WriterCounters& c);
-
 class DumpWriter {
  public:
   /// Creates the directory and opens the streams lazily. Throws precprobe::Error.
@@ -80,6 +77,8 @@ class DumpWriter {
 
   /// Writes meta.json atomically (temp file + rename). Called at start and at close with
   /// the counters added under "writer". Throws precprobe::Error on failure.
+  void write_meta(const RunMeta& meta);
+  /// The same with the text as given (tests and tools that write foreign metadata).
   void write_meta(const std::string& json_text);
 
   /// Enqueue a record; false when it was dropped (full queue with kDrop, or failed).

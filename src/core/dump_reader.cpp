@@ -6,7 +6,6 @@
 #include <cctype>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 
@@ -53,16 +52,6 @@ std::string read_file(const fs::path& path) {
   return ss.str();
 }
 
-int meta_int(const nlohmann::json& meta, const char* key, const fs::path& file, int fallback) {
-  auto it = meta.find(key);
-  if (it == meta.end()) return fallback;
-  if (!it->is_number_integer()) {
-    throw Error(
-        fmt::format("{}: \"{}\" must be an integer, found {}", file.string(), key, it->dump()));
-  }
-  return it->get<int>();
-}
-
 RankInfo load_rank(const fs::path& dir, int fallback_rank, int fallback_world) {
   RankInfo info;
   info.dir = dir.string();
@@ -72,24 +61,12 @@ RankInfo load_rank(const fs::path& dir, int fallback_rank, int fallback_world) {
   std::error_code ec;
   if (!fs::is_regular_file(meta_path, ec)) return info;  // killed before meta.json: still read
   info.meta_json = read_file(meta_path);
-  nlohmann::json meta = nlohmann::json::parse(info.meta_json, nullptr, false);
-  if (meta.is_discarded() || !meta.is_object()) {
-    throw Error(fmt::format("{}: not a JSON object", meta_path.string()));
-  }
-  auto v = meta.find("format_version");
-  const std::string supported = fmt::format(
-      "this precprobe reads format_version {} to {}; a newer precprobe reads newer dumps",
-      kOldestDumpFormatVersion, kDumpFormatVersion);
-  if (v == meta.end()) {
-    throw Error(fmt::format("{}: no \"format_version\" ({})", meta_path.string(), supported));
-  }
-  if (!v->is_number_integer() || v->get<int64_t>() < kOldestDumpFormatVersion ||
-      v->get<int64_t>() > kDumpFormatVersion) {
-    throw Error(fmt::format("{}: format_version {} is not supported ({})", meta_path.string(),
-                            v->dump(), supported));
-  }
-  info.rank = meta_int(meta, "rank", meta_path, fallback_rank);
-  info.world_size = meta_int(meta, "world_size", meta_path, fallback_world);
+  const std::string file = meta_path.string();
+  RunMeta meta = RunMeta::parse(info.meta_json, file);
+  meta.check_readable(file);
+  info.rank = meta.rank.value_or(fallback_rank);
+  info.world_size = meta.world_size.value_or(fallback_world);
+  info.meta = std::move(meta);
   return info;
 }
 

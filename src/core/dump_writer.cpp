@@ -336,14 +336,6 @@ void DumpWriter::Impl::close_streams() {
 
 // ---- DumpWriter ----
 
-std::string to_json(const WriterCounters& c) {
-  return fmt::format(
-      "{{\"records_written\":{},\"records_dropped\":{},\"bytes_uncompressed\":{},"
-      "\"bytes_compressed\":{},\"frames\":{},\"failed\":{}}}",
-      c.records_written, c.records_dropped, c.bytes_uncompressed, c.bytes_compressed, c.frames,
-      c.failed);
-}
-
 DumpWriter::DumpWriter(WriterOptions options) {
   prepare_directory(options);
   impl_ = std::make_unique<Impl>(std::move(options));
@@ -351,6 +343,8 @@ DumpWriter::DumpWriter(WriterOptions options) {
 }
 
 DumpWriter::~DumpWriter() { close(); }
+
+void DumpWriter::write_meta(const RunMeta& meta) { write_meta(meta.to_json().dump(2)); }
 
 void DumpWriter::write_meta(const std::string& json_text) {
   std::lock_guard<std::mutex> lock(impl_->meta_mu);

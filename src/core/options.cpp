@@ -102,9 +102,7 @@ std::string IntSet::to_json() const {
 
 // ---- helpers shared with the parser ----
 
-namespace detail {
-
-const char* task_name(Task t) {
+std::string_view to_string(Task t) noexcept {
   switch (t) {
     case Task::kStatistics:
       return "statistics";
@@ -116,7 +114,13 @@ const char* task_name(Task t) {
   return "statistics";
 }
 
-const char* level_name(Level l) { return l == Level::kL2 ? "L2" : "L1"; }
+std::string_view to_string(Level l) noexcept { return l == Level::kL2 ? "L2" : "L1"; }
+
+namespace detail {
+
+const char* task_name(Task t) { return to_string(t).data(); }
+
+const char* level_name(Level l) { return to_string(l).data(); }
 
 const char* summary_mode_name(SummaryMode m) {
   return m == SummaryMode::kHash ? "hash" : "statistics";

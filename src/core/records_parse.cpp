@@ -1,4 +1,5 @@
-// The JSON Lines decoder for dump records (the encoder is in records.cpp).
+// The JSON Lines decoder for op records (the encoder is in records.cpp; the other streams'
+// records are decoded in records_parse_streams.cpp).
 //
 // parse_record() reuses the strings and vectors already in `out`, so a reader that parses
 // line after line into one record allocates almost nothing. Unknown keys are skipped (a
@@ -9,15 +10,19 @@
 
 #include "json_lite.h"
 #include "precprobe/records.h"
+#include "records_parse_util.h"
 
 namespace precprobe {
 namespace {
 
 using json::Cursor;
+using records_parse_detail::ends_nonfinite;
+using records_parse_detail::missing;
+using records_parse_detail::Named;
+using records_parse_detail::parse_line;
+using records_parse_detail::parse_string_list;
 
-// An Arg takes ~250 bytes for 7 bytes of text (`{"v":1}`): without a bound, one hostile
-// 256 MiB line would ask for gigabytes. Real TensorLists are far shorter.
-constexpr size_t kMaxListSize = size_t{1} << 18;
+using records_parse_detail::kMaxListSize;
 
 void reset(TensorStats& t) {
   t.dtype.clear();
@@ -58,17 +63,6 @@ bool parse_histogram(Cursor& c, std::vector<std::pair<int64_t, int64_t>>& h) {
     h.push_back(bin);
     return true;
   });
-}
-
-bool parse_string_list(Cursor& c, std::vector<std::string>& v) {
-  size_t n = 0;
-  bool ok = c.array([&] {
-    if (n >= kMaxListSize) return c.fail("list too long");
-    if (n == v.size()) v.emplace_back();
-    return c.string(v[n++]);
-  });
-  v.resize(n);
-  return ok;
 }
 
 // Tensor keys in the order the writer emits them (optional ones included).
@@ -450,42 +444,6 @@ bool parse_op(Cursor& c, OpRecord& r, bool& has_op) {
   return ok && (c.at_end() || c.fail("text after the record"));
 }
 
-// Parses one line as an object, then checks nothing but blanks follows it.
-template <class F>
-bool parse_line(std::string_view line, std::string* error, F&& on_member) {
-  Cursor c(line);
-  bool ok = c.object([&](std::string_view k) { return on_member(c, k); }) &&
-            (c.at_end() || c.fail("text after the record"));
-  if (!ok && error != nullptr) *error = c.error_message();
-  return ok;
-}
-
-bool ends_nonfinite(std::string_view k) {
-  constexpr std::string_view kSuffix = "_nonfinite";
-  return k.size() > kSuffix.size() && k.substr(k.size() - kSuffix.size()) == kSuffix;
-}
-
-// "<key>_nonfinite" fields of a record, applied after the whole line so that they win
-// over "<key>": null in any key order.
-struct Named {
-  double values[8];
-  double* targets[8];
-  int n = 0;
-  bool read(Cursor& c, double& target) {
-    if (n == 8) return c.skip_value(1);  // only repeated keys get here
-    targets[n] = &target;
-    return c.nonfinite_name(values[n++]);
-  }
-  void apply() {
-    for (int i = 0; i < n; ++i) *targets[i] = values[i];
-  }
-};
-
-bool missing(std::string* error, const char* what) {
-  if (error != nullptr) *error = what;
-  return false;
-}
-
 // An op record exactly as our writer lays it out (records.cpp, append_json); see
 // parse_tensor_fast.
 bool parse_op_fast(Cursor& c, OpRecord& r) {
@@ -551,87 +509,6 @@ bool parse_record(std::string_view line, OpRecord& out, std::string* error) {
   }
   if (!has_op) return missing(error, "op record without \"op\"");
   return true;
-}
-
-bool parse_record(std::string_view line, ScalerRecord& out, std::string* error) {
-  out = ScalerRecord{};
-  Named named;
-  bool ok = parse_line(line, error, [&](Cursor& c, std::string_view k) {
-    if (ends_nonfinite(k)) {
-      if (k == "gn_scaled_nonfinite") return named.read(c, out.grad_norm_scaled);
-      if (k == "gn_nonfinite") return named.read(c, out.grad_norm);
-      if (k == "scale_nonfinite") return named.read(c, out.scale_before);
-      if (k == "scale_next_nonfinite") return named.read(c, out.scale_after);
-    }
-    if (k == "step") return c.int64(out.step);
-    if (k == "opt") return c.int32(out.optimizer);
-    if (k == "group") return c.int32(out.group);
-    if (k == "found_inf") return c.boolean(out.found_inf);
-    if (k == "n_bad") return c.int64(out.nonfinite_params);
-    if (k == "bad") return parse_string_list(c, out.bad_params);
-    if (k == "gn_scaled") return c.number(out.grad_norm_scaled);
-    if (k == "gn") return c.number(out.grad_norm);
-    if (k == "scale") return c.number(out.scale_before);
-    if (k == "scale_next") return c.number(out.scale_after);
-    if (k == "tracker") return c.int64(out.growth_tracker);
-    if (k == "skipped") return c.boolean(out.skipped);
-    if (k == "event") return c.string(out.event);
-    return c.skip_value(1);
-  });
-  named.apply();
-  return ok;
-}
-
-bool parse_record(std::string_view line, GradRecord& out, std::string* error) {
-  out = GradRecord{};
-  bool has_param = false;
-  Named named;
-  bool ok = parse_line(line, error, [&](Cursor& c, std::string_view k) {
-    if (ends_nonfinite(k)) {
-      if (k == "gn_nonfinite") return named.read(c, out.grad_norm);
-      if (k == "gmax_nonfinite") return named.read(c, out.grad_abs_max);
-      if (k == "gmean_nonfinite") return named.read(c, out.grad_abs_mean);
-      if (k == "wn_nonfinite") return named.read(c, out.weight_norm);
-      if (k == "ur_nonfinite") return named.read(c, out.update_ratio);
-    }
-    if (k == "step") return c.int64(out.step);
-    if (k == "param") {
-      has_param = true;
-      return c.string(out.param);
-    }
-    if (k == "gn") return c.number(out.grad_norm);
-    if (k == "gmax") return c.number(out.grad_abs_max);
-    if (k == "gmean") return c.number(out.grad_abs_mean);
-    if (k == "gnan") return c.int64(out.grad_nan);
-    if (k == "ginf") return c.int64(out.grad_inf);
-    if (k == "has_grad") return c.boolean(out.has_grad);
-    if (k == "wn") return c.number(out.weight_norm);
-    if (k == "ur") return c.number(out.update_ratio);
-    if (k == "watch") return parse_string_list(c, out.watch);
-    return c.skip_value(1);
-  });
-  named.apply();
-  if (ok && !has_param) return missing(error, "grad record without \"param\"");
-  return ok;
-}
-
-bool parse_record(std::string_view line, ScalarRecord& out, std::string* error) {
-  out = ScalarRecord{};
-  bool has_name = false;
-  Named named;
-  bool ok = parse_line(line, error, [&](Cursor& c, std::string_view k) {
-    if (k == "value_nonfinite") return named.read(c, out.value);
-    if (k == "step") return c.int64(out.step);
-    if (k == "name") {
-      has_name = true;
-      return c.string(out.name);
-    }
-    if (k == "value") return c.number(out.value);
-    return c.skip_value(1);
-  });
-  named.apply();
-  if (ok && !has_name) return missing(error, "scalar record without \"name\"");
-  return ok;
 }
 
 }  // namespace precprobe

@@ -1,6 +1,6 @@
-// PrecisionDebugger::observe_batch (and its free-function form) and the checks made at the
-// first batch, written as
-// "check/..." scalars for `precprobe check` (precprobe/checklist.h, docs/checklist.md).
+// observe_batch and the checks made at the first batch, written as "check/..." scalars for
+// `precprobe check` (names in precprobe/dump_format.h, rules in docs/checklist.md). The
+// PrecisionDebugger members that call them are in debugger.cpp.
 #include "precprobe/checklist_probe.h"
 
 #include <ATen/ATen.h>
@@ -9,8 +9,9 @@
 
 #include <string>
 
-#include "precprobe/checklist.h"
+#include "debugger_internal.h"
 #include "precprobe/debugger.h"
+#include "precprobe/dump_format.h"
 #include "precprobe/error.h"
 #include "precprobe/hash.h"
 
@@ -138,7 +139,7 @@ void check_initial_model(PrecisionDebugger& dbg, const torch::nn::Module& model)
   }
 }
 
-namespace {
+namespace detail {
 
 // `model` may be null (start() without one): the batch is observed without the model's modes.
 void observe_batch_of(PrecisionDebugger& dbg, const torch::nn::Module* model,
@@ -170,25 +171,16 @@ void observe_batch_of(PrecisionDebugger& dbg, const torch::nn::Module* model,
   }
 }
 
-}  // namespace
+}  // namespace detail
 
 void observe_batch(PrecisionDebugger& dbg, const torch::nn::Module& model, const at::Tensor& inputs,
                    const at::Tensor& targets, int64_t epoch, int64_t ignore_index) noexcept {
-  observe_batch_of(dbg, &model, inputs, targets, epoch, ignore_index);
+  detail::observe_batch_of(dbg, &model, inputs, targets, epoch, ignore_index);
 }
 
 void expect_module_hash(PrecisionDebugger& dbg, uint64_t hash) noexcept {
   dbg.log_scalar(std::string(cs::kExpectedHashHi), static_cast<double>(hash >> 32));
   dbg.log_scalar(std::string(cs::kExpectedHashLo), static_cast<double>(hash & 0xffffffffull));
-}
-
-void PrecisionDebugger::observe_batch(const at::Tensor& inputs, const at::Tensor& targets,
-                                      int64_t epoch, int64_t ignore_index) noexcept {
-  observe_batch_of(*this, model(), inputs, targets, epoch, ignore_index);
-}
-
-void PrecisionDebugger::expect_module_hash(uint64_t hash) noexcept {
-  precprobe::expect_module_hash(*this, hash);
 }
 
 }  // namespace precprobe

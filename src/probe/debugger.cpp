@@ -1,4 +1,4 @@
-// PrecisionDebugger: configuration, the start/step/stop life cycle, meta.json. The op
+// PrecisionDebugger: configuration, the start/step/stop life cycle, meta.json (RunMeta). The op
 // observation itself is in observer.cpp, the statistics pipeline in stats_engine.cpp.
 #include "precprobe/debugger.h"
 
@@ -16,9 +16,9 @@
 
 #include "debugger_internal.h"
 #include "observer.h"
-#include "options_detail.h"
-#include "precprobe/checklist.h"
+#include "precprobe/checklist_probe.h"
 #include "precprobe/distributed.h"
+#include "precprobe/dump_format.h"
 #include "precprobe/error.h"
 #include "precprobe/grad_monitor.h"
 #include "precprobe/signal_flush.h"
@@ -99,7 +99,7 @@ struct PrecisionDebugger::Impl {
   int64_t step = 0;
   int64_t observer_step = -1;  // the step the observer's naming state belongs to
   std::string start_time;
-  std::string seed_report;                               // JSON, when seeded
+  nlohmann::json seed_report;                            // null unless seeded
   c10::intrusive_ptr<c10d::ProcessGroup> process_group;  // null: rank from the environment
   bool installed_signal_flush = false;
   int64_t replica_checks = 0;
@@ -123,7 +123,7 @@ struct PrecisionDebugger::Impl {
   void setup_monitor(const std::shared_ptr<torch::nn::Module>& m);
   void observe_grads() noexcept;
   void check_replicas_if_due() noexcept;
-  std::string meta_json(bool final_meta) const;
+  RunMeta run_meta(bool final_meta) const;
   DebuggerCounters counters() const;
 };
 
@@ -236,26 +236,26 @@ DebuggerCounters PrecisionDebugger::Impl::counters() const {
   return c;
 }
 
-std::string PrecisionDebugger::Impl::meta_json(bool final_meta) const {
-  nlohmann::json m;
-  m["format_version"] = kDumpFormatVersion;
-  m["precprobe_version"] = PRECPROBE_VERSION_STRING;
-  m["torch_version"] = TORCH_VERSION;
-  m["rank"] = rank;
-  m["world_size"] = world_size;
-  m["rank_source"] = process_group ? "process_group" : "environment";
-  m["task"] = detail::task_name(options.task);
-  m["level"] = detail::level_name(options.level);
-  m["config"] = parse_or_string(options.to_json());
-  if (!seed_report.empty()) m["seed_report"] = parse_or_string(seed_report);
-  m["host"] = host_name();
-  m["pid"] = static_cast<int64_t>(::getpid());
-  m["device"] = "cpu";
-  m["start_time"] = start_time;
-  m["state"] = final_meta ? "stopped" : "running";
-  m["step"] = step;
+RunMeta PrecisionDebugger::Impl::run_meta(bool final_meta) const {
+  RunMeta m;
+  m.format_version = kDumpFormatVersion;
+  m.precprobe_version = PRECPROBE_VERSION_STRING;
+  m.torch_version = TORCH_VERSION;
+  m.rank = rank;
+  m.world_size = world_size;
+  m.rank_source = process_group ? "process_group" : "environment";
+  m.task = std::string(to_string(options.task));
+  m.level = std::string(to_string(options.level));
+  m.config = parse_or_string(options.to_json());
+  if (!seed_report.is_null()) m.seed_report = seed_report;
+  m.host = host_name();
+  m.pid = static_cast<int64_t>(::getpid());
+  m.device = "cpu";
+  m.start_time = start_time;
+  m.state = final_meta ? "stopped" : "running";
+  m.step = step;
   if (final_meta) {
-    m["stop_time"] = utc_now();
+    m.stop_time = utc_now();
     const DebuggerCounters c = counters();
     nlohmann::json k;
     k["ops_seen"] = c.ops_seen;
@@ -281,18 +281,11 @@ std::string PrecisionDebugger::Impl::meta_json(bool final_meta) const {
       k["replica_checks"] = replica_checks;
       k["replica_mismatches"] = replica_mismatches;
     }
-    m["counters"] = k;
-    nlohmann::json w;
-    w["records_written"] = c.writer.records_written;
-    w["records_dropped"] = c.writer.records_dropped;
-    w["bytes_uncompressed"] = c.writer.bytes_uncompressed;
-    w["bytes_compressed"] = c.writer.bytes_compressed;
-    w["frames"] = c.writer.frames;
-    w["failed"] = c.writer.failed;
-    m["writer"] = w;
-    m["dropped"] = c.writer.records_dropped;
+    m.counters = std::move(k);
+    m.writer = c.writer;
+    m.dropped = c.writer.records_dropped;
   }
-  return m.dump(2);
+  return m;
 }
 
 void PrecisionDebugger::Impl::configure(const DebuggerOptions& given, int r, int world) {
@@ -362,7 +355,8 @@ void PrecisionDebugger::start(const std::shared_ptr<torch::nn::Module>& model) {
       d.start_time = utc_now();
 #ifdef PRECPROBE_HAVE_SEED
       if (d.options.seed)
-        d.seed_report = seed_all(*d.options.seed, d.options.is_deterministic).to_json();
+        d.seed_report =
+            parse_or_string(seed_all(*d.options.seed, d.options.is_deterministic).to_json());
 #endif
       if (d.rank_selected) {
         WriterOptions w;
@@ -416,7 +410,7 @@ void PrecisionDebugger::start(const std::shared_ptr<torch::nn::Module>& model) {
 #endif
     d.started = true;
     d.sync_attachment();
-    if (d.writer) d.writer->write_meta(d.meta_json(false));
+    if (d.writer) d.writer->write_meta(d.run_meta(false));
     set_signal_writer(d.writer);
   } catch (...) {
     d.started = false;
@@ -441,7 +435,7 @@ void PrecisionDebugger::stop() noexcept {
     if (d.observer) d.observer->drain();
     if (d.writer) {
       d.writer->flush(/*wait=*/true);
-      d.writer->write_meta(d.meta_json(true));
+      d.writer->write_meta(d.run_meta(true));
     }
   } catch (const std::exception& e) {
     report_error(std::string("precprobe: stopping the debugger: ") + e.what());
@@ -531,6 +525,15 @@ std::string PrecisionDebugger::parameter_name(const at::Tensor& t) const {
 }
 
 const torch::nn::Module* PrecisionDebugger::model() const noexcept { return impl_->model.get(); }
+
+void PrecisionDebugger::observe_batch(const at::Tensor& inputs, const at::Tensor& targets,
+                                      int64_t epoch, int64_t ignore_index) noexcept {
+  detail::observe_batch_of(*this, model(), inputs, targets, epoch, ignore_index);
+}
+
+void PrecisionDebugger::expect_module_hash(uint64_t hash) noexcept {
+  precprobe::expect_module_hash(*this, hash);
+}
 
 DumpWriter* PrecisionDebugger::writer() noexcept { return impl_->writer.get(); }
 DebuggerCounters PrecisionDebugger::counters() const noexcept {

@@ -17,6 +17,7 @@
 #include <unordered_map>
 
 #include "precprobe/debugger.h"
+#include "precprobe/dump_format.h"
 #include "precprobe/error.h"
 #include "precprobe/writer.h"
 #include "scaled_grads.h"
@@ -237,8 +238,10 @@ GradScaler::GradScaler(GradScalerOptions options) : impl_(std::make_unique<Impl>
     w.dir = impl_->o.log_path;
     w.overwrite = impl_->o.log_overwrite;
     impl_->own_writer = std::make_unique<DumpWriter>(std::move(w));
-    impl_->own_writer->write_meta("{\"format_version\": " + std::to_string(kDumpFormatVersion) +
-                                  ", \"producer\": \"precprobe::GradScaler\"}\n");
+    RunMeta meta;
+    meta.format_version = kDumpFormatVersion;
+    meta.producer = "precprobe::GradScaler";
+    impl_->own_writer->write_meta(meta);
   }
 }
 

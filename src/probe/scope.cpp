@@ -1,9 +1,9 @@
 // precprobe::Scope: a thread-local stack of names, kept joined as "a/b/c" so that the
 // observer reads the path without building it per op.
+#include "precprobe/scope.h"
+
 #include <string>
 #include <vector>
-
-#include "precprobe/debugger.h"
 
 namespace precprobe {
 namespace {

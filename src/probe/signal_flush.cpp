@@ -16,11 +16,11 @@
 #include <iterator>
 #include <memory>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 
 #include "debugger_internal.h"
+#include "precprobe/dump_format.h"
 #include "precprobe/error.h"
 #include "precprobe/writer.h"
 
@@ -39,15 +39,19 @@ int index_of(int sig) { return sig == SIGTERM ? 0 : 1; }
 
 // Rewrites meta.json with the state and the writer's counters (the flusher thread only).
 void mark_signalled(DumpWriter& writer, int sig) {
-  const std::string path = writer.dir() + "/meta.json";
+  const std::string path = writer.dir() + "/" + std::string(kMetaFile);
   std::ifstream in(path, std::ios::binary);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  nlohmann::json meta = nlohmann::json::parse(text, nullptr, false);
-  if (!meta.is_object()) meta = nlohmann::json::object();
-  meta["state"] = "signalled";
-  meta["signal"] = sig;
-  meta["writer"] = nlohmann::json::parse(to_json(writer.counters()), nullptr, false);
-  writer.write_meta(meta.dump());
+  RunMeta meta;
+  try {
+    meta = RunMeta::parse(text, path);
+  } catch (const Error&) {
+    // unreadable: start from an empty one, as before
+  }
+  meta.state = "signalled";
+  meta.signal = sig;
+  meta.writer = writer.counters();
+  writer.write_meta(meta);
 }
 
 void flush_for(int sig) {

@@ -3,8 +3,6 @@
 // (anomaly_dump.h): which record it picks, the files it writes, the program's text, and
 // the errors when the inputs were not saved. Compiling and running the program against
 // LibTorch is the ctest `repro_e2e` (tests/cli/run_repro_e2e.cmake).
-#include <sys/wait.h>
-
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -16,6 +14,7 @@
 #include "precprobe/reader.h"
 #include "precprobe/report.h"
 #include "precprobe_catch.h"
+#include "support/cli_run.h"
 
 namespace {
 
@@ -23,23 +22,10 @@ using nlohmann::json;
 using precprobe::test::read_bytes;
 using precprobe::test::TempDir;
 
-struct Run {
-  int status = -1;
-  std::string out;
-};
+using Run = precprobe::test::CliRun;
 
 Run run(const std::string& args, bool merge_stderr = false) {
-  const std::string cmd = std::string("NO_COLOR=1 '") + PRECPROBE_CLI + "' " + args +
-                          (merge_stderr ? " 2>&1" : " 2>/dev/null");
-  Run r;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  size_t n = 0;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+  return precprobe::test::run_cli(args, merge_stderr);
 }
 
 std::string q(const std::string& s) { return "'" + s + "'"; }
@@ -108,7 +94,7 @@ TEST_CASE("describe(): the anomaly line in its other forms; summarize_dump(DumpD
   precprobe::DumpData data;
   data.anomalies = {precprobe::test::anomaly_event(), a};
   data.anomalies[1].rank = 1;
-  const json s = json::parse(precprobe::summarize_dump(data).to_json());
+  const json s = precprobe::summarize_dump(data).to_json();
   REQUIRE(s["anomalies"].size() == 2);
   CHECK(s["anomalies"][0]["text"] == kLine);
   CHECK(s["anomalies"][1]["rank"] == 1);

@@ -23,10 +23,13 @@ if(TARGET precprobe::precprobe)
 endif()
 
 if(TARGET precprobe_cli)
-  precprobe_add_test(${CMAKE_CURRENT_LIST_DIR}/test_cli.cpp nlohmann_json::nlohmann_json
-                     precprobe::core)
-  add_dependencies(test_cli precprobe_cli)
-  target_compile_definitions(test_cli PRIVATE PRECPROBE_CLI="$<TARGET_FILE:precprobe_cli>")
+  # One executable per topic (test_cli.cpp says which); helpers in cli_test_util.h.
+  foreach(_t test_cli test_cli_compare test_cli_history_export test_cli_report_check)
+    precprobe_add_test(${CMAKE_CURRENT_LIST_DIR}/${_t}.cpp nlohmann_json::nlohmann_json
+                       precprobe::core)
+    add_dependencies(${_t} precprobe_cli)
+    target_compile_definitions(${_t} PRIVATE PRECPROBE_CLI="$<TARGET_FILE:precprobe_cli>")
+  endforeach()
 endif()
 
 # compare on real runs of the example: 1 vs 2 threads is rounding noise, not divergence;

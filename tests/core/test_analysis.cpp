@@ -31,7 +31,7 @@ TEST_CASE("overflow: the first op turning finite inputs non-finite", "[analysis]
   CHECK(r.ranks[0].later_nonfinite_ops == 3);  // sum, div in step 1; add in step 2
   CHECK(r.ranks[0].first_steps_affected == std::vector<int64_t>{1, 2});
   CHECK_FALSE(r.ranks[0].nonfinite_before_origin);
-  const auto j = nlohmann::json::parse(r.to_json());
+  const auto j = r.to_json();
   CHECK(j["found"] == true);
   CHECK(j["name"] == "aten::exp.0.forward");
   CHECK(j["op"] == "aten::exp");
@@ -51,7 +51,7 @@ TEST_CASE("overflow: an op that only propagates is never the origin", "[analysis
   CHECK(r.any_nonfinite);
   REQUIRE(r.ranks[0].first_nonfinite_input);
   CHECK(r.ranks[0].first_nonfinite_input->name == "aten::mul.0.forward");
-  CHECK(nlohmann::json::parse(r.to_json())["found"] == false);
+  CHECK(r.to_json()["found"] == false);
   // A genuine origin later in the step is reported, flagged as preceded by non-finite input.
   add_step(d, 0, 0, {{"aten::log", 2, {targ({0.0, 1})}, {targ({-kInf, 0})}}});
   r = find_overflow(d);
@@ -182,7 +182,7 @@ TEST_CASE("compare --first blames the op whose inputs match", "[analysis][compar
   // max 6.06 vs 6: 0.06 / 6.06 (relative to the larger magnitude).
   CHECK(r.first->output_error == Approx(0.06 / 6.06));
   CHECK(r.differs());
-  const auto j = nlohmann::json::parse(r.to_json());
+  const auto j = r.to_json();
   CHECK(j["found"] == true);
   CHECK(j["name"] == "aten::mm.0.forward");
   CHECK(j["op"] == "aten::mm");
@@ -269,7 +269,7 @@ TEST_CASE("compare: statistics warnings and step/rank groups", "[analysis][compa
   CHECK(r.warnings == 1);
   CHECK(r.only_a == std::vector<std::pair<int64_t, int>>{{1, 0}});
   CHECK(r.differs());
-  const auto j = nlohmann::json::parse(r.to_json());
+  const auto j = r.to_json();
   CHECK(j["mode"] == "statistics");
   CHECK(j["ops"][0]["args"][1]["max"]["rel_pct"] == Approx(150));
   CompareOptions only0;
@@ -285,7 +285,7 @@ TEST_CASE("compare --exact: bitwise identity", "[analysis][compare]") {
   CompareResult r = compare_dumps(chain(1.0), chain(1.0), opt);
   CHECK(r.identical);
   CHECK_FALSE(r.differs());
-  CHECK(nlohmann::json::parse(r.to_json())["identical"] == true);
+  CHECK(r.to_json()["identical"] == true);
 
   // One ulp in one mean: not identical, and that op is named.
   DumpData b = chain(1.0);
@@ -296,7 +296,7 @@ TEST_CASE("compare --exact: bitwise identity", "[analysis][compare]") {
   REQUIRE(r.first);
   CHECK(r.first->name == "aten::relu.0.forward");
   CHECK(r.differs());
-  const auto j = nlohmann::json::parse(r.to_json());
+  const auto j = r.to_json();
   CHECK(j["identical"] == false);
   CHECK(j["name"] == "aten::relu.0.forward");
 
@@ -361,7 +361,7 @@ TEST_CASE("summary counts records, non-finite ops, scaler and watchpoints", "[an
   REQUIRE(s.watch_hits.size() == 1);
   CHECK(s.watch_hits[0].first_step == 1);
   CHECK(s.dropped == 3);
-  const auto j = nlohmann::json::parse(s.to_json());
+  const auto j = s.to_json();
   CHECK(j["meta"]["format_version"] == 1);
   CHECK(j["step_max"] == 1);
 }
@@ -387,7 +387,7 @@ TEST_CASE("scale history merges parameter groups", "[analysis]") {
   const ScaleHistory h = scale_history(d);
   REQUIRE(h.entries.size() == 1);
   CHECK(h.entries[0].found_inf);
-  const auto j = nlohmann::json::parse(h.to_json());
+  const auto j = h.to_json();
   REQUIRE(j.is_array());
   CHECK(j[0]["step"] == 4);
   CHECK(j[0]["scale"] == 1024.0);

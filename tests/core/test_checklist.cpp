@@ -100,7 +100,7 @@ TEST_CASE("checklist: a clean run has no problem", "[checklist]") {
   CHECK(r.find("data.missing_values")->verdict == Verdict::kOk);
   CHECK(r.find("hp.loss_trend")->verdict == Verdict::kOk);
   CHECK(r.find("mp.clip_before_unscale")->verdict == Verdict::kNotApplicable);
-  CHECK(r.to_json().find("\"verdict\":\"ok\"") != std::string::npos);
+  CHECK(r.to_json().dump().find("\"verdict\":\"ok\"") != std::string::npos);
 }
 
 TEST_CASE("checklist: items without data say n/a", "[checklist]") {
@@ -623,7 +623,7 @@ TEST_CASE("checklist from records: each planted fault flips its item", "[checkli
     const auto causes = r.problems_by_cause();
     REQUIRE(causes.size() >= 2);
     CHECK(causes.front()->id == "data.inputs_not_normalised");
-    CHECK(r.to_json().find("\"likely_causes\":[\"data.inputs_not_normalised\"") !=
+    CHECK(r.to_json().dump().find("\"likely_causes\":[\"data.inputs_not_normalised\"") !=
           std::string::npos);
   }
   SECTION("NaN in the inputs") {

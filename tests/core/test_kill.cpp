@@ -15,6 +15,7 @@
 #include "precprobe/reader.h"
 #include "precprobe/writer.h"
 #include "precprobe_catch.h"
+#include "support/child_process.h"
 
 using namespace precprobe;
 using precprobe::test::TempDir;
@@ -45,25 +46,9 @@ OpRecord expected_op(int64_t seq) {
 
 // Starts the child, waits until it reports `target` flushed records, kills it.
 int64_t run_and_kill(const std::string& dir, int64_t target) {
-  int fds[2];
-  REQUIRE(::pipe(fds) == 0);
-  pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::close(fds[0]);
-    child_main(dir, fds[1]);
-  }
-  ::close(fds[1]);
-  int64_t flushed = 0;
-  while (flushed < target) {
-    int64_t v = 0;
-    if (::read(fds[0], &v, sizeof v) != sizeof v) break;
-    flushed = v;
-  }
-  ::kill(pid, SIGKILL);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  ::close(fds[0]);
+  precprobe::test::ProgressChild child([&dir](int fd) { child_main(dir, fd); });
+  const int64_t flushed = child.wait_for(target, 0);
+  const int status = child.kill();
   REQUIRE(WIFSIGNALED(status));
   CHECK(WTERMSIG(status) == SIGKILL);
   return flushed;

@@ -9,7 +9,7 @@
 #include "precprobe/checklist.h"
 #include "precprobe/checklist_probe.h"
 #include "precprobe/grad_scaler.h"
-#include "precprobe/lr_range_test.h"
+#include "precprobe/lr_range.h"
 #include "precprobe_catch.h"
 
 using namespace precprobe;

@@ -15,6 +15,7 @@
 
 #include "precprobe_catch.h"
 #include "probe/debugger_fixture.h"
+#include "support/child_process.h"
 
 using namespace precprobe;
 using precprobe::test::options_in;
@@ -302,25 +303,12 @@ namespace {
 
 TEST_CASE("a dump stays readable after its process is killed with SIGKILL", "[debugger][kill]") {
   TempDir dir("dbg_kill");
-  int fds[2];
-  REQUIRE(::pipe(fds) == 0);
-  pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::close(fds[0]);
-    train_forever(dir.path().string(), fds[1]);
-  }
-  ::close(fds[1]);
-  int64_t step = -1;
-  while (step < 20) {
-    if (::read(fds[0], &step, sizeof step) != sizeof step) break;
-  }
+  const std::string path = dir.path().string();
+  precprobe::test::ProgressChild child([&path](int fd) { train_forever(path, fd); });
+  const int64_t step = child.wait_for(20, -1);
   // The writer closes a frame per step; give it a moment to write the early ones.
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  ::kill(pid, SIGKILL);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  ::close(fds[0]);
+  const int status = child.kill();
   REQUIRE(WIFSIGNALED(status));
   REQUIRE(step >= 20);
 

@@ -1,27 +1,11 @@
 // GradScaler against an independent reference of PyTorch's published algorithm, step by
 // step, and on small models with a planted Inf and with natural overflow.
-#include <torch/torch.h>
-
-// Exact float comparisons are the point of these tests.
-#pragma GCC diagnostic ignored "-Wfloat-equal"
-
-#include <cmath>
-#include <limits>
 #include <map>
 #include <random>
 
-#include "precprobe/error.h"
-#include "precprobe/grad_scaler.h"
-#include "precprobe_catch.h"
-
-using precprobe::GradScaler;
-using precprobe::GradScalerOptions;
-using precprobe::ScalerRecord;
+#include "support/grad_scaler_test.h"
 
 namespace {
-
-const double kInf = std::numeric_limits<double>::infinity();
-const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // The reference, written from the description of torch._amp_update_scale_: on Inf/NaN the
 // scale is multiplied by the backoff factor and the tracker reset; otherwise the tracker

@@ -1,31 +1,12 @@
 // GradScaler's API around the reference: PyTorch's state-machine errors, FP16 refusal,
 // option validation, the disabled scaler, update(new_scale), the archive round trip,
 // collapse warnings, the log file and the process-group hook.
-#include <torch/torch.h>
-
+#include <filesystem>
+#include <sstream>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
-// Exact float comparisons are the point of these tests.
-#pragma GCC diagnostic ignored "-Wfloat-equal"
-
-#include <cmath>
-#include <filesystem>
-#include <limits>
-#include <sstream>
-
-#include "precprobe/error.h"
-#include "precprobe/grad_scaler.h"
 #include "precprobe/reader.h"
-#include "precprobe_catch.h"
-
-using precprobe::GradScaler;
-using precprobe::GradScalerOptions;
-using precprobe::ScalerRecord;
-
-namespace {
-const double kInf = std::numeric_limits<double>::infinity();
-const double kNaN = std::numeric_limits<double>::quiet_NaN();
-}  // namespace
+#include "support/grad_scaler_test.h"
 
 namespace {
 

@@ -14,6 +14,7 @@
 
 #include "core/temp_dir.h"
 #include "precprobe_catch.h"
+#include "support/cli_run.h"
 
 namespace fs = std::filesystem;
 using precprobe::test::TempDir;
@@ -22,23 +23,10 @@ namespace {
 
 const std::string kClean = std::string(PRECPROBE_TEST_DATA_DIR) + "/cli/clean";
 
-struct Run {
-  int status = -1;  // exit status, -1 when killed by a signal (a crash)
-  std::string out;  // stdout and stderr
-};
+using Run = precprobe::test::CliRun;  // status -1 when killed by a signal (a crash)
 
-Run run(const std::string& args) {
-  const std::string cmd = std::string("NO_COLOR=1 '") + PRECPROBE_CLI + "' " + args + " 2>&1";
-  Run r;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  size_t n = 0;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+// stdout and stderr together.
+Run run(const std::string& args) { return precprobe::test::run_cli(args, /*merge_stderr=*/true); }
 
 // A copy of the clean golden dump under `root/name`.
 std::string clean_copy(const TempDir& root, const std::string& name) {

@@ -142,8 +142,7 @@ namespace {
 // answer "nothing found", so it is an input error. An empty stream is legitimate (killed
 // before its first frame); a readable prefix with a cut tail is reported by the reader.
 void check_stream_files(const std::string& rank_dir) {
-  for (StreamKind kind :
-       {StreamKind::kOps, StreamKind::kScaler, StreamKind::kGrads, StreamKind::kEvents}) {
+  for (StreamKind kind : kAllStreams) {
     const std::string file = DumpReader::stream_path(rank_dir, kind);
     std::error_code ec;
     if (!std::filesystem::exists(file, ec)) continue;
@@ -155,12 +154,7 @@ void check_stream_files(const std::string& rank_dir) {
     const size_t n = std::fread(magic, 1, sizeof magic, f);
     std::fclose(f);
     if (n == 0) continue;
-    const uint32_t m = static_cast<uint32_t>(magic[0]) | static_cast<uint32_t>(magic[1]) << 8 |
-                       static_cast<uint32_t>(magic[2]) << 16 |
-                       static_cast<uint32_t>(magic[3]) << 24;
-    const bool zstd_frame = n == 4 && m == 0xFD2FB528u;
-    const bool skippable = n == 4 && (m & 0xFFFFFFF0u) == 0x184D2A50u;
-    if (!zstd_frame && !skippable)
+    if (!starts_with_zstd_frame(magic, n))
       throw Error(fmt::format(
           "{}: not a precprobe stream (expected zstd frames; the file is foreign or corrupt)",
           file));
@@ -180,10 +174,8 @@ std::unique_ptr<DumpReader> open_dump(const std::string& path) {
   return reader;
 }
 
-void print_json(const std::string& json_text) {
-  std::cout << nlohmann::json::parse(json_text).dump(2, ' ', false,
-                                                     nlohmann::json::error_handler_t::replace)
-            << '\n';
+void print_json(const nlohmann::json& j) {
+  std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
 }
 
 }  // namespace precprobe::cli

@@ -79,8 +79,9 @@ std::string arg_str(const Arg& a);
 /// Opens a dump; a missing path is reported as such (precprobe::Error).
 std::unique_ptr<DumpReader> open_dump(const std::string& path);
 
-/// Pretty JSON text on stdout.
-void print_json(const std::string& json_text);
+/// Prints a result's JSON on stdout (two-space indent; invalid UTF-8 from records
+/// replaced): the one place a result becomes text.
+void print_json(const nlohmann::json& j);
 
 /// Registers the commands; each sets `exit_code` when it runs.
 void add_summary_command(CLI::App& app, int& exit_code);

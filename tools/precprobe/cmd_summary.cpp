@@ -39,9 +39,9 @@ std::string array_line(const nlohmann::json& a) {
 }
 
 // meta.json one level deep ("versions.torch  1.13.1"); the config is left to --json.
-void print_meta(const std::string& meta_text, const Terminal& term) {
-  const nlohmann::json meta = nlohmann::json::parse(meta_text, nullptr, false);
-  if (!meta.is_object() || meta.empty()) {
+void print_meta(const RunMeta& run_meta, const Terminal& term) {
+  const nlohmann::json meta = run_meta.to_json();
+  if (meta.empty()) {
     std::cout << "  meta.json   (none)\n";
     return;
   }
@@ -261,7 +261,7 @@ void print_summary(const SummaryResult& s, bool verbose, const Terminal& term) {
   std::string ranks;
   for (const RankInfo& r : s.ranks) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r.rank);
   std::cout << fmt::format("ranks         {} ({})\n", s.ranks.size(), ranks);
-  print_meta(s.meta_json, term);
+  print_meta(s.meta, term);
   std::cout << "streams:\n";
   Table t({"file", "frames", "records", "bad lines", "state"});
   for (const StreamStatus& st : s.streams) {

@@ -57,13 +57,6 @@ nlohmann::json to_json(const StreamStatus& s) {
                         {"message", s.message}};
 }
 
-nlohmann::json parse_or_empty(const std::string& text) {
-  if (text.empty()) return nlohmann::json::object();
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return nlohmann::json::object();
-  return j;
-}
-
 std::optional<std::string> consumed_module(const OpRecord& r) {
   for (const Arg& in : r.inputs) {
     if (!in.is_tensor() || in.tensor->param.empty()) continue;
@@ -98,8 +91,6 @@ OpBrief OpBrief::from(const OpRecord& r) {
   return b;
 }
 
-std::string OpBrief::to_json() const {
-  return analysis_detail::dump(analysis_detail::to_json(*this));
-}
+nlohmann::json OpBrief::to_json() const { return analysis_detail::to_json(*this); }
 
 }  // namespace precprobe

@@ -441,7 +441,7 @@ nlohmann::json unmatched_json(const UnmatchedOp& u) {
 
 }  // namespace
 
-std::string OpCompare::to_json() const { return analysis_detail::dump(op_json(*this)); }
+nlohmann::json OpCompare::to_json() const { return op_json(*this); }
 
 bool CompareResult::differs() const noexcept {
   if (exact_mode) return !identical;
@@ -449,7 +449,7 @@ bool CompareResult::differs() const noexcept {
   return warnings > 0 || !unmatched.empty();
 }
 
-std::string CompareResult::to_json() const {
+nlohmann::json CompareResult::to_json() const {
   nlohmann::json j{{"a", path_a},
                    {"b", path_b},
                    {"mode", exact_mode   ? "exact"
@@ -524,7 +524,7 @@ std::string CompareResult::to_json() const {
     for (const OpCompare& o : ops) rows.push_back(op_json(o));
     j["ops"] = std::move(rows);
   }
-  return analysis_detail::dump(j);
+  return j;
 }
 
 CompareResult compare_dumps(DumpReader& a, DumpReader& b, const CompareOptions& options,

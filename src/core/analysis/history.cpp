@@ -71,7 +71,7 @@ ScaleHistory scale_of(RecordSource& src) {
 
 }  // namespace
 
-std::string GradHistory::to_json() const {
+nlohmann::json GradHistory::to_json() const {
   nlohmann::json ps = nlohmann::json::array();
   for (const ParamGradHistory& p : params) {
     nlohmann::json steps = nlohmann::json::array();
@@ -96,10 +96,10 @@ std::string GradHistory::to_json() const {
   }
   nlohmann::json hs = nlohmann::json::array();
   for (const auto& [step, what] : hits) hs.push_back({{"step", step}, {"hit", what}});
-  return analysis_detail::dump(nlohmann::json{{"params", std::move(ps)}, {"hits", std::move(hs)}});
+  return nlohmann::json{{"params", std::move(ps)}, {"hits", std::move(hs)}};
 }
 
-std::string ScaleHistory::to_json() const {
+nlohmann::json ScaleHistory::to_json() const {
   nlohmann::json a = nlohmann::json::array();
   for (const ScaleEntry& e : entries) {
     a.push_back({{"step", e.step},
@@ -112,7 +112,7 @@ std::string ScaleHistory::to_json() const {
                  {"event", e.event},
                  {"nonfinite_params", e.nonfinite_params}});
   }
-  return analysis_detail::dump(a);
+  return a;
 }
 
 GradHistory grad_history(DumpReader& reader, const std::string& param, const ReadOptions& read) {

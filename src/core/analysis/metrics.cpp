@@ -104,17 +104,17 @@ TensorMetrics compare_tensors(const double* n_in, const double* b_in, size_t cou
   return m;
 }
 
-std::string TensorMetrics::to_json() const {
+nlohmann::json TensorMetrics::to_json() const {
   using analysis_detail::number;
-  return analysis_detail::dump(nlohmann::json{{"cosine", number(cosine)},
-                                              {"euclidean", number(euclidean)},
-                                              {"max_abs_err", number(max_abs_err)},
-                                              {"max_rel_err", number(max_rel_err)},
-                                              {"one_thousandth", number(one_thousandth)},
-                                              {"five_thousandth", number(five_thousandth)},
-                                              {"accuracy", accuracy},
-                                              {"comparable", comparable},
-                                              {"message", message}});
+  return nlohmann::json{{"cosine", number(cosine)},
+                        {"euclidean", number(euclidean)},
+                        {"max_abs_err", number(max_abs_err)},
+                        {"max_rel_err", number(max_rel_err)},
+                        {"one_thousandth", number(one_thousandth)},
+                        {"five_thousandth", number(five_thousandth)},
+                        {"accuracy", accuracy},
+                        {"comparable", comparable},
+                        {"message", message}};
 }
 
 namespace {

@@ -155,7 +155,7 @@ nlohmann::json rank_json(const RankOverflow& r) {
 
 }  // namespace
 
-std::string OverflowResult::to_json() const {
+nlohmann::json OverflowResult::to_json() const {
   nlohmann::json j{{"found", found}, {"any_nonfinite", any_nonfinite}};
   const RankOverflow* mine = nullptr;
   for (const RankOverflow& r : ranks) {
@@ -173,7 +173,7 @@ std::string OverflowResult::to_json() const {
   nlohmann::json rs = nlohmann::json::array();
   for (const RankOverflow& r : ranks) rs.push_back(rank_json(r));
   j["ranks"] = std::move(rs);
-  return analysis_detail::dump(j);
+  return j;
 }
 
 OverflowResult find_overflow(DumpReader& reader, const ReadOptions& read) {

@@ -15,26 +15,6 @@ namespace {
 using analysis_detail::number;
 using analysis_detail::RecordSource;
 
-// The writer counters of one meta.json: {"writer": {"records_dropped": N, ...}}.
-uint64_t dropped_of(const nlohmann::json& meta) {
-  auto w = meta.find("writer");
-  if (w == meta.end() || !w->is_object()) return 0;
-  for (const char* key : {"records_dropped", "dropped"}) {
-    auto d = w->find(key);
-    if (d != w->end() && d->is_number_unsigned()) return d->get<uint64_t>();
-    if (d != w->end() && d->is_number_integer()) return static_cast<uint64_t>(d->get<int64_t>());
-  }
-  return 0;
-}
-
-nlohmann::json parse_meta(const RankInfo& r) {
-  if (r.meta_json.empty()) return nlohmann::json::object();
-  nlohmann::json j = nlohmann::json::parse(r.meta_json, nullptr, false);
-  if (j.is_discarded() || !j.is_object())
-    throw Error("corrupt meta.json: " + r.dir + "/meta.json is not a JSON object");
-  return j;
-}
-
 // Module attribution over a stream of op records (modules.h): one step of one rank at a time,
 // in execution order (seq), so only that step's few numbers are held.
 class ModuleCounter {
@@ -148,11 +128,10 @@ SummaryResult summarize(RecordSource& src, bool by_module) {
   s.by_module = by_module;
   s.path = src.path();
   s.ranks = src.ranks();
-  s.meta_json = "{}";
   for (size_t i = 0; i < s.ranks.size(); ++i) {
-    const nlohmann::json meta = parse_meta(s.ranks[i]);
-    if (i == 0) s.meta_json = analysis_detail::dump(meta);
-    s.dropped += dropped_of(meta);
+    RunMeta meta = s.ranks[i].run_meta();
+    s.dropped += meta.records_dropped();
+    if (i == 0) s.meta = std::move(meta);
   }
   count_ops(src, s);
   count_scaler(src, s);
@@ -182,7 +161,7 @@ SummaryResult summarize(RecordSource& src, bool by_module) {
 
 }  // namespace
 
-std::string SummaryResult::to_json() const {
+nlohmann::json SummaryResult::to_json() const {
   nlohmann::json ranks_j = nlohmann::json::array();
   for (const RankInfo& r : ranks)
     ranks_j.push_back({{"rank", r.rank}, {"world_size", r.world_size}, {"dir", r.dir}});
@@ -211,7 +190,7 @@ std::string SummaryResult::to_json() const {
   rep["first_failed_step"] =
       replicas.first_failed_step ? nlohmann::json(*replicas.first_failed_step) : nlohmann::json();
   nlohmann::json j{{"path", path},
-                   {"meta", analysis_detail::parse_or_empty(meta_json)},
+                   {"meta", meta.to_json()},
                    {"ranks", std::move(ranks_j)},
                    {"op_records", op_records},
                    {"scaler_records", scaler_records},
@@ -258,7 +237,7 @@ std::string SummaryResult::to_json() const {
   j["anomalies"] = std::move(an);
   j["step_min"] = step_min ? nlohmann::json(*step_min) : nlohmann::json();
   j["step_max"] = step_max ? nlohmann::json(*step_max) : nlohmann::json();
-  return analysis_detail::dump(j);
+  return j;
 }
 
 std::string describe(const AnomalyEvent& a) {

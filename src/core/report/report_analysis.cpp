@@ -18,7 +18,7 @@ using nlohmann::json;
 // `precprobe summary --json`, its per-step op counts (one entry per step: 100 000 on a
 // long run) replaced by their number.
 json summary_json(DumpReader& reader) {
-  json s = json::parse(summarize_dump(reader).to_json());
+  json s = summarize_dump(reader).to_json();
   if (s.contains("steps") && s["steps"].is_array()) {
     const size_t n = s["steps"].size();
     s["steps"] = {{"count", n}, {"note", "per-step op counts left out of the report"}};
@@ -29,7 +29,7 @@ json summary_json(DumpReader& reader) {
 // A compare row for the table: the scalar fields of OpCompare::to_json() (its per-argument
 // details are in the first divergent op's card).
 json flat_row(const OpCompare& oc) {
-  json j = json::parse(oc.to_json());
+  json j = oc.to_json();
   j.erase("args");
   return j;
 }
@@ -87,7 +87,7 @@ json compare_json(const ReportOptions& o, DumpReader& a, json& data) {
   CompareOptions co;
   co.first = true;
   const CompareResult r = compare_dumps(a, b, co);
-  json result = json::parse(r.to_json());
+  json result = r.to_json();
   // The unmatched list can hold every op of a step one run lacks: keep the first rows.
   if (result["unmatched"].size() > o.max_rows) {
     result["unmatched"].erase(result["unmatched"].begin() + static_cast<long>(o.max_rows),
@@ -97,7 +97,7 @@ json compare_json(const ReportOptions& o, DumpReader& a, json& data) {
   c["a"] = r.path_a;
   c["b"] = r.path_b;
   c["result"] = result;
-  c["first"] = r.first ? json::parse(r.first->to_json()) : json(nullptr);
+  c["first"] = r.first ? r.first->to_json() : json(nullptr);
   int64_t step = 0;
   int rank = 0;
   if (o.step) {
@@ -142,8 +142,8 @@ json compare_json(const ReportOptions& o, DumpReader& a, json& data) {
 
 void add_analyses(const ReportOptions& options, DumpReader& reader, nlohmann::json& data) {
   data["runs"][0]["summary"] = summary_json(reader);
-  data["overflow"] = json::parse(find_overflow(reader).to_json());
-  data["checklist"] = json::parse(run_checklist(reader).to_json());
+  data["overflow"] = find_overflow(reader).to_json();
+  data["checklist"] = run_checklist(reader).to_json();
   data["compare"] = options.compare.empty() ? json(nullptr) : compare_json(options, reader, data);
 }
 

@@ -408,11 +408,10 @@ json run_header(DumpReader& reader) {
   run["path"] = reader.path();
   run["ranks"] = json::array();
   for (const RankInfo& r : reader.ranks()) {
-    json meta = json::parse(r.meta_json.empty() ? "{}" : r.meta_json, nullptr, false);
     run["ranks"].push_back({{"rank", r.rank},
                             {"world_size", r.world_size},
                             {"dir", r.dir},
-                            {"meta", meta.is_discarded() ? json(nullptr) : meta}});
+                            {"meta", r.run_meta().to_json()}});
   }
   return run;
 }

@@ -1,5 +1,5 @@
-// The learning-rate range test (precprobe/lr_range_test.h).
-#include "precprobe/lr_range_test.h"
+// The learning-rate range test (precprobe/lr_range.h).
+#include "precprobe/lr_range.h"
 
 #include <fmt/format.h>
 
@@ -7,6 +7,7 @@
 #include <cmath>
 #include <string>
 
+#include "precprobe/dump_format.h"
 #include "precprobe/error.h"
 #include "precprobe/writer.h"
 
@@ -57,20 +58,20 @@ void find_range(LrRangeResult& r, double steep_fraction) {
 }
 
 void write(DumpWriter& w, const LrRangeResult& r) {
-  auto submit = [&w](int64_t step, const char* name, double v) {
+  auto submit = [&w](int64_t step, std::string_view name, double v) {
     ScalarRecord rec;
     rec.step = step;
-    rec.name = name;
+    rec.name = std::string(name);
     rec.value = v;
     w.submit(std::move(rec));
   };
   for (size_t i = 0; i < r.lrs.size(); ++i) {
-    submit(static_cast<int64_t>(i), "check/lr_range/lr", r.lrs[i]);
-    submit(static_cast<int64_t>(i), "check/lr_range/loss", r.losses[i]);
+    submit(static_cast<int64_t>(i), check_scalar::kLrRangeLr, r.lrs[i]);
+    submit(static_cast<int64_t>(i), check_scalar::kLrRangeLoss, r.losses[i]);
   }
   if (r.found) {
-    submit(0, "check/lr_range/lo", r.lr_lo);
-    submit(0, "check/lr_range/hi", r.lr_hi);
+    submit(0, check_scalar::kLrRangeLo, r.lr_lo);
+    submit(0, check_scalar::kLrRangeHi, r.lr_hi);
   }
 }
 

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "precprobe/error.h"
-#include "precprobe/lr_range_test.h"
+#include "precprobe/lr_range.h"
 #include "precprobe_catch.h"
 
 using namespace precprobe;

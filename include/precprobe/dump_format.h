@@ -1,0 +1,136 @@
+// The dump format in one place: its version, the file names of a rank directory, the names
+// of the events the probe writes for the analyses, how a stream file is recognised, and
+// RunMeta, the typed meta.json. The probe writes through these names and the core reads
+// through them, so a field added to meta.json is added here and in run_meta.cpp only.
+// docs/dump-format.md describes the same format for people and other tools.
+//
+// Torch-free. Plain values and pure functions: any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "precprobe/writer.h"
+
+namespace precprobe {
+
+/// Dump format version, written to meta.json. Version 2 writes every number as a JSON
+/// number or null (non-finite values named by "<key>_nonfinite" fields); version 1 wrote
+/// them as the strings "nan", "inf", "-inf".
+inline constexpr int kDumpFormatVersion = 2;
+/// The oldest version the reader still reads; it refuses versions outside
+/// [kOldestDumpFormatVersion, kDumpFormatVersion].
+inline constexpr int kOldestDumpFormatVersion = 1;
+
+// ---- files of a rank directory ----
+
+inline constexpr StreamKind kAllStreams[] = {StreamKind::kOps, StreamKind::kScaler,
+                                             StreamKind::kGrads, StreamKind::kEvents};
+inline constexpr std::string_view kMetaFile = "meta.json";
+inline constexpr std::string_view kMetaTempFile = "meta.json.tmp";
+
+/// "ops.jsonl.zst", "scaler.jsonl.zst", "grads.jsonl.zst", "events.jsonl.zst".
+std::string_view stream_file_name(StreamKind kind) noexcept;
+
+/// Whether the first bytes of a stream file start a zstd frame (or a skippable frame), i.e.
+/// whether the file can be a precprobe stream at all. Needs 4 bytes.
+bool starts_with_zstd_frame(const unsigned char* bytes, size_t n) noexcept;
+
+// ---- events (ScalarRecords of events.jsonl.zst) the analyses read ----
+
+namespace check_scalar {
+// One observed batch: "begin" first (value: epoch, -1 unknown), then the others.
+inline constexpr std::string_view kBatchBegin = "check/batch/begin";
+inline constexpr std::string_view kTraining = "check/batch/training";  ///< model mode 0/1
+inline constexpr std::string_view kGradEnabled = "check/batch/grad";   ///< grad mode 0/1
+/// BatchNorm/Dropout modules in training mode (-1: model unknown).
+inline constexpr std::string_view kStatModulesTraining = "check/batch/stat_modules_training";
+inline constexpr std::string_view kInputsNumel = "check/batch/inputs_numel";
+inline constexpr std::string_view kInputsNan = "check/batch/inputs_nan";
+inline constexpr std::string_view kInputsInf = "check/batch/inputs_inf";
+inline constexpr std::string_view kChannelMean = "check/batch/mean/";  ///< + channel index
+inline constexpr std::string_view kChannelStd = "check/batch/std/";    ///< + channel index
+inline constexpr std::string_view kTargetsNumel = "check/batch/targets_numel";
+inline constexpr std::string_view kIgnored = "check/batch/ignored";       ///< == ignore index
+inline constexpr std::string_view kLabelCount = "check/batch/label/";     ///< + label value
+inline constexpr std::string_view kLabelHash = "check/batch/label_hash";  ///< low 48 bits
+inline constexpr std::string_view kDistinctLabels = "check/batch/distinct";
+// Written once by start(model).
+inline constexpr std::string_view kInitParams = "check/init/params";         ///< weights checked
+inline constexpr std::string_view kInitZero = "check/init/zero/";            ///< + parameter name
+inline constexpr std::string_view kInitIdentical = "check/init/identical/";  ///< + name
+inline constexpr std::string_view kHashHi = "check/model/hash_hi";           ///< module_hash >> 32
+inline constexpr std::string_view kHashLo = "check/model/hash_lo";  ///< module_hash & 2^32-1
+inline constexpr std::string_view kExpectedHashHi = "check/model/expected_hash_hi";
+inline constexpr std::string_view kExpectedHashLo = "check/model/expected_hash_lo";
+// lr_range_test and the training learning rate.
+inline constexpr std::string_view kLrRangeLo = "check/lr_range/lo";
+inline constexpr std::string_view kLrRangeHi = "check/lr_range/hi";
+inline constexpr std::string_view kLrRangeLr = "check/lr_range/lr";      ///< step: test step
+inline constexpr std::string_view kLrRangeLoss = "check/lr_range/loss";  ///< step: test step
+// Written by the debugger: parameters named at start(model), and, per step, each op of user
+// code that read a parameter gradient between GradScaler::scale() and unscale_() (value: the
+// scale).
+inline constexpr std::string_view kParamsNamed = "check/params_named";
+inline constexpr std::string_view kScaledGradRead = "check/scaled_grad_read/";  ///< + op
+
+// Written by the debugger's periodic replica check ("replica_check_every").
+inline constexpr std::string_view kReplicaTensors = "replicas/tensors";
+inline constexpr std::string_view kReplicaMismatched = "replicas/mismatched";  ///< count
+inline constexpr std::string_view kReplicaStructureDiffers = "replicas/structure_differs";
+inline constexpr std::string_view kReplicaDiffersPrefix = "replicas/differs/";  ///< + name
+inline constexpr std::string_view kLr = "lr";      ///< logged by the user
+inline constexpr std::string_view kLoss = "loss";  ///< logged by the user
+}  // namespace check_scalar
+
+// ---- meta.json ----
+
+/// The writer's counters as meta.json stores them under "writer" (docs/dump-format.md).
+nlohmann::json to_json(const WriterCounters& c);
+
+/// meta.json of one rank directory. Every field is optional: the debugger writes them all,
+/// a standalone GradScaler only the version and "producer", and a dump of an older version
+/// may lack some. Keys this version does not know (or of a type it does not expect) are kept
+/// in `other` as written, so reading and writing back loses nothing.
+struct RunMeta {
+  std::optional<int64_t> format_version;  ///< "format_version"
+  std::optional<std::string> producer;    ///< "producer": who wrote the dump when not the debugger
+  std::optional<std::string> precprobe_version, torch_version;
+  std::optional<int> rank, world_size;
+  std::optional<std::string> rank_source;  ///< "process_group" | "environment"
+  std::optional<std::string> task, level;  ///< as config.json spells them
+  nlohmann::json config;                   ///< the effective configuration; null: absent
+  nlohmann::json seed_report;              ///< SeedReport as JSON; null: absent
+  std::optional<std::string> host;
+  std::optional<int64_t> pid;
+  std::optional<std::string> device;
+  std::optional<std::string> start_time, stop_time;  ///< UTC, "2024-01-31T12:00:00Z"
+  std::optional<std::string> state;                  ///< "running" | "stopped" | "signalled"
+  std::optional<int> signal;                         ///< the signal, when "signalled"
+  std::optional<int64_t> step;                       ///< the debugger's step when written
+  nlohmann::json counters;                           ///< the debugger's counters; null: absent
+  std::optional<WriterCounters> writer;              ///< "writer"
+  std::optional<uint64_t> dropped;                   ///< "dropped": records the writer dropped
+  nlohmann::json other = nlohmann::json::object();   ///< keys not listed above
+
+  /// The records the writer dropped: "writer" "records_dropped" (or "dropped", as older
+  /// writers named it); 0 when there is no "writer" object.
+  uint64_t records_dropped() const noexcept;
+
+  /// meta.json as a JSON object (absent fields left out).
+  nlohmann::json to_json() const;
+  /// From a JSON value; throws precprobe::Error naming `file` when it is not an object.
+  static RunMeta parse(const nlohmann::json& j, const std::string& file);
+  /// From meta.json text; throws precprobe::Error naming `file` when it is not JSON.
+  static RunMeta parse(const std::string& text, const std::string& file);
+  /// What the reader needs: throws precprobe::Error naming `file` unless format_version is
+  /// an integer in [kOldestDumpFormatVersion, kDumpFormatVersion] and "rank" and
+  /// "world_size", where present, are integers.
+  void check_readable(const std::string& file) const;
+};
+
+}  // namespace precprobe

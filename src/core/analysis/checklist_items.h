@@ -1,0 +1,92 @@
+// What the checklist's items share (private to checklist*.cpp): thresholds (documented in
+// docs/checklist.md), item helpers, and the item functions of checklist_data.cpp and
+// checklist_training.cpp that checklist.cpp's build() calls.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "checklist_observed.h"
+#include "checklist_records.h"
+#include "precprobe/checklist.h"
+
+namespace precprobe::checklist_detail {
+
+using analysis_detail::Batch;
+using analysis_detail::Observed;
+using analysis_detail::RecordsView;
+
+// Thresholds, documented in docs/checklist.md.
+inline constexpr double kMaxClassRatio = 10.0;         // max/min label count
+inline constexpr double kMaxAbsMean = 0.25;            // normalised channel mean
+inline constexpr double kMinStd = 0.5, kMaxStd = 2.0;  // normalised channel std
+inline constexpr double kSingleLabelShare = 0.5;       // batches holding one label: sorted data
+inline constexpr int64_t kMinSortedBatch = 8;          // batches smaller than this are not judged
+inline constexpr size_t kEpochPrefix = 3;              // first batches compared across epochs
+inline constexpr double kMaxIgnoredShare = 0.9;
+inline constexpr size_t kMinLossPoints = 10;
+inline constexpr double kDivergeFactor = 1.5;  // last-window mean / first-window mean
+inline constexpr double kMinRelDecrease = 0.01;
+
+inline CheckItem item(std::string id, std::string group, std::string title) {
+  CheckItem c;
+  c.id = std::move(id);
+  c.group = std::move(group);
+  c.title = std::move(title);
+  return c;
+}
+
+inline void set(CheckItem& c, Verdict v, std::string evidence) {
+  c.verdict = v;
+  c.evidence = std::move(evidence);
+}
+
+inline constexpr const char* kNoBatches =
+    "no batch observed (call dbg.observe_batch(inputs, targets))";
+inline constexpr const char* kNoInput =
+    "no batch observed and no op reading a parameter was recorded, so the model's input is "
+    "unknown (call dbg.observe_batch(inputs, targets), or record ops: data_mode)";
+
+// Where the records-based verdicts take the model's input from.
+inline std::string input_source(const RecordsView& rv) {
+  return fmt::format(
+      "the model's input (the non-parameter input of {}, the first op reading a "
+      "parameter) in {} steps",
+      rv.inputs.front().op, rv.inputs.size());
+}
+
+// The steps' inputs the data items judge: those of training steps, else all.
+inline std::vector<RecordsView::Input> judged_inputs(const RecordsView& rv) {
+  std::vector<RecordsView::Input> train;
+  for (const auto& in : rv.inputs)
+    if (in.train) train.push_back(in);
+  return train.empty() ? rv.inputs : train;
+}
+
+inline std::string join_first(const std::vector<std::string>& names, size_t n = 5) {
+  std::vector<std::string> head(names.begin(), names.begin() + std::min(n, names.size()));
+  std::string s = fmt::format("{}", fmt::join(head, ", "));
+  if (names.size() > n) s += fmt::format(", ... ({} in all)", names.size());
+  return s;
+}
+
+// ---- data (checklist_data.cpp)
+CheckItem check_missing(const Observed& o, const RecordsView& rv);
+CheckItem check_imbalance(const Observed& o, const RecordsView& rv);
+CheckItem check_normalised(const Observed& o, const RecordsView& rv);
+CheckItem check_shuffling(const Observed& o, const RecordsView& rv);
+CheckItem check_ignore_index(const Observed& o, const RecordsView& rv);
+
+// ---- hyper-parameters, API and graph (checklist_training.cpp)
+CheckItem check_lr(const Observed& o);
+CheckItem check_loss(const Observed& o, const RecordsView& rv);
+CheckItem check_mode(const Observed& o, const RecordsView& rv, int64_t op_records);
+CheckItem check_frozen(const std::vector<GradRecord>& grads);
+CheckItem check_init(const Observed& o, const RecordsView& rv);
+CheckItem check_module_hash(const Observed& o, const ChecklistOptions& options);
+
+}  // namespace precprobe::checklist_detail

@@ -10,7 +10,6 @@
 
 #include "observer_internal.h"
 #include "own_code.h"
-#include "precprobe/checklist.h"
 #include "precprobe/debugger.h"
 #include "precprobe/error.h"
 #include "replay_origin.h"

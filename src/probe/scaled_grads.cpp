@@ -9,7 +9,7 @@
 
 #include "observer.h"
 #include "observer_internal.h"
-#include "precprobe/checklist.h"
+#include "precprobe/dump_format.h"
 
 namespace precprobe {
 namespace detail {

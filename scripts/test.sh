@@ -37,7 +37,7 @@ stage "probe under ASan+UBSan (its own code; LibTorch uninstrumented)"
 # Only the executables its tests run (the core's tests ran under ASan above).
 TARGETS="test_stats test_debugger test_debugger_values test_dropout test_seed test_grad_monitor
   test_grad_scaler test_grad_scaler_state test_scaler_debugger test_checklist_probe
-  test_reliability precprobe_reliability_child" \
+  test_replay test_reliability precprobe_reliability_child" \
   BUILD_DIR=build-asan-probe scripts/build.sh -DPRECPROBE_SANITIZE=address,undefined \
   -DPRECPROBE_BUILD_BENCH=OFF -DPRECPROBE_BUILD_EXAMPLES=OFF -DPRECPROBE_BUILD_TOOLS=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo

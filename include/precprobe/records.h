@@ -26,6 +26,9 @@ std::string_view to_string(Direction d) noexcept;
 /// tensor's "hist" is recorded.
 inline constexpr int64_t kHistogramSpan = 1024;
 inline constexpr size_t kHistogramBins = 256;
+/// Integer tensors with more elements get no "hist" (a batch of class labels is far smaller;
+/// large index tensors, e.g. max_pool's, would cost a second pass for nothing).
+inline constexpr int64_t kHistogramMaxNumel = int64_t(1) << 16;
 
 /// Health and statistics of one tensor. Counts are exact; min/max/mean/norm are over the
 /// finite values only (NaN when there are none) and accumulated in float64.
@@ -49,9 +52,9 @@ struct TensorStats {
   std::string param;             ///< "param": parameter name when the tensor is a parameter
   int64_t list_index = -1;       ///< "li": position inside a TensorList argument, else -1
   /// "hist": value histogram of an integer tensor (class labels, indices) as (value, count)
-  /// pairs in ascending value order; only for CPU integer tensors whose values span fewer
-  /// than kHistogramSpan consecutive integers and take at most kHistogramBins values,
-  /// else empty (and not written).
+  /// pairs in ascending value order; only for CPU integer tensors of at most
+  /// kHistogramMaxNumel elements whose values span fewer than kHistogramSpan consecutive
+  /// integers and take at most kHistogramBins values, else empty (and not written).
   std::vector<std::pair<int64_t, int64_t>> hist;
 
   int64_t non_finite() const noexcept { return nan + pinf + ninf; }

@@ -157,8 +157,10 @@ void append_tensor(const TensorStats& t, TextOut& o) {
     o.int64(t.list_index);
   }
   if (!t.hist.empty()) {
+    o.reserve(10);
     o.lit(",\"hist\":[");
     for (size_t i = 0; i < t.hist.size(); ++i) {
+      o.reserve(2 * TextOut::kMaxNumber + 4);  // ",[value,count]"
       if (i > 0) o.put(',');
       o.put('[');
       o.int64(t.hist[i].first);
@@ -166,8 +168,10 @@ void append_tensor(const TensorStats& t, TextOut& o) {
       o.int64(t.hist[i].second);
       o.put(']');
     }
+    o.reserve(2);
     o.put(']');
   }
+  o.reserve(1);
   o.put('}');
 }
 

@@ -429,7 +429,9 @@ void count_values(const at::Tensor& contiguous, int64_t lo, std::vector<int64_t>
 
 void add_histogram(const at::Tensor& t, TensorStats& out) {
   out.hist.clear();
-  if (out.numel == 0 || !(out.max - out.min < double(kHistogramSpan))) return;
+  if (out.numel == 0 || out.numel > kHistogramMaxNumel ||
+      !(out.max - out.min < double(kHistogramSpan)))
+    return;
   const int64_t lo = static_cast<int64_t>(out.min);
   std::vector<int64_t> counts(static_cast<size_t>(static_cast<int64_t>(out.max) - lo + 1), 0);
   const at::Tensor c = t.is_contiguous() ? t : t.contiguous();

@@ -173,6 +173,27 @@ TEST_CASE("op record: every field round-trips, special doubles and extreme integ
   CHECK(b1.outputs[0].tensor->norm == 1e300);
 }
 
+TEST_CASE("op record: the largest histograms round-trip in many tensors", "[records]") {
+  // kHistogramBins bins of 20-digit numbers in every tensor of a record: the encoder must
+  // make room for each bin (a line once ended in blanks where it did not).
+  OpRecord r;
+  r.op = "aten::max_pool2d_with_indices";
+  for (int k = 0; k < 6; ++k) {
+    TensorStats t = tensor("Long", {64, 16, 14, 14});
+    for (size_t i = 0; i < precprobe::kHistogramBins; ++i) {
+      t.hist.emplace_back(std::numeric_limits<int64_t>::min() + int64_t(i),
+                          std::numeric_limits<int64_t>::max() - int64_t(i));
+    }
+    (k % 2 ? r.inputs : r.outputs).push_back(Arg{t, {}});
+  }
+  std::string line;
+  append_json(r, line);
+  REQUIRE(line.back() == '\n');
+  CHECK(line.find(' ') == std::string::npos);
+  OpRecord back = round_trip(r);
+  CHECK(diff(r, back).empty());
+}
+
 TEST_CASE("mean and norm survive as float32 for random bit patterns", "[records]") {
   // Independent reference: the float itself. Every finite float written by the encoder
   // must parse back to exactly that float (decimal -> double -> float double rounding

@@ -336,6 +336,8 @@ TEST_CASE("integer tensors with a small value span get a histogram", "[stats]") 
   CHECK(stats_of(torch::arange(0, int64_t(precprobe::kHistogramBins), torch::kLong)).hist.size() ==
         precprobe::kHistogramBins);
   CHECK(stats_of(torch::zeros({0}, torch::kLong)).hist.empty());
+  CHECK(stats_of(torch::zeros({precprobe::kHistogramMaxNumel}, torch::kLong)).hist.size() == 1);
+  CHECK(stats_of(torch::zeros({precprobe::kHistogramMaxNumel + 1}, torch::kLong)).hist.empty());
 }
 
 TEST_CASE("4M random float32 values agree with a float64 recomputation", "[stats]") {

@@ -172,8 +172,8 @@ class Observer {
   std::atomic<bool> grad_hook_armed_{false};
   std::atomic<bool> backward_seen_{false};  ///< an autograd node ran this step
   std::atomic<OriginTracker*> origin_tracker_{nullptr};
-  int64_t overflow_count_ = 0;              // emitter only
-  std::unique_ptr<FiniteMemo> finite_;      // overflow_check only
+  int64_t overflow_count_ = 0;          // emitter only
+  std::unique_ptr<FiniteMemo> finite_;  // overflow_check only
 };
 
 }  // namespace detail

@@ -39,6 +39,11 @@ namespace detail {
 /// tensor gives "undefined".
 void summarize(const at::Tensor& t, TensorStats& out, bool with_hash) noexcept;
 
+/// Sets out.hist for an integer CPU tensor `t` whose min/max are already in `out` (a
+/// second pass; see TensorStats::hist for when it is kept), else clears it. May throw
+/// c10::Error (summarize() catches).
+void add_histogram(const at::Tensor& t, TensorStats& out);
+
 /// The ATen-reduction path used for tensors not on the CPU (exposed so that tests can run
 /// it on CPU tensors and compare it with the single-pass kernel). May throw c10::Error.
 void summarize_with_aten(const at::Tensor& t, TensorStats& out, bool with_hash);

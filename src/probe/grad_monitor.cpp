@@ -8,7 +8,7 @@
 #include <cmath>
 #include <limits>
 
-#include "fused_loops.h"
+#include "grad_loops.h"
 #include "precprobe/error.h"
 #include "precprobe/writer.h"
 

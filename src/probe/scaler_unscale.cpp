@@ -1,6 +1,6 @@
 // Check-and-unscale of one optimizer's gradients, per parameter group.
 //
-// CPU gradients: one fused pass per gradient (fused_loops.h), host results at once.
+// CPU gradients: one fused pass per gradient (grad_loops.h), host results at once.
 // CUDA gradients: PyTorch's kernels, bucketed per (device, dtype) as grad_scaler.py does, plus
 // _foreach_norm before and after for the logs; nothing is read back here (see resolve_groups).
 #include <ATen/ATen.h>
@@ -12,7 +12,7 @@
 #include <tuple>
 #include <utility>
 
-#include "fused_loops.h"
+#include "grad_loops.h"
 #include "precprobe/error.h"
 #include "scaler_internal.h"
 #include "torch_compat.h"

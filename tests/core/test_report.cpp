@@ -101,7 +101,8 @@ TEST_CASE("render_report inlines everything and keeps the data block closed", "[
   // The embedded assets are the files byte for byte (cmake/EmbedFiles.cmake).
   for (const char* asset :
        {"third_party/uplot/uPlot.iife.min.js", "third_party/uplot/uPlot.min.css",
-        "src/core/report/assets/report.js", "src/core/report/assets/report.css"}) {
+        "src/core/report/assets/report.js", "src/core/report/assets/report_heatmap.js",
+        "src/core/report/assets/report.css"}) {
     std::ifstream f(fs::path(PRECPROBE_SOURCE_DIR) / asset, std::ios::binary);
     std::stringstream ss;
     ss << f.rdbuf();

@@ -14,6 +14,8 @@ extern const unsigned char precprobe_embed_report_html[];
 extern const std::size_t precprobe_embed_report_html_size;
 extern const unsigned char precprobe_embed_report_css[];
 extern const std::size_t precprobe_embed_report_css_size;
+extern const unsigned char precprobe_embed_report_heatmap_js[];
+extern const std::size_t precprobe_embed_report_heatmap_js_size;
 extern const unsigned char precprobe_embed_report_js[];
 extern const std::size_t precprobe_embed_report_js_size;
 extern const unsigned char precprobe_embed_uPlot_iife_min_js[];
@@ -77,7 +79,7 @@ std::string render_report(std::string_view data_json, std::string_view title) {
   const std::string safe_json = script_safe_json(data_json);
   std::string out;
   out.reserve(tmpl.size() + safe_json.size() + precprobe_embed_uPlot_iife_min_js_size +
-              precprobe_embed_report_js_size + 8192);
+              precprobe_embed_report_js_size + precprobe_embed_report_heatmap_js_size + 8192);
   // One pass over the template: inserted text is never scanned for markers again.
   size_t pos = 0;
   while (pos < tmpl.size()) {
@@ -97,6 +99,8 @@ std::string render_report(std::string_view data_json, std::string_view title) {
       out += asset(precprobe_embed_uPlot_iife_min_js, precprobe_embed_uPlot_iife_min_js_size);
     } else if (key == "UPLOT_CSS") {
       out += asset(precprobe_embed_uPlot_min_css, precprobe_embed_uPlot_min_css_size);
+    } else if (key == "REPORT_HEATMAP_JS") {
+      out += asset(precprobe_embed_report_heatmap_js, precprobe_embed_report_heatmap_js_size);
     } else if (key == "REPORT_JS") {
       out += asset(precprobe_embed_report_js, precprobe_embed_report_js_size);
     } else if (key == "REPORT_CSS") {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -173,7 +174,11 @@ struct DebuggerOptions {
 
   /// Throws precprobe::Error when fields contradict each other or are out of range.
   void validate() const;
-  /// The effective configuration as JSON (msprobe layout), written to meta.json.
+  /// The effective configuration as JSON (msprobe layout, keys in config.json's order),
+  /// written to meta.json's "config".
+  nlohmann::ordered_json to_json_value() const;
+  /// to_json_value() as indented text: a config.json that from_json() reads back. Strings
+  /// set from C++ that are not UTF-8 are written with U+FFFD in place of the bad bytes.
   std::string to_json() const;
 };
 

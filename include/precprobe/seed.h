@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <nlohmann/json_fwd.hpp>
 #include <random>
 #include <string>
 #include <vector>
@@ -96,7 +97,9 @@ struct SeedReport {
   /// One line, e.g. "seed_all(1234, deterministic): 12 settings, 4 skipped, 0 warnings,
   /// 1 intra-op thread".
   std::string summary() const;
-  /// A JSON object with every field above.
+  /// A JSON object with every field above (meta.json's "seed").
+  nlohmann::json to_json_value() const;
+  /// to_json_value() as one line of text.
   std::string to_json() const;
 };
 

@@ -344,7 +344,10 @@ DumpWriter::DumpWriter(WriterOptions options) {
 
 DumpWriter::~DumpWriter() { close(); }
 
-void DumpWriter::write_meta(const RunMeta& meta) { write_meta(meta.to_json().dump(2)); }
+void DumpWriter::write_meta(const RunMeta& meta) {
+  // A path or host name that is not UTF-8 is written with U+FFFD, never thrown.
+  write_meta(meta.to_json().dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
+}
 
 void DumpWriter::write_meta(const std::string& json_text) {
   std::lock_guard<std::mutex> lock(impl_->meta_mu);

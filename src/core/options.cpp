@@ -301,7 +301,7 @@ ordered_json data_mode_json(const DebuggerOptions& o) {
 
 }  // namespace
 
-std::string DebuggerOptions::to_json() const {
+ordered_json DebuggerOptions::to_json_value() const {
   ordered_json j;
   j["task"] = detail::task_name(task);
   j["dump_path"] = dump_path;
@@ -333,8 +333,12 @@ std::string DebuggerOptions::to_json() const {
   j["record"] = detail::record_mode_name(record);
   j["on_anomaly"] = detail::on_anomaly_json(on_anomaly);
   j["max_calls_per_op"] = max_calls_per_op;
+  return j;
+}
+
+std::string DebuggerOptions::to_json() const {
   // Strings set from C++ may hold invalid UTF-8; replace rather than throw.
-  return j.dump(2, ' ', false, json::error_handler_t::replace);
+  return to_json_value().dump(2, ' ', false, json::error_handler_t::replace);
 }
 
 // ---- from text, files and the environment ----

@@ -64,11 +64,6 @@ std::string host_name() {
   return buf;
 }
 
-nlohmann::json parse_or_string(const std::string& text) {
-  auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  return j.is_discarded() ? nlohmann::json(text) : j;
-}
-
 }  // namespace
 
 namespace detail {
@@ -246,7 +241,7 @@ RunMeta PrecisionDebugger::Impl::run_meta(bool final_meta) const {
   m.rank_source = process_group ? "process_group" : "environment";
   m.task = std::string(to_string(options.task));
   m.level = std::string(to_string(options.level));
-  m.config = parse_or_string(options.to_json());
+  m.config = options.to_json_value();
   if (!seed_report.is_null()) m.seed_report = seed_report;
   m.host = host_name();
   m.pid = static_cast<int64_t>(::getpid());
@@ -355,8 +350,7 @@ void PrecisionDebugger::start(const std::shared_ptr<torch::nn::Module>& model) {
       d.start_time = utc_now();
 #ifdef PRECPROBE_HAVE_SEED
       if (d.options.seed)
-        d.seed_report =
-            parse_or_string(seed_all(*d.options.seed, d.options.is_deterministic).to_json());
+        d.seed_report = seed_all(*d.options.seed, d.options.is_deterministic).to_json_value();
 #endif
       if (d.rank_selected) {
         WriterOptions w;

@@ -56,7 +56,7 @@ std::string SeedReport::to_string() const {
   return out;
 }
 
-std::string SeedReport::to_json() const {
+nlohmann::json SeedReport::to_json_value() const {
   nlohmann::json j;
   j["seed"] = seed;
   j["deterministic"] = deterministic;
@@ -76,7 +76,11 @@ std::string SeedReport::to_json() const {
     j["skipped"].push_back({{"name", s.name}, {"reason", s.reason}});
   }
   j["warnings"] = warnings;
-  return j.dump();
+  return j;
+}
+
+std::string SeedReport::to_json() const {
+  return to_json_value().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::ostream& operator<<(std::ostream& os, const SeedReport& report) {

@@ -1,12 +1,12 @@
 // Runs the precprobe_repro_train helper in a child process and parses what it prints.
 #pragma once
 
-#include <cstdio>
 #include <map>
 #include <sstream>
-#include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "support/cli_run.h"
 
 namespace precprobe_test {
 
@@ -20,18 +20,11 @@ struct TrainRun {
 };
 
 inline TrainRun run_helper(const std::string& args) {
-  const std::string cmd = std::string(PRECPROBE_REPRO_TRAIN) + " " + args + " 2>/dev/null";
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (pipe == nullptr) {
-    throw std::runtime_error("cannot run " + cmd);
-  }
+  const precprobe::test::CliRun r =
+      precprobe::test::run_shell(std::string(PRECPROBE_REPRO_TRAIN) + " " + args + " 2>/dev/null");
   TrainRun run;
-  char buf[8192];
-  size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) {
-    run.output.append(buf, n);
-  }
-  run.status = ::pclose(pipe);
+  run.output = r.out;
+  run.status = r.status;
   std::istringstream in(run.output);
   std::string kind;
   while (in >> kind) {

@@ -1,5 +1,5 @@
 // The torch-free part of precprobe: records, the dump format, writer and reader, options,
-// analysis, the checklist and the LR range test. Include this one header for all of them.
+// analysis, the checklist, the LR range test and the repro program writer. Include this one header for all of them.
 #pragma once
 
 #include "precprobe/analysis.h"
@@ -11,5 +11,6 @@
 #include "precprobe/reader.h"
 #include "precprobe/records.h"
 #include "precprobe/report.h"
+#include "precprobe/repro.h"
 #include "precprobe/version.h"
 #include "precprobe/writer.h"

@@ -1,5 +1,6 @@
 // The torch-free part of precprobe: records, the dump format, writer and reader, options,
-// analysis, the checklist, the LR range test and the repro program writer. Include this one header for all of them.
+// analysis, the checklist, the LR range test and the repro program writer. Include this
+// one header for all of them.
 #pragma once
 
 #include "precprobe/analysis.h"

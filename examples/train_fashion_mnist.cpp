@@ -7,7 +7,7 @@
 //                       [--log-every 100] [--no-debugger] [--bf16] [--overwrite]
 //                       [--no-normalise] [--sorted-labels] [--eval-in-train-mode]
 //                       [--perturb-step S [--perturb R]]
-//                       [--no-observe-batch] [--record-on-anomaly]
+//                       [--no-observe-batch] [--record-on-anomaly] [--no-mkldnn]
 //
 // --no-normalise, --sorted-labels and --eval-in-train-mode plant the bugs `precprobe check`
 // finds (docs/checklist.md): pixels left in [0, 1], batches in label order instead of
@@ -19,6 +19,10 @@
 // nothing is recorded while the steps are healthy; a step whose loss or gradients turn
 // non-finite is replayed from its snapshot with every op recorded (docs/debugger.md). Try
 // it with a planted overflow: --record-on-anomaly --perturb-step 50 --perturb 1e39.
+//
+// --no-mkldnn runs the convolutions through ATen's own im2col + GEMM instead of oneDNN: the
+// same arithmetic summed in another order, a port in miniature (`precprobe compare` calls
+// the difference rounding noise).
 #include <ATen/autocast_mode.h>
 #include <precprobe/precprobe.h>
 #include <torch/torch.h>
@@ -54,6 +58,7 @@ struct Flags {
   double perturb = 0;         // ... which is 1 + perturb at perturb_step, 1 elsewhere
   bool observe_batch = true;
   bool record_on_anomaly = false;
+  bool mkldnn = true;
 };
 
 [[noreturn]] void usage(const char* argv0, int code) {
@@ -63,11 +68,12 @@ struct Flags {
                "          [--no-debugger] [--bf16] [--overwrite]\n"
                "          [--no-normalise] [--sorted-labels] [--eval-in-train-mode]\n"
                "          [--perturb-step S [--perturb R]]\n"
-               "          [--no-observe-batch] [--record-on-anomaly]\n"
+               "          [--no-observe-batch] [--record-on-anomaly] [--no-mkldnn]\n"
                "  --perturb-step S: multiply conv1's output by a constant every step (1, and\n"
                "  1 + R at step S): two runs with different R differ in that one op\n"
                "  --record-on-anomaly: record nothing while steps are healthy; replay a step\n"
                "  whose loss or gradients turn NaN/Inf with every op recorded\n"
+               "  --no-mkldnn: convolutions through ATen's im2col + GEMM, not oneDNN\n"
                "Trains a small CNN on Fashion-MNIST with precprobe's PrecisionDebugger on.\n",
                argv0);
   std::exit(code);
@@ -122,6 +128,8 @@ Flags parse_flags(int argc, char** argv) {
       f.observe_batch = false;
     else if (a == "--record-on-anomaly")
       f.record_on_anomaly = true;
+    else if (a == "--no-mkldnn")
+      f.mkldnn = false;
     else if (a == "--help" || a == "-h")
       usage(argv[0], 0);
     else {
@@ -208,6 +216,7 @@ void checked_evaluation(Net& net, const fashion_mnist::Split& test,
 int main(int argc, char** argv) try {
   const Flags flags = parse_flags(argc, argv);
   if (flags.threads > 0) at::set_num_threads(flags.threads);
+  if (!flags.mkldnn) at::globalContext().setUserEnabledMkldnn(false);
 
   auto seed_report = precprobe::seed_all(flags.seed, /*deterministic=*/true);
   std::printf("%s\n", seed_report.summary().c_str());

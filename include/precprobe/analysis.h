@@ -257,6 +257,14 @@ struct OpCompare {
   /// Module of the op (--by module): the module of the last parameter an op of A consumed
   /// so far in its step ("fc1" for "fc1.weight"); "" before any.
   std::string module;
+  /// Near-tie flips (docs/cli.md): the decision op of this step whose choice of elements
+  /// differs between the runs and whose output this op consumes, directly or through other
+  /// ops ("" when none; the op itself when its own indices differ), and its seq.
+  std::string after_flip;
+  int64_t after_flip_seq = -1;
+  /// The rounding model alone would call this op divergent; it is downstream of a flip,
+  /// whose moved elements the statistics cannot bound, so it is classified "noise".
+  bool excused = false;
 
   nlohmann::json to_json() const;
 };
@@ -313,7 +321,10 @@ struct CompareResult {
   std::optional<OpCompare> first;              ///< the op found (--first or --exact)
   std::optional<UnmatchedOp> first_unmatched;  ///< earliest op present in one dump only
   int64_t match_ops = 0, noise_ops = 0, divergent_ops = 0;
-  std::optional<OpCompare> max_noise;  ///< the noise op with the largest ratio
+  std::optional<OpCompare> max_noise;  ///< the noise op with the largest ratio (not excused)
+  int64_t flip_ops = 0;                ///< decision ops whose indices differ (near-tie flips)
+  int64_t excused_ops = 0;             ///< ops beyond their rounding bound, downstream of a flip
+  std::optional<OpCompare> first_excused;  ///< earliest of those
   /// Per module in order of first appearance (filled with CompareOptions::by_module).
   std::vector<ModuleCompare> modules;
   int64_t ops_a = 0, ops_b = 0;  ///< ops read from each dump (selected steps/ranks)

@@ -1,7 +1,10 @@
 # Two real runs of train_fashion_mnist, then `precprobe compare --first --json` on them.
-#   MODE threads: 1 vs 2 intra-op threads (the runs differ only by summation order): no op
-#                 may be divergent (exit 0), and some ops must differ (noise), else the test
-#                 compares nothing.
+#   MODE rounding: A with 1 intra-op thread and oneDNN convolutions, B with 2 threads and
+#                 ATen's im2col + GEMM convolutions (--no-mkldnn): the same arithmetic summed
+#                 in another order. No op may be divergent (exit 0), and some ops must differ
+#                 (noise), else the test compares nothing. (1 vs 2 threads alone changes no
+#                 op of this model on LibTorch 1.13's CPU kernels: its reductions split over
+#                 channels, never across threads.)
 #   MODE perturb: one thread each; conv1's output is scaled by 1 + 1e-3 at step PSTEP in A
 #                 only: the first divergent op must be that aten::mul, forward, at PSTEP.
 cmake_policy(SET CMP0054 NEW)
@@ -11,9 +14,9 @@ cmake_policy(SET CMP0054 NEW)
 # a later write, a probe issue that compare rightly calls divergent.
 file(WRITE ${DUMP}_config.json "{\"async_stats\": false}\n")
 set(common --steps ${STEPS} --log-every 0 --overwrite --seed 1234 --config ${DUMP}_config.json)
-if(MODE STREQUAL "threads")
+if(MODE STREQUAL "rounding")
   set(args_a --threads 1)
-  set(args_b --threads 2)
+  set(args_b --threads 2 --no-mkldnn)
 else()
   set(args_a --threads 1 --perturb-step ${PSTEP} --perturb 1e-3)
   set(args_b --threads 1 --perturb-step ${PSTEP})
@@ -33,18 +36,28 @@ string(JSON found GET "${json}" found)
 string(JSON noise GET "${json}" noise_ops)
 string(JSON divergent GET "${json}" divergent_ops)
 string(JSON fraction GET "${json}" aligned_fraction)
-if(MODE STREQUAL "threads")
+if(MODE STREQUAL "rounding")
   if(NOT rc EQUAL 0 OR found OR NOT divergent EQUAL 0)
     string(JSON name GET "${json}" name)
     string(JSON ratio GET "${json}" ratio)
-    message(FATAL_ERROR "1 vs 2 threads: exit ${rc}, found ${found} (${name}, ratio ${ratio}), "
-                        "${divergent} divergent ops")
+    message(FATAL_ERROR "oneDNN vs im2col, 1 vs 2 threads: exit ${rc}, found ${found} "
+                        "(${name}, ratio ${ratio}), ${divergent} divergent ops")
   endif()
   if(noise LESS 1)
-    message(FATAL_ERROR "1 vs 2 threads: no op differs at all; the comparison tested nothing")
+    message(FATAL_ERROR "oneDNN vs im2col, 1 vs 2 threads: no op differs at all; the "
+                        "comparison tested nothing")
+  endif()
+  # Ops excused after a near-tie flip (docs/cli.md): measured 1 in 12 080 noise ops. Many
+  # more would mean the flip rule is hiding what it should not.
+  string(JSON excused GET "${json}" excused_ops)
+  math(EXPR excused_limit "${noise} / 100")
+  if(excused GREATER excused_limit)
+    message(FATAL_ERROR "${excused} ops excused after a near-tie flip, more than 1 % of the "
+                        "${noise} noise ops")
   endif()
   string(JSON max_ratio GET "${json}" max_noise ratio)
-  message("noise ops: ${noise}, largest ratio ${max_ratio}, aligned ${fraction}")
+  message("noise ops: ${noise}, largest ratio ${max_ratio}, excused ${excused}, "
+          "aligned ${fraction}")
 else()
   string(JSON step GET "${json}" step)
   string(JSON op GET "${json}" op)

@@ -355,3 +355,86 @@ TEST_CASE("compare aligns runs of two LibTorch versions on the ops both have",
   CHECK(c.ops[1].args[2].note == "missing in b");
   CHECK(c.ops[1].classification == "noise");
 }
+
+TEST_CASE("compare: ops downstream of a near-tie flip are excused, the others are not",
+          "[analysis][compare][noise]") {
+  // A max-pool backward routes the gradient 0.5 of window 0 to element 0 in run A and to
+  // element 1 in run B (the window's two values were tied up to rounding): its index input
+  // differs, its output has the same statistics (a moved element). The convolution
+  // backward that consumes that output differs by 20 % in its grad_input, with inputs
+  // whose statistics are identical: the rounding model alone says divergent. A second
+  // convolution backward with the same difference that does not consume it stays divergent.
+  const Arg grad_out = hashed(targ({0.5, -0.25}), 11);
+  const Arg x = hashed(targ({1, 3, 2, 2, 0, 1, 4, 4}), 12);
+  const Arg moved_a = targ({0.5, 0, 0, 0, 0, -0.25, 0, 0});
+  const Arg moved_b = targ({0, 0.5, 0, 0, 0, -0.25, 0, 0});
+  REQUIRE(stats_of({0.5, 0, 0, 0, 0, -0.25, 0, 0}).norm ==
+          stats_of({0, 0.5, 0, 0, 0, -0.25, 0, 0}).norm);
+  const Arg w = hashed(targ({0.1, -0.2, 0.3}), 13);
+  const Arg other_grad = hashed(targ({0.7, 0.1}), 14);
+  auto pool = [&](std::vector<double> idx, const Arg& out) {
+    return OpSpec{"aten::max_pool2d_with_indices_backward",
+                  0,
+                  {grad_out, x, varg("[2,2]"), Arg{stats_of(idx, "Long"), ""}},
+                  {out},
+                  0,
+                  0,
+                  Direction::kBackward};
+  };
+  auto conv = [&](int64_t seq, int64_t call, const Arg& go, double max) {
+    return OpSpec{"aten::convolution_backward",
+                  seq,
+                  {go, x, w},
+                  {targ({max, -0.02, 0.003}), hashed(targ({0.2, 0.1, 0.1}), 15)},
+                  call,
+                  0,
+                  Direction::kBackward};
+  };
+  auto runs = [&](std::vector<double> idx_b, const Arg& moved) {
+    DumpData a, b;
+    add_step(a, 0, 0,
+             {pool({0, 5}, moved_a), conv(1, 0, moved_a, 0.010), conv(2, 1, other_grad, 0.010)});
+    add_step(b, 0, 0,
+             {pool(idx_b, moved), conv(1, 0, moved, 0.012), conv(2, 1, other_grad, 0.012)});
+    return std::make_pair(a, b);
+  };
+  CompareOptions first;
+  first.first = true;
+
+  // The indices differ: the first convolution backward is downstream of the flip.
+  auto [a, b] = runs({1, 5}, moved_b);
+  const CompareResult all = compare_dumps(a, b, {});
+  REQUIRE(all.ops.size() == 3);
+  CHECK(all.flip_ops == 1);
+  CHECK(all.ops[0].after_flip == "aten::max_pool2d_with_indices_backward.0.backward");
+  const OpCompare& excused = all.ops[1];
+  CHECK(excused.after_flip == "aten::max_pool2d_with_indices_backward.0.backward");
+  CHECK(excused.after_flip_seq == 0);
+  CHECK(excused.excused);
+  CHECK(excused.classification == "noise");
+  CHECK(excused.ratio > 1000);  // what the rounding model alone makes of it
+  CHECK(all.ops[2].after_flip.empty());
+  CHECK_FALSE(all.ops[2].excused);
+  CHECK(all.ops[2].classification == "divergent");
+  CHECK(all.excused_ops == 1);
+  REQUIRE(all.first_excused);
+  CHECK(all.first_excused->seq_a == 1);
+  // The excused op is not "the largest noise".
+  CHECK((!all.max_noise || !all.max_noise->excused));
+  const CompareResult f = compare_dumps(a, b, first);
+  REQUIRE(f.found);
+  CHECK(f.first->seq_a == 2);
+  const nlohmann::json j = f.to_json();
+  CHECK(j.at("excused_ops") == 1);
+  CHECK(j.at("flip_ops") == 1);
+  CHECK(j.at("first_excused").at("after_flip").at("seq") == 0);
+
+  // Same indices (no flip): the same difference of the first convolution backward is
+  // its own, and it is the first divergent op.
+  auto [a2, b2] = runs({0, 5}, moved_a);
+  const CompareResult g = compare_dumps(a2, b2, first);
+  CHECK(g.flip_ops == 0);
+  CHECK(g.excused_ops == 0);
+  REQUIRE(g.found);
+  CHECK(g.first->seq_a == 1);
+}

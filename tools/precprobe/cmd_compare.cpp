@@ -142,6 +142,9 @@ void print_op_detail(const OpCompare& o, const Terminal& term, double weight) {
         "ratio error / (bound + {} x inherited) {}: {}\n",
         num(o.error), num(o.inherited), num(o.bound), o.terms, num(weight), num(o.ratio),
         o.classification);
+  if (!o.after_flip.empty())
+    std::cout << fmt::format("  downstream of a near-tie flip: {} (seq {}) chose other elements\n",
+                             o.after_flip, o.after_flip_seq);
   for (const ArgCompare& a : o.args) {
     if (o.classification == "divergent" && !a.tensor && !a.exact)
       std::cout << fmt::format("  {} #{} differs beyond rounding: {}\n", a.io, a.index, a.note);
@@ -171,8 +174,9 @@ void print_first(const CompareResult& r, const CompareArgs& args, const Terminal
   } else {
     std::cout << paint(term, Tone::kGreen,
                        fmt::format("No divergent op: every difference is within {} times its "
-                                   "rounding bound.",
-                                   num(args.noise_factor)))
+                                   "rounding bound{}.",
+                                   num(args.noise_factor),
+                                   r.excused_ops > 0 ? " or downstream of a near-tie flip" : ""))
               << '\n';
     if (r.max_noise) {
       const OpCompare& m = *r.max_noise;
@@ -182,6 +186,15 @@ void print_first(const CompareResult& r, const CompareArgs& args, const Terminal
           r.noise_ops, m.name, m.step, m.rank, num(m.error), num(m.inherited), num(m.bound),
           num(m.ratio));
     }
+  }
+  if (r.first_excused) {
+    const OpCompare& e = *r.first_excused;
+    std::cout << fmt::format(
+        "{} op(s) beyond their rounding bound are downstream of a near-tie flip, not divergent "
+        "(first: {} at step {}, rank {}, ratio {}, after {} (seq {}), whose indices differ: "
+        "tied elements chosen differently move values, which statistics cannot bound; "
+        "docs/cli.md, \"Near-tie flips\")\n",
+        r.excused_ops, e.name, e.step, e.rank, num(e.ratio), e.after_flip, e.after_flip_seq);
   }
   print_unmatched(r, term);
   print_totals(r);

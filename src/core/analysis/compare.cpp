@@ -12,6 +12,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "flips.h"
 #include "json_util.h"
 #include "modules.h"
 #include "nesting.h"
@@ -103,6 +104,7 @@ double compare_args(const std::vector<Arg>& a, const std::vector<Arg>& b, const 
 struct Verdict {
   OpCompare oc;
   bool divergent = false;
+  bool beyond_rounding_only = false;  // divergent by the ratio alone (no value, no constant)
 };
 
 // x / scale with 0 / 0 = 0 and x / 0 = infinity.
@@ -198,6 +200,7 @@ Verdict compare_pair(const OpRecord& a, const OpRecord& b, const CompareOptions&
   const double added = std::isinf(oc.error) && std::isinf(inherited) ? 0 : oc.error - inherited;
   const bool beyond_noise = oc.ratio > opt.noise_factor && added > opt.rtol;
   v.divergent = in_value || out_value || constant_differs || beyond_noise;
+  v.beyond_rounding_only = beyond_noise && !in_value && !out_value && !constant_differs;
   oc.classification = v.divergent ? "divergent" : "noise";
   return v;
 }
@@ -286,6 +289,22 @@ std::vector<std::string> modules_of(const std::vector<OpRecord>& ops) {
   return out;
 }
 
+// An op downstream of a near-tie flip (flips.h) that the rounding model alone would call
+// divergent is classified noise and counted as excused.
+void excuse_after_flip(const std::optional<analysis_detail::FlipTracker::Source>& flip, int64_t seq,
+                       Verdict& v, CompareResult& res) {
+  if (!flip) return;
+  v.oc.after_flip = flip->name;
+  v.oc.after_flip_seq = flip->seq;
+  if (flip->seq == seq) ++res.flip_ops;
+  if (!v.divergent || !v.beyond_rounding_only) return;
+  v.divergent = false;
+  v.oc.classification = "noise";
+  v.oc.excused = true;
+  ++res.excused_ops;
+  if (!res.first_excused || earlier(v.oc, *res.first_excused)) res.first_excused = v.oc;
+}
+
 CompareResult compare_groups(const Groups& ga, const Groups& gb, const CompareOptions& opt) {
   CompareResult res;
   res.first_mode = opt.first;
@@ -307,6 +326,7 @@ CompareResult compare_groups(const Groups& ga, const Groups& gb, const CompareOp
     bool by_lcs = false;
     std::vector<OpCompare> divergent, inexact;
     std::vector<size_t> divergent_at, inexact_at;
+    analysis_detail::FlipTracker flips;
     for (const auto& [i, j] : pair_group(a, b, opt, by_lcs)) {
       if (i < 0 || j < 0) {
         res.unmatched.push_back(i < 0 ? unmatched(b[j], "b") : unmatched(a[i], "a"));
@@ -314,12 +334,14 @@ CompareResult compare_groups(const Groups& ga, const Groups& gb, const CompareOp
       }
       Verdict v = compare_pair(a[i], b[j], opt);
       v.oc.module = module_of[static_cast<size_t>(i)];
+      excuse_after_flip(flips.observe(a[i], v.oc), a[i].seq, v, res);
       res.warnings += v.oc.warning ? 1 : 0;
       if (v.oc.classification == "match") {
         ++res.match_ops;
       } else if (v.oc.classification == "noise") {
         ++res.noise_ops;
-        if (!res.max_noise || v.oc.ratio > res.max_noise->ratio) res.max_noise = v.oc;
+        if (!v.oc.excused && (!res.max_noise || v.oc.ratio > res.max_noise->ratio))
+          res.max_noise = v.oc;
       } else {
         ++res.divergent_ops;
       }
@@ -431,6 +453,10 @@ nlohmann::json op_json(const OpCompare& o) {
       {"bound", number(o.bound)},
       {"terms", o.terms},
       {"ratio", o.ratio > 0 && std::isinf(o.ratio) ? nlohmann::json("inf") : number(o.ratio)},
+      {"after_flip", o.after_flip.empty()
+                         ? nlohmann::json()
+                         : nlohmann::json{{"seq", o.after_flip_seq}, {"name", o.after_flip}}},
+      {"excused", o.excused},
       {"args", std::move(args)}};
 }
 
@@ -486,6 +512,20 @@ nlohmann::json CompareResult::to_json() const {
                                     {"ratio", analysis_detail::number(m.ratio)}};
   } else {
     j["max_noise"] = nullptr;
+  }
+  j["flip_ops"] = flip_ops;
+  j["excused_ops"] = excused_ops;
+  if (first_excused) {
+    const OpCompare& e = *first_excused;
+    j["first_excused"] = nlohmann::json{
+        {"step", e.step},
+        {"rank", e.rank},
+        {"seq", e.seq_a},
+        {"name", e.name},
+        {"ratio", analysis_detail::number(e.ratio)},
+        {"after_flip", nlohmann::json{{"seq", e.after_flip_seq}, {"name", e.after_flip}}}};
+  } else {
+    j["first_excused"] = nullptr;
   }
   j["first_unmatched"] = first_unmatched ? unmatched_json(*first_unmatched) : nlohmann::json();
   nlohmann::json un = nlohmann::json::array();

@@ -356,7 +356,7 @@
                        dataTable("table-scale-events", S.events, { total: S.events_total, pageSize: 25 })));
   }
 
-  // The heat maps' painter lives in report_heatmap.js (same <script> block, before this).
+  // The heat maps' painter lives in report_heatmap.js (the same script element, before this).
   const heatmap = (s, o) => window.precprobeHeatmap(s, o, { el, fmt });
 
   function renderGrads() {

@@ -1,5 +1,5 @@
 // precprobe report page: the heat map painter shared by the gradient and the activation
-// views of report.js. Embedded in the same <script> block, before report.js, which calls
+// views of report.js. Embedded in the same script element, before report.js, which calls
 // window.precprobeHeatmap(section, options, { el, fmt }) with its DOM helpers.
 (function () {
   "use strict";

@@ -5,7 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-scripts/build.sh
+# Only what this job runs (the library, the CLI, the example); the tests are built by
+# scripts/test.sh.
+TARGETS="${TARGETS:-precprobe_cli train_fashion_mnist}" scripts/build.sh
 dump="${PRECPROBE_DUMP:-precprobe_dump}"
 build/bin/train_fashion_mnist --dump "$dump" --overwrite "$@"
 build/bin/precprobe summary "$dump"

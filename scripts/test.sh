@@ -33,6 +33,10 @@ CXX=clang++ BUILD_DIR=build-asan scripts/build.sh -DPRECPROBE_WITH_TORCH=OFF \
   -DPRECPROBE_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
 (cd build-asan && ctest --output-on-failure -j "$jobs")
 
+# The probe's ASan build compiles LibTorch's headers in every TU: line tables only (-g1;
+# reports keep file:line) instead of full debug info cut its build time. (TSan keeps -g:
+# tsan.supp matches an inlined frame.)
+probe_san_flags="-O2 -g1 -DNDEBUG"
 stage "probe under ASan+UBSan (its own code; LibTorch uninstrumented)"
 # Only the executables its tests run (the core's tests ran under ASan above).
 TARGETS="test_stats test_debugger test_debugger_values test_dropout test_seed test_grad_monitor
@@ -40,7 +44,7 @@ TARGETS="test_stats test_debugger test_debugger_values test_dropout test_seed te
   test_replay test_reliability precprobe_reliability_child" \
   BUILD_DIR=build-asan-probe scripts/build.sh -DPRECPROBE_SANITIZE=address,undefined \
   -DPRECPROBE_BUILD_BENCH=OFF -DPRECPROBE_BUILD_EXAMPLES=OFF -DPRECPROBE_BUILD_TOOLS=OFF \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$probe_san_flags"
 # The 10 000-step RSS test is left to the main build: ASan's quarantine holds freed memory
 # by design, so RSS grows there (LeakSanitizer checks every test for leaks instead).
 (cd build-asan-probe && UBSAN_OPTIONS=print_stacktrace=1 \

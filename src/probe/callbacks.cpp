@@ -130,6 +130,12 @@ void end_cb(const at::RecordFunction& fn, at::ObserverContext* ctx) {
 
 }  // namespace
 
+void before_own_write(const at::Tensor& t) noexcept {
+  Inside in;
+  Observer* o = g_observer.load(std::memory_order_acquire);
+  if (o != nullptr) o->before_write(t);
+}
+
 const OpInfo* lookup_op(const at::RecordFunction& fn) {
   thread_local std::unordered_map<const char*, const OpInfo*> cache;
   const char* key = fn.name();

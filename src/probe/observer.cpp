@@ -277,10 +277,7 @@ std::unique_ptr<at::ObserverContext> Observer::on_op_start(const at::RecordFunct
       // a load and a compare when neither applies).
       for (size_t i : info.write_args)
         if (i < inputs.size())
-          for_each_tensor(inputs[i], [this](const at::Tensor& t) {
-            engine_->before_write(t);
-            if (finite_) finite_->forget(storage_of(t));
-          });
+          for_each_tensor(inputs[i], [this](const at::Tensor& t) { written(t); });
     }
     if (fast) return fast;
     return ctx;
@@ -489,6 +486,23 @@ void Observer::emit(PendingOp& op) {
   convert(op.out, r.outputs);
   if (options_.task == Task::kOverflowCheck && !keep_overflow(r)) return;
   if (writer_->submit(std::move(r))) ops_recorded_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Observer::written(const at::Tensor& t) {
+  engine_->before_write(t);
+  if (finite_) finite_->forget(storage_of(t));
+}
+
+void Observer::before_write(const at::Tensor& t) noexcept {
+  try {
+    OwnCodeGuard own;
+    written(t);
+  } catch (const std::exception& e) {
+    errors_.fetch_add(1, std::memory_order_relaxed);
+    report_error(std::string("precprobe: before a write by precprobe: ") + e.what());
+  } catch (...) {
+    errors_.fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 ObserverCounters Observer::counters() const {

@@ -76,6 +76,10 @@ class Observer {
 
   ObserverCounters counters() const;
 
+  /// `t` is about to be written outside an observed op (before_own_write(), own_code.h):
+  /// as before an observed in-place op. Any thread; never throws.
+  void before_write(const at::Tensor& t) noexcept;
+
   /// Calls `fn` once on the op's thread, right before zero_grad (aten::detach_ / zero_ on a
   /// gradient of `params`, outside backward) clears the gradients of this step's backward:
   /// the last moment they can be read. Only while detached. arm_grad_hook(true) re-arms it.
@@ -129,6 +133,9 @@ class Observer {
   bool keep_overflow(const OpRecord& r);
   uint32_t thread_index();
   void maybe_run_grad_hook(c10::ArrayRef<const c10::IValue> inputs, const OpInfo& info);
+  /// Before `t` is written: nothing queued reads it after, no cached statistics of its
+  /// storage are reused, overflow_check forgets it.
+  void written(const at::Tensor& t);
   /// Inside GradScaler's scaled-gradient window (scaled_grads.h): records a
   /// "check/scaled_grad_read/<op>" event when this op of user code reads, without writing
   /// it, a parameter's gradient or a tensor a recorded backward op produced in the window

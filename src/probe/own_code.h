@@ -10,6 +10,10 @@
 // on the op path are rare (device tensors, lazy conj/neg, zero tensors).
 #pragma once
 
+namespace at {
+class Tensor;
+}
+
 namespace precprobe {
 namespace detail {
 
@@ -25,6 +29,13 @@ class OwnCodeGuard {
  private:
   bool prev_;
 };
+
+/// precprobe's own code is about to write `t` outside an observed op (GradScaler's fused
+/// unscale, a snapshot's restore): the attached Observer, if any, treats it as it treats an
+/// in-place op before it runs (nothing queued still reads the old values afterwards, and no
+/// cached statistics of that storage are served again). Callers bump the version after the
+/// write, as an in-place op does. Any thread; never throws.
+void before_own_write(const at::Tensor& t) noexcept;
 
 }  // namespace detail
 }  // namespace precprobe

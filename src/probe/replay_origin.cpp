@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cfenv>
 #include <cmath>
 #include <limits>
 
@@ -193,6 +194,40 @@ bool OriginTracker::had_nonfinite_input(int64_t seq) const {
   return std::find(bad_inputs_.begin(), bad_inputs_.end(), seq) != bad_inputs_.end();
 }
 
+namespace {
+
+// Ops that turn a finite, exactly-zero input into ±Inf (IEEE 754's divide-by-zero
+// exception): the fallback when the exception flags could not be read (below).
+bool can_divide_by_zero(const std::string& op) {
+  static const char* const kOps[] = {
+      "aten::div",     "aten::div_",        "aten::true_divide", "aten::reciprocal",
+      "aten::log",     "aten::log2",        "aten::log10",       "aten::log1p",
+      "aten::rsqrt",   "aten::pow",         "aten::atanh",       "aten::xlogy",
+      "aten::digamma", "aten::polygamma",   "aten::lgamma",      "aten::floor_divide",
+      "aten::addcdiv", "aten::log_softmax", "aten::logit",       "aten::special_xlog1py"};
+  for (const char* o : kOps)
+    if (op == o) return true;
+  return false;
+}
+
+bool has_zero_input(const std::vector<c10::IValue>& inputs) {
+  bool zero = false;
+  for (const c10::IValue& in : inputs) {
+    if (in.isScalar()) zero = zero || std::fpclassify(in.toScalar().toDouble()) == FP_ZERO;
+    for_each_tensor(in, [&](const at::Tensor& t) {
+      if (!zero && t.defined() && t.numel() > 0 && !t.is_complex())
+        zero = t.eq(0).any().item<bool>();
+    });
+  }
+  return zero;
+}
+
+// Below this many elements per output ATen runs an element-wise kernel on the calling
+// thread (at::internal::GRAIN_SIZE), so the exception flags it raised are this thread's.
+constexpr int64_t kOneThreadNumel = 32768;
+
+}  // namespace
+
 OriginVerdict classify_origin(const OriginTracker::Candidate& c) {
   OriginVerdict v{"unknown", ""};
   try {
@@ -205,6 +240,15 @@ OriginVerdict classify_origin(const OriginTracker::Candidate& c) {
     at::NoGradGuard no_grad;
     c10::impl::ExcludeDispatchKeyGuard no_autocast(
         c10::DispatchKeySet({c10::DispatchKey::AutocastCPU, c10::DispatchKey::AutocastCUDA}));
+    for (const c10::IValue& in : c.inputs) {
+      if (in.isScalar() && !in.toScalar().isComplex() && !std::isfinite(in.toScalar().toDouble())) {
+        v.classification = "inherited";
+        v.why = "the op was given a non-finite number (" +
+                std::to_string(in.toScalar().toDouble()) +
+                ") as an argument: it came from the program, not from the op's arithmetic";
+        return v;
+      }
+    }
     std::vector<c10::IValue> stack;
     for (const c10::IValue& in : c.inputs) {
       stack.push_back(map_tensors(in, [](const at::Tensor& t) {
@@ -213,12 +257,19 @@ OriginVerdict classify_origin(const OriginTracker::Candidate& c) {
         return at::isFloatingType(t.scalar_type()) ? t.to(at::kDouble) : t.clone();
       }));
     }
+    // IEEE 754 tells overflow, divide-by-zero and invalid apart by the exceptions the
+    // arithmetic raises; the float64 re-run's flags say which, read right after it.
+    std::feclearexcept(FE_ALL_EXCEPT);
     handle->callBoxed(&stack);
-    int64_t nan = 0, inf = 0;
+    const int raised = std::fetestexcept(FE_OVERFLOW | FE_DIVBYZERO | FE_INVALID);
+    int64_t nan = 0, inf = 0, largest_numel = 0;
     double abs_max = 0;
+    bool on_cpu = true;
     for (const c10::IValue& out : stack) {
       for_each_tensor(out, [&](const at::Tensor& t) {
         if (!t.defined() || !at::isFloatingType(t.scalar_type()) || t.numel() == 0) return;
+        on_cpu = on_cpu && t.is_cpu();
+        largest_numel = std::max<int64_t>(largest_numel, t.numel());
         const at::Tensor d = t.to(at::kDouble);
         nan += d.isnan().sum().item<int64_t>();
         inf += d.isinf().sum().item<int64_t>();
@@ -226,25 +277,39 @@ OriginVerdict classify_origin(const OriginTracker::Candidate& c) {
         abs_max = std::max(abs_max, finite.max().item<double>());
       });
     }
+    // Flags are per thread: trusted when the kernel ran on this one (CPU, small outputs).
+    const bool flags_read = on_cpu && largest_numel < kOneThreadNumel;
     const std::string name = dtype_text(c.out_dtype);
-    if (c.out_dtype == at::kDouble) {
-      v.classification = nan > 0 ? "invalid" : "unknown";
-      v.why = fmt::format(
-          "the op already computes in float64 ({} NaN, {} Inf in the re-run); {}", nan, inf,
-          nan > 0 ? "NaN from finite inputs is an invalid operation (log of a negative, 0/0, "
-                    "inf - inf)"
-                  : "Inf may be an overflow of float64 or a division by zero");
-    } else if (nan > 0 || inf > 0) {
+    if (nan > 0) {
       v.classification = "invalid";
       v.why = fmt::format(
-          "float64 re-run on the same inputs gives {} NaN and {} Inf too: an invalid operation "
-          "on finite inputs (log of a negative number, 0/0, inf - inf, division by zero), not "
-          "a lack of {} range",
-          nan, inf, name);
+          "the float64 re-run on the same finite inputs gives {} NaN{}: an invalid operation "
+          "(0/0, inf - inf, 0 * inf, sqrt or log of a negative number), not a lack of range",
+          nan, inf > 0 ? fmt::format(" and {} Inf", inf) : std::string());
+    } else if (inf > 0) {
+      // Vectorised math (SLEEF's log, exp) returns ±Inf without raising the flag, so an
+      // exact zero into an op that divides or takes a log counts as well.
+      const bool by_zero =
+          (flags_read && (raised & FE_DIVBYZERO) != 0 && (raised & FE_OVERFLOW) == 0) ||
+          (can_divide_by_zero(c.op) && has_zero_input(c.inputs));
+      v.classification = by_zero ? "divide_by_zero" : "overflow";
+      v.why = by_zero ? fmt::format(
+                            "the float64 re-run gives {} Inf too, from an exact zero (x/0, "
+                            "log(0)): a division by zero, which no format's range avoids",
+                            inf)
+                      : fmt::format(
+                            "the float64 re-run gives {} Inf too: the exact result is finite "
+                            "but beyond float64's range (max 1.8e308) as well, so no "
+                            "floating-point format holds it (the inputs are too large)",
+                            inf);
+
     } else if (abs_max > dtype_max(c.out_dtype)) {
       v.classification = "range";
-      v.why = fmt::format("float64 result reaches {:.3g}, beyond {}'s max {:.3g}: an overflow",
-                          abs_max, name, dtype_max(c.out_dtype));
+      v.why =
+          fmt::format("float64 result reaches {:.3g}, beyond {}'s max {:.3g}: an overflow of {}",
+                      abs_max, name, dtype_max(c.out_dtype), name);
+    } else if (c.out_dtype == at::kDouble) {
+      v.why = "the op already computes in float64 and its re-run is finite: not reproduced";
     } else {
       v.classification = "range";
       v.why = fmt::format(

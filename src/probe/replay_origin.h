@@ -61,7 +61,10 @@ class OriginTracker {
 
 /// What a float64 re-run says about an origin op.
 struct OriginVerdict {
-  std::string classification;  ///< "range" | "invalid" | "unknown"
+  /// By the IEEE 754 exception of the float64 re-run: "range" (overflow of the op's dtype
+  /// only: finite in float64), "overflow" (beyond float64 too), "divide_by_zero",
+  /// "invalid" (NaN from finite inputs), or "unknown".
+  std::string classification;
   std::string why;
 };
 

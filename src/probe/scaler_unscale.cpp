@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "grad_loops.h"
+#include "own_code.h"
 #include "precprobe/error.h"
 #include "scaler_internal.h"
 #include "torch_compat.h"
@@ -75,6 +76,9 @@ void unscale_cuda_group(BucketMap& buckets, const at::Tensor& inv_scale, GroupCh
 
 UnscaleResult check_and_unscale_cpu(at::Tensor& grad, float inv_scale, bool write) {
   UnscaleAcc acc;
+  // The loop writes through raw pointers, which no op callback sees: the statistics engine
+  // is told first, and the version bumped after, as ATen's in-place unscale does.
+  if (write) before_own_write(grad);
   const bool ok = dispatch_fused(grad.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     for_each_span<T>(grad, [&](T* p, int64_t n, int64_t stride) {
@@ -85,6 +89,7 @@ UnscaleResult check_and_unscale_cpu(at::Tensor& grad, float inv_scale, bool writ
       }
     });
   });
+  if (write && ok && !grad.is_inference()) grad.unsafeGetTensorImpl()->bump_version();
   if (!ok) {
     throw Error(std::string("GradScaler: cannot unscale a gradient of dtype ") +
                 c10::toString(grad.scalar_type()) + " (allowed: Float, Double, BFloat16)");

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "borrowed_memory.h"
 #include "own_code.h"
 #include "precprobe/error.h"
 #if PRECPROBE_WITH_CUDA
@@ -144,9 +145,18 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, const CaptureOpt
   }
   n_[kBytes].fetch_add(static_cast<uint64_t>(t.numel()) * t.element_size(),
                        std::memory_order_relaxed);
+  s->requires_grad = t.requires_grad();
   // Untracked tensors are read now: the kernel around this op may write them next.
-  const bool now = s->unread || s->untracked || !cfg_.async || key.storage == nullptr ||
-                   t.numel() < cfg_.inline_numel;
+  bool now = s->unread || s->untracked || !cfg_.async || key.storage == nullptr ||
+             t.numel() < cfg_.inline_numel;
+  // The worker reads a borrow of the memory, never a reference to the tensor: a reference
+  // would change autograd's decisions (borrowed_memory.h). Memory that cannot be borrowed
+  // is read now.
+  at::Tensor borrowed;
+  if (!now && t.is_cpu()) {
+    borrowed = borrow(t);
+    now = !borrowed.defined();
+  }
   if (now) {
     bump(kInline);
     s->state.store(Slot::kRunning, std::memory_order_relaxed);
@@ -158,7 +168,7 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, const CaptureOpt
     compute(*s);
     return s;
   }
-  s->tensor = t;
+  s->tensor = borrowed.defined() ? std::move(borrowed) : t;
   s->bytes = static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
   if (!t.is_cpu())
     s->stream = c10::impl::getDeviceGuardImpl(t.device().type())->getStream(t.device());
@@ -171,10 +181,14 @@ void StatsEngine::capture_for_save(const at::Tensor& t, std::string path) {
   s->key = make_key(t);
   if (s->key.versioned) s->counter = t.unsafeGetTensorImpl()->version_counter();
   s->save_path = std::move(path);
-  s->tensor = t;
+  // As in capture(): the worker gets a borrow of CPU memory, or the file is written now.
+  bool now = !cfg_.async || s->key.storage == nullptr;
+  if (!now && t.is_cpu()) s->tensor = borrow(t);
+  now = now || (t.is_cpu() && !s->tensor.defined());
+  if (!s->tensor.defined()) s->tensor = t;
   s->bytes = static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
   std::unique_lock<std::mutex> lk(mu_);
-  if (!cfg_.async || s->key.storage == nullptr) {
+  if (now) {
     s->state.store(Slot::kRunning, std::memory_order_relaxed);
     lk.unlock();
     compute(*s);
@@ -238,6 +252,7 @@ void StatsEngine::compute(Slot& s) {
       s.stats.requires_grad = t.requires_grad();
     } else {
       summarize(t, s.stats, cfg_.with_hash);
+      s.stats.requires_grad = s.requires_grad;  // a borrow has no autograd metadata
     }
     if (s.counter && s.counter->current_version() != s.key.version) {
       s.stale = true;

@@ -1,11 +1,12 @@
 // StatsEngine: computes the statistics of the tensors an op observer captures, off the
 // training thread, and hands finished op records back in execution order.
 //
-// The observer captures a tensor by taking a reference (a refcount bump) and its
-// TensorKey. A key already seen this step shares the earlier Slot (a cache hit); a new
-// one becomes a Slot that is either summarised at once (small tensors, or async off) or
-// queued for the worker thread. Pending ops wait in a FIFO until they have ended and
-// every Slot they reference is done; the emitter then passes them on, in order.
+// The observer captures a tensor by its TensorKey and, for the worker, a borrow of its
+// memory (borrowed_memory.h): never a reference, which would change autograd's decisions. A key
+// already seen this step shares the earlier Slot (a cache hit); a new one becomes a Slot that is
+// either summarised at once (small tensors, or async off) or queued for the worker thread. Pending
+// ops wait in a FIFO until they have ended and every Slot they reference is done; the emitter then
+// passes them on, in order.
 //
 // In-place safety: before an op that writes to a tensor runs, before_write() finishes
 // (claims and computes inline, or waits for) every queued job on that tensor's storage,
@@ -52,17 +53,20 @@ struct Slot {
   enum State : uint8_t { kQueued, kRunning, kDone };
   std::atomic<uint8_t> state{kQueued};
   TensorStats stats;
-  at::Tensor tensor;  ///< held until done
-  TensorKey key;      ///< at capture time
+  /// Read once, then released: the tensor itself when read at once, else a borrow of its
+  /// memory (borrowed_memory.h) that holds no reference to the tensor or its storage.
+  at::Tensor tensor;
+  TensorKey key;  ///< at capture time
   /// Keeps the StorageImpl's address from being reused while the key is cached (a freed
   /// storage's address can come back for a new tensor with an equal key).
   std::optional<c10::weak_intrusive_ptr<c10::StorageImpl>> storage_alive;
   /// The version counter the tensor had at capture. A view made below autograd gets its
   /// base's counter attached later, so the tensor's own counter can change identity.
   std::optional<c10::VariableVersion> counter;
-  int64_t bytes = 0;      ///< held bytes while queued
-  std::string save_path;  ///< non-empty: write the tensor here instead of stats
-  bool stale = false;     ///< the version changed before the stats were computed
+  int64_t bytes = 0;           ///< held bytes while queued
+  std::string save_path;       ///< non-empty: write the tensor here instead of stats
+  bool stale = false;          ///< the version changed before the stats were computed
+  bool requires_grad = false;  ///< the captured tensor's (a borrow has no autograd metadata)
   /// Uninitialized memory (an aten::empty* output): only dtype/shape/numel are kept; counts
   /// are 0 and statistics NaN, so garbage never reads as NaN/Inf, here or where the same
   /// tensor is a later op's input (a cache hit).

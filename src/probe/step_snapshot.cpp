@@ -15,6 +15,7 @@
 #include <typeinfo>
 #include <unordered_set>
 
+#include "own_code.h"
 #include "precprobe/error.h"
 
 namespace precprobe {
@@ -245,7 +246,9 @@ void StepSnapshot::restore() {
   if (optimizer_ == nullptr || !captured_) throw Error("precprobe: no snapshot to restore");
   Quiet quiet;
   for (auto& [live, saved] : tensors_) {
+    before_own_write(live);  // copy_ runs unobserved here (Quiet)
     live.copy_(saved);
+    if (live.grad().defined()) before_own_write(live.grad());
     // Gradients are not kept: the step's zero_grad() overwrites them. Zeroed here so that
     // the bad run's NaN/Inf gradients are not what the replay's zero_grad() reads.
     if (live.grad().defined()) live.mutable_grad().zero_();
@@ -298,6 +301,7 @@ void StepSnapshot::restore_state() {
       if (!s.defined()) {
         l = at::Tensor();
       } else if (same_layout(l, s)) {
+        before_own_write(l);
         l.copy_(s);
       } else {
         l = s.clone();

@@ -337,6 +337,45 @@ TEST_CASE("on_anomaly: log of a negative value is classified invalid", "[replay]
   CHECK(fs::exists(dir.path() / "rank0/tensors/step12/aten::log.0.forward.in0.npy.zst"));
 }
 
+// IEEE 754's exceptions tell the three apart (docs/debugger.md): an overflow of float32
+// that float64 holds is "range"; a result beyond float64 too is "overflow"; an exact zero
+// divided or logged is "divide_by_zero" (above: NaN from finite inputs is "invalid").
+TEST_CASE("on_anomaly: exp of a value beyond float64's range is classified overflow", "[replay]") {
+  TempDir dir("replay_overflow");
+  Plant net([](const torch::Tensor& t) { return torch::exp(t); });
+  const PlantRun r = run_plant(dir, net, 9, 1e30);  // exp(1e30): inf in float64 too
+  check_only_step(r, 9);
+  const auto& e = r.events[0];
+  CHECK(e["reproduced"] == true);
+  CHECK(e["origin"] == "aten::exp");
+  CHECK(e["classification"] == "overflow");
+  CHECK_THAT(e["why"].get<std::string>(),
+             Catch::Matchers::ContainsSubstring("beyond float64's range"));
+}
+
+TEST_CASE("on_anomaly: log of an exact zero is classified divide_by_zero", "[replay]") {
+  TempDir dir("replay_divide_by_zero");
+  // relu(fc(x) + 10) > 0 on healthy steps; at step 21 the shift -20 makes it exactly 0.
+  Plant net([](const torch::Tensor& t) { return torch::log(torch::relu(t + 10.0)); });
+  const PlantRun r = run_plant(dir, net, 21, -20.0);
+  check_only_step(r, 21);
+  const auto& e = r.events[0];
+  CHECK(e["reproduced"] == true);
+  CHECK(e["origin"] == "aten::log");
+  CHECK(e["classification"] == "divide_by_zero");
+  CHECK_THAT(e["why"].get<std::string>(), Catch::Matchers::ContainsSubstring("division by zero"));
+}
+
+TEST_CASE("on_anomaly: division of a finite value by an exact zero is divide_by_zero", "[replay]") {
+  TempDir dir("replay_div_zero");
+  Plant net([](const torch::Tensor& t) { return torch::ones_like(t) / torch::relu(t + 10.0); });
+  const PlantRun r = run_plant(dir, net, 14, -20.0);
+  check_only_step(r, 14);
+  const auto& e = r.events[0];
+  CHECK(e["origin"] == "aten::div");
+  CHECK(e["classification"] == "divide_by_zero");
+}
+
 TEST_CASE("on_anomaly: NaN in the input batch is classified inherited", "[replay]") {
   TempDir dir("replay_inherited");
   Plant net([](const torch::Tensor& t) { return torch::tanh(t); });

@@ -1,0 +1,201 @@
+// The statistics engine never changes what the program does, and reads the values the op
+// saw: the worker holds no reference to the tensors it reads (autograd's gradient stealing
+// and in-place accumulation decide on reference counts), and precprobe's own writes outside
+// an op (GradScaler's fused unscale) are seen before they happen.
+#include <torch/torch.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "borrowed_memory.h"
+#include "precprobe/grad_scaler.h"
+#include "precprobe/precprobe.h"
+#include "precprobe_catch.h"
+#include "probe/debugger_fixture.h"
+#include "stats_engine.h"
+
+using namespace precprobe;
+using precprobe::test::options_in;
+using precprobe::test::read_ops;
+using precprobe::test::reference;
+using precprobe::test::TempDir;
+
+namespace {
+
+// Every record as the line the writer wrote for it (all fields, statistics included).
+std::vector<std::string> lines_of(const std::vector<OpRecord>& ops) {
+  std::vector<std::string> out;
+  for (OpRecord r : ops) {
+    r.seqnr = -1;  // autograd's sequence numbers count on across runs in one process
+    std::string s;
+    append_json(r, s);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+// The op sequence: "step dir op" per record.
+std::vector<std::string> sequence_of(const std::vector<OpRecord>& ops) {
+  std::vector<std::string> out;
+  for (const auto& r : ops)
+    out.push_back(std::to_string(r.step) + " " + std::string(to_string(r.dir)) + " " + r.op);
+  return out;
+}
+
+// The first index where two lists differ, for the failure message.
+std::string first_difference(const std::vector<std::string>& a, const std::vector<std::string>& b) {
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    if (a[i] != b[i]) return "at " + std::to_string(i) + ":\n  " + a[i] + "\n  " + b[i];
+  return "lengths " + std::to_string(a.size()) + " vs " + std::to_string(b.size());
+}
+
+}  // namespace
+
+TEST_CASE("a queued statistics job holds no reference to its tensor, and outlives its free",
+          "[engine][borrow]") {
+  using precprobe::detail::EngineConfig;
+  using precprobe::detail::Slot;
+  // The worker is held inside a save job, so the capture below stays queued (deterministic).
+  std::mutex m;
+  std::condition_variable cv;
+  bool go = false;
+  std::atomic<bool> blocked{false};
+  EngineConfig cfg;
+  cfg.async = true;
+  cfg.inline_numel = 16;
+  cfg.save_tensor = [&](const at::Tensor&, const std::string&) {
+    blocked = true;
+    std::unique_lock<std::mutex> lk(m);
+    cv.wait(lk, [&] { return go; });
+    return std::string();
+  };
+  cfg.emit = [](precprobe::detail::PendingOp&) {};
+  const auto before = precprobe::detail::borrow_counts();
+  precprobe::detail::StatsEngine engine(cfg);
+  const at::Tensor held = at::ones({64});
+  engine.capture_for_save(held, "held");
+  while (!blocked) std::this_thread::yield();
+
+  at::Tensor t = at::randn({1 << 16});
+  t.index_put_({0}, -7.5f);
+  const auto ref = reference(t);
+  auto slot = engine.capture(t);
+  REQUIRE(slot->state.load() == Slot::kQueued);
+  // What AccumulateGrad and InputBuffer look at before stealing or accumulating in place.
+  CHECK(t.use_count() == 1);
+  CHECK(t.unsafeGetTensorImpl()->unsafe_storage().use_count() == 1);
+  CHECK(precprobe::detail::borrow_counts().outstanding ==
+        before.outstanding + 2);  // the save job too
+
+  t.reset();  // the program lets go of it: the memory must stay until the job has read it
+  CHECK(precprobe::detail::borrow_counts().deferred_frees == before.deferred_frees + 1);
+  {
+    std::lock_guard<std::mutex> lk(m);
+    go = true;
+  }
+  cv.notify_all();
+  engine.drain();
+  REQUIRE(slot->state.load() == Slot::kDone);
+  CHECK(slot->stats.numel == (1 << 16));
+  CHECK(slot->stats.min == ref.min);
+  CHECK(slot->stats.max == ref.max);
+  CHECK(slot->stats.neg == ref.neg);
+  CHECK(slot->stats.mean == Approx(ref.mean).epsilon(1e-12).margin(1e-15));
+  CHECK(slot->stats.norm == Approx(ref.norm).epsilon(1e-12));
+  const auto after = precprobe::detail::borrow_counts();
+  CHECK(after.outstanding == before.outstanding);
+  CHECK(after.deferred_frees == before.deferred_frees);
+}
+
+TEST_CASE("memory that cannot be borrowed is read at once", "[engine][borrow]") {
+  std::vector<float> user(8192, 2.0f);
+  at::Tensor blob = at::from_blob(user.data(), {8192});  // the caller owns this memory
+  CHECK_FALSE(precprobe::detail::borrow(blob).defined());
+  at::Tensor neg_view = at::_neg_view(at::randn({4096}));
+  CHECK_FALSE(precprobe::detail::borrow(neg_view).defined());
+
+  precprobe::detail::EngineConfig cfg;
+  cfg.async = true;
+  cfg.inline_numel = 16;
+  cfg.emit = [](precprobe::detail::PendingOp&) {};
+  precprobe::detail::StatsEngine engine(cfg);
+  auto slot = engine.capture(blob);
+  CHECK(slot->state.load() == precprobe::detail::Slot::kDone);  // computed inline, nothing held
+  CHECK(slot->stats.max == 2.0);
+  CHECK(slot->stats.pos == 8192);
+  auto neg = engine.capture(neg_view);
+  CHECK(neg->state.load() == precprobe::detail::Slot::kDone);
+}
+
+// Gradients that start as None each step: AccumulateGrad takes the incoming gradient over
+// (aten::detach) when nothing else holds it, and copies it (new_empty_strided + copy_)
+// otherwise. The worker's reference used to decide which, depending on thread timing.
+TEST_CASE("the statistics worker never changes which ops autograd runs", "[engine][path]") {
+  auto run = [](bool async) {
+    TempDir dir(async ? "engine_path_async" : "engine_path_sync");
+    torch::manual_seed(7);
+    // ConvolutionBackward0 hands its weight gradients (36 864 elements: the worker's, not
+    // computed inline) straight to AccumulateGrad; so does AddmmBackward0's mm through t().
+    torch::nn::Sequential model(torch::nn::Conv2d(torch::nn::Conv2dOptions(8, 64, 3)),
+                                torch::nn::ReLU(),
+                                torch::nn::Conv2d(torch::nn::Conv2dOptions(64, 64, 3)),
+                                torch::nn::Flatten(), torch::nn::Linear(64 * 12 * 12, 10));
+    auto o = options_in(dir, async);
+    o.level = Level::kL1;
+    PrecisionDebugger dbg(o);
+    dbg.start(model);
+    for (int step = 0; step < 4; ++step) {
+      for (auto& p : model->parameters()) p.mutable_grad() = at::Tensor();  // set to None
+      auto x = torch::randn({8, 8, 16, 16});
+      auto loss = model->forward(x).square().mean();
+      loss.backward();
+      dbg.step();
+    }
+    dbg.stop();
+    return read_ops(dir);
+  };
+  const auto sync_ops = run(false);
+  for (int trial = 0; trial < 3; ++trial) {
+    const auto async_ops = run(true);
+    const auto a = sequence_of(sync_ops), b = sequence_of(async_ops);
+    INFO("sync vs async op sequence differs " << first_difference(a, b));
+    REQUIRE(a == b);
+    const auto la = lines_of(sync_ops), lb = lines_of(async_ops);
+    INFO("sync vs async records differ " << first_difference(la, lb));
+    CHECK(la == lb);
+  }
+}
+
+// GradScaler's fused unscale (LibTorch < 2.3) writes the gradients through raw pointers:
+// the records of the ops that produced them must hold the values those ops produced.
+TEST_CASE("records of gradients the GradScaler unscales hold the scaled values the ops produced",
+          "[engine][scaler]") {
+  auto run = [](bool async) {
+    TempDir dir(async ? "engine_scaler_async" : "engine_scaler_sync");
+    torch::manual_seed(11);
+    torch::nn::Sequential model(torch::nn::Linear(256, 512), torch::nn::Tanh(),
+                                torch::nn::Linear(512, 64));
+    torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
+    GradScaler scaler;
+    PrecisionDebugger dbg(options_in(dir, async));
+    dbg.start(model);
+    for (int step = 0; step < 4; ++step) {
+      opt.zero_grad();
+      auto loss = model->forward(torch::randn({128, 256})).square().mean();
+      scaler.scale(loss).backward();
+      scaler.step(opt);
+      scaler.update();
+      dbg.step();
+    }
+    dbg.stop();
+    return read_ops(dir);
+  };
+  const auto sync_ops = lines_of(run(false));
+  for (int trial = 0; trial < 3; ++trial) {
+    const auto async_ops = lines_of(run(true));
+    INFO("sync vs async records differ " << first_difference(sync_ops, async_ops));
+    CHECK(sync_ops == async_ops);
+  }
+}

@@ -16,6 +16,7 @@
 
 #include "debugger_internal.h"
 #include "observer.h"
+#include "own_code.h"
 #include "precprobe/checklist_probe.h"
 #include "precprobe/distributed.h"
 #include "precprobe/dump_format.h"
@@ -168,6 +169,7 @@ void PrecisionDebugger::Impl::setup_monitor(const std::shared_ptr<torch::nn::Mod
 void PrecisionDebugger::Impl::observe_grads() noexcept {
   if (!monitor || monitor_done || !writer) return;
   monitor_done = true;
+  detail::OwnCodeGuard own;  // its ATen calls (detach, a first copy) are not the program's
   monitor->observe(step, writer.get());
 }
 

@@ -127,7 +127,10 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, const CaptureOpt
   auto s = std::make_shared<Slot>();
   s->key = key;
   s->origin = tl_origin;
-  s->unread = how.unread || (how.unread_if_new && cached == nullptr);
+  // unread_if_new: also when this step knows the tensor only as uninitialized memory (an
+  // aten::empty* output, retired since by the write of the kernel now running around us,
+  // which may not have written it yet: a nested as_strided of sum's out= buffer).
+  s->unread = how.unread || (how.unread_if_new && (cached == nullptr || (*cached)->unread));
   s->untracked = how.untracked;
   s->serial = serial_++;
   if (key.versioned) s->counter = t.unsafeGetTensorImpl()->version_counter();

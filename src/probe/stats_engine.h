@@ -102,8 +102,9 @@ inline TensorStats stats_of(const Slot& s) {
 struct CaptureOptions {
   /// Uninitialized memory: keep dtype/shape/numel only (see Slot::unread).
   bool unread = false;
-  /// Unread when this step has not seen the tensor yet: an op running inside another op's
-  /// kernel may be handed a buffer that kernel allocated and has not written yet.
+  /// Unread when this step has not seen the tensor yet, or saw it only as uninitialized
+  /// memory: an op running inside another op's kernel may be handed a buffer that kernel
+  /// allocated and has not written yet.
   bool unread_if_new = false;
   /// Never reuse a cached slot: the op now ending wrote the tensor, possibly without a
   /// version bump (inside a kernel).

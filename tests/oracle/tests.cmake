@@ -1,0 +1,24 @@
+# The differential oracle (docs/reliability.md): one seeded program (oracle_train.cpp) run
+# under configurations that must not show in its dump, compared with `precprobe compare
+# --exact`. Statistics are a function of the values: async or sync statistics, 1 or 2
+# intra-op threads, a replayed step or the same step recorded as it ran, must all agree.
+if(TARGET precprobe::precprobe AND TARGET precprobe_cli)
+  add_executable(precprobe_oracle_train ${CMAKE_CURRENT_LIST_DIR}/oracle_train.cpp)
+  target_link_libraries(precprobe_oracle_train PRIVATE precprobe::precprobe)
+  precprobe_target(precprobe_oracle_train)
+  precprobe_reuse_torch_pch(precprobe_oracle_train)
+  foreach(level L1 L2)
+    add_test(NAME oracle.${level}
+             COMMAND ${CMAKE_COMMAND} -DPROGRAM=$<TARGET_FILE:precprobe_oracle_train>
+                     -DCLI=$<TARGET_FILE:precprobe_cli> -DLEVEL=${level} -DMODE=always
+                     -DDUMP=${CMAKE_CURRENT_BINARY_DIR}/oracle_${level}
+                     -P ${CMAKE_CURRENT_LIST_DIR}/run_oracle.cmake)
+    set_tests_properties(oracle.${level} PROPERTIES TIMEOUT 300 LABELS "oracle;e2e")
+  endforeach()
+  add_test(NAME oracle.on_anomaly
+           COMMAND ${CMAKE_COMMAND} -DPROGRAM=$<TARGET_FILE:precprobe_oracle_train>
+                   -DCLI=$<TARGET_FILE:precprobe_cli> -DLEVEL=L2 -DMODE=on_anomaly
+                   -DDUMP=${CMAKE_CURRENT_BINARY_DIR}/oracle_on_anomaly
+                   -P ${CMAKE_CURRENT_LIST_DIR}/run_oracle.cmake)
+  set_tests_properties(oracle.on_anomaly PROPERTIES TIMEOUT 300 LABELS "oracle;e2e")
+endif()

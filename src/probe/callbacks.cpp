@@ -38,6 +38,15 @@ bool writes(const c10::AliasInfo* a) {
   return false;
 }
 
+// Arguments kernels write in place although their schema does not say so (no "a!"):
+// batch norm's running statistics (aten::batch_norm, native_batch_norm,
+// _batch_norm_impl_index, instance_norm... on LibTorch 1.13 and 2.x alike), updated in
+// training mode without a version bump. Without this, the statistics of a running_var read
+// by the next batch_norm were served from the cache: the values before the update.
+bool written_unannotated(const std::string& arg) {
+  return arg == "running_mean" || arg == "running_var";
+}
+
 std::unique_ptr<OpInfo> make_info(const at::RecordFunction& fn) {
   auto schema = op_schema(fn);
   if (!schema) return nullptr;
@@ -49,7 +58,8 @@ std::unique_ptr<OpInfo> make_info(const at::RecordFunction& fn) {
   info->outputs_uninitialized = probe.outputs_uninitialized();
   const auto& args = schema->arguments();
   for (size_t i = 0; i < args.size(); ++i) {
-    if (writes(args[i].alias_info())) info->write_args.push_back(i);
+    if (writes(args[i].alias_info()) || written_unannotated(args[i].name()))
+      info->write_args.push_back(i);
     if (args[i].alias_info() != nullptr) info->alias_args.push_back(i);
   }
   return info;

@@ -13,7 +13,7 @@
 //
 //   oracle_train --dump DIR [--async 0|1] [--level L1|L2] [--threads N] [--steps N]
 //                [--record always|on_anomaly] [--bad-step K] [--single-optimizer]
-//                [--no-scaler] [--fp32] [--keep-dropout]
+//                [--no-scaler] [--fp32] [--keep-dropout] [--tensors]
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
@@ -40,6 +40,7 @@ struct Flags {
   bool scaler = true;
   bool bf16 = true;
   bool keep_dropout = false;
+  bool tensors = false;  // "task": "tensor": every recorded tensor saved as .npy.zst
 };
 
 Flags parse(int argc, char** argv) {
@@ -71,6 +72,8 @@ Flags parse(int argc, char** argv) {
       f.single_optimizer = true;
     } else if (a == "--no-scaler") {
       f.scaler = false;
+    } else if (a == "--tensors") {
+      f.tensors = true;
     } else if (a == "--keep-dropout") {
       f.keep_dropout = true;
     } else if (a == "--fp32") {
@@ -90,17 +93,18 @@ Flags parse(int argc, char** argv) {
 
 struct NetImpl : torch::nn::Module {
   NetImpl()
-      : conv1(register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 8, 3).padding(1)))),
+      : conv1(register_module("conv1",
+                              torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 8, 3).padding(1)))),
         bn(register_module("bn", torch::nn::BatchNorm2d(8))),
-        conv2(register_module("conv2",
-                              torch::nn::Conv2d(torch::nn::Conv2dOptions(8, 16, 3).stride(2).padding(1)))),
+        conv2(register_module(
+            "conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(8, 16, 3).stride(2).padding(1)))),
         drop(register_module("drop", torch::nn::Dropout(0.3))),
         head(register_module("head", torch::nn::Linear(16 * 7 * 7, 10))) {}
   torch::Tensor forward(const torch::Tensor& x) {
     auto h = bn(conv1(x));
     h = torch::relu_(h);  // in place on BatchNorm's output
     h = conv2(h);
-    if (plant != 0) h = h * plant;  // the planted overflow (--bad-step)
+    if (plant > 0) h = h * plant;  // the planted overflow (--bad-step)
     h = torch::nn::functional::gelu(h);
     return head(drop(h.flatten(1)));
   }
@@ -164,10 +168,14 @@ int main(int argc, char** argv) {
   o.dump_path = f.dump;
   o.async_stats = f.async;
   o.level = f.level == "L2" ? precprobe::Level::kL2 : precprobe::Level::kL1;
-  o.record = f.record == "on_anomaly" ? precprobe::RecordMode::kOnAnomaly
-                                      : precprobe::RecordMode::kAlways;
+  o.record =
+      f.record == "on_anomaly" ? precprobe::RecordMode::kOnAnomaly : precprobe::RecordMode::kAlways;
   o.overwrite = true;
   o.keep_dropout = f.keep_dropout;  // "on_anomaly" keeps the program's dropout anyway
+  if (f.tensors) {
+    o.task = precprobe::Task::kTensor;
+    o.list = {"name-regex(.)"};  // every op
+  }
   precprobe::PrecisionDebugger dbg(o);
   if (f.record == "on_anomaly") {
     dbg.start(net, adamw);  // the snapshot covers one optimizer: run with --single-optimizer
@@ -243,7 +251,8 @@ int main(int argc, char** argv) {
     losses.push_back(dbg.run_step(body));
   }
   dbg.stop();
-  for (size_t i = 0; i < losses.size(); ++i) std::printf("step %zu loss %.6f\n", i, losses[i].item<double>());
+  for (size_t i = 0; i < losses.size(); ++i)
+    std::printf("step %zu loss %.6f\n", i, losses[i].item<double>());
   const auto c = dbg.counters();
   std::printf("oracle_train: %llu op records, %llu errors -> %s\n",
               static_cast<unsigned long long>(c.ops_recorded),

@@ -5,6 +5,7 @@
 #                    not bitwise (ATen's bf16 convolution backward sums its weight gradient
 #                    per thread): there `compare --first` must find no divergent op, and the
 #                    two async runs must differ exactly where the two sync runs do.
+#                    Then every statistic of the async run against a float64 recomputation.
 #   MODE on_anomaly: the input overflows at step 3; "record": "on_anomaly" replays that
 #                    step, whose records must equal step 3 of a run recorded throughout
 #                    ("always"), async and sync.
@@ -34,6 +35,16 @@ if(MODE STREQUAL "always")
   endforeach()
   same(sync_t1 sync_t2 --first)
   same(async_t1 async_t2 --first)
+  # Every statistic of the async run against a float64 recomputation of the tensor files a
+  # sync run saved at the moment it took its statistics ("task": "tensor").
+  train(files --async 0 --threads 1 --tensors)
+  same(files sync_t1 --exact)
+  execute_process(COMMAND ${CHECK} ${DUMP}_files ${DUMP}_async_t1 RESULT_VARIABLE rc
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  message("${out}")
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "statistics differ from their float64 recomputation:\n${out}\n${err}")
+  endif()
 else()
   # "on_anomaly" leaves dropout as the program set it: the run recorded throughout too.
   set(common --single-optimizer --no-scaler --bad-step 3 --steps 5 --keep-dropout)

@@ -7,10 +7,15 @@ if(TARGET precprobe::precprobe AND TARGET precprobe_cli)
   target_link_libraries(precprobe_oracle_train PRIVATE precprobe::precprobe)
   precprobe_target(precprobe_oracle_train)
   precprobe_reuse_torch_pch(precprobe_oracle_train)
+  add_executable(precprobe_oracle_check ${CMAKE_CURRENT_LIST_DIR}/oracle_check.cpp)
+  target_link_libraries(precprobe_oracle_check PRIVATE precprobe::precprobe PkgConfig::ZSTD)
+  precprobe_target(precprobe_oracle_check)
+  precprobe_reuse_torch_pch(precprobe_oracle_check)
   foreach(level L1 L2)
     add_test(NAME oracle.${level}
              COMMAND ${CMAKE_COMMAND} -DPROGRAM=$<TARGET_FILE:precprobe_oracle_train>
                      -DCLI=$<TARGET_FILE:precprobe_cli> -DLEVEL=${level} -DMODE=always
+                     -DCHECK=$<TARGET_FILE:precprobe_oracle_check>
                      -DDUMP=${CMAKE_CURRENT_BINARY_DIR}/oracle_${level}
                      -P ${CMAKE_CURRENT_LIST_DIR}/run_oracle.cmake)
     set_tests_properties(oracle.${level} PROPERTIES TIMEOUT 300 LABELS "oracle;e2e")

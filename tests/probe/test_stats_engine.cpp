@@ -199,3 +199,41 @@ TEST_CASE("records of gradients the GradScaler unscales hold the scaled values t
     CHECK(sync_ops == async_ops);
   }
 }
+
+// Batch norm updates its running statistics in place in training mode, and its schema does
+// not mark them written (no "a!", no version bump): the second call of a step used to be
+// recorded with the running statistics from before the first call (a cache hit).
+TEST_CASE("batch norm's running statistics are recorded as each call saw them",
+          "[engine][values]") {
+  for (const bool async : {false, true}) {
+    TempDir dir(async ? "engine_bn_async" : "engine_bn_sync");
+    torch::manual_seed(3);
+    torch::nn::BatchNorm1d bn(64);
+    auto x = torch::randn({128, 64}) * 3 + 1;
+    std::vector<at::Tensor> seen_mean, seen_var;
+    {
+      PrecisionDebugger dbg(options_in(dir, async));
+      dbg.start(bn);
+      for (int call = 0; call < 3; ++call) {
+        seen_mean.push_back(bn->running_mean.clone());
+        seen_var.push_back(bn->running_var.clone());
+        bn->forward(x + call);
+      }
+      dbg.step();
+      dbg.stop();
+    }
+    const auto calls = precprobe::test::with_name(read_ops(dir), "aten::batch_norm");
+    REQUIRE(calls.size() == 3);
+    for (size_t c = 0; c < calls.size(); ++c) {
+      INFO("async " << async << ", call " << c);
+      const auto mean = reference(seen_mean[c]), var = reference(seen_var[c]);
+      const TensorStats& m = *calls[c].inputs.at(3).tensor;
+      const TensorStats& v = *calls[c].inputs.at(4).tensor;
+      CHECK(m.min == mean.min);
+      CHECK(m.max == mean.max);
+      CHECK(v.min == var.min);
+      CHECK(v.max == var.max);
+      CHECK(v.mean == Approx(var.mean).epsilon(1.2e-7));
+    }
+  }
+}

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -63,6 +64,46 @@ inline std::vector<OpRecord> step_records(int64_t step, const std::vector<OpLine
     out.push_back(std::move(r));
   }
   return out;
+}
+
+inline const std::vector<int64_t> kAct = {8, 64, 4, 4}, kWeight = {64, 64, 3, 3}, kChannels = {64};
+
+// The backward of one ResNet block as LibTorch runs it: each parameter's gradient reaches
+// AccumulateGrad, which takes the incoming gradient over (aten::detach) when nothing else
+// holds it and copies it (aten::new_empty_strided + aten::copy_) otherwise. `copied` names
+// the parameters whose gradient was copied. Each gradient has its own values (tags).
+inline std::vector<OpLine> block_backward(const std::set<std::string>& copied) {
+  std::vector<OpLine> ops;
+  auto accumulate = [&](const std::string& param, const std::vector<int64_t>& shape, double tag) {
+    if (copied.count(param)) {
+      ops.push_back(bwd("aten::new_empty_strided", {tensor(shape, tag)}, {tensor(shape, 0)}));
+      ops.push_back(
+          bwd("aten::copy_", {tensor(shape, 0), tensor(shape, tag)}, {tensor(shape, tag)}));
+    } else {
+      ops.push_back(bwd("aten::detach", {tensor(shape, tag)}, {tensor(shape, tag)}));
+    }
+  };
+  ops.push_back(
+      bwd("aten::threshold_backward", {tensor(kAct, 1), tensor(kAct, 2)}, {tensor(kAct, 3)}));
+  ops.push_back(bwd("aten::native_batch_norm_backward",
+                    {tensor(kAct, 3), tensor(kAct, 4), tensor(kChannels, 5, "bn2.weight")},
+                    {tensor(kAct, 6), tensor(kChannels, 7), tensor(kChannels, 8)}));
+  accumulate("bn2.weight", kChannels, 7);
+  accumulate("bn2.bias", kChannels, 8);
+  ops.push_back(bwd("aten::convolution_backward",
+                    {tensor(kAct, 6), tensor(kAct, 9), tensor(kWeight, 10, "conv2.weight")},
+                    {tensor(kAct, 11), tensor(kWeight, 12)}));
+  accumulate("conv2.weight", kWeight, 12);
+  ops.push_back(bwd("aten::native_batch_norm_backward",
+                    {tensor(kAct, 11), tensor(kAct, 13), tensor(kChannels, 14, "bn1.weight")},
+                    {tensor(kAct, 15), tensor(kChannels, 16), tensor(kChannels, 17)}));
+  accumulate("bn1.weight", kChannels, 16);
+  accumulate("bn1.bias", kChannels, 17);
+  ops.push_back(bwd("aten::convolution_backward",
+                    {tensor(kAct, 15), tensor(kAct, 18), tensor(kWeight, 19, "conv1.weight")},
+                    {tensor(kAct, 20), tensor(kWeight, 21)}));
+  accumulate("conv1.weight", kWeight, 21);
+  return ops;
 }
 
 /// Writes a one-rank dump (rank0/ under `dir`) holding `steps`: step -> its ops in order.

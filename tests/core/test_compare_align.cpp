@@ -276,6 +276,20 @@ TEST_CASE("compare: threads interleaved differently pair per thread", "[compare]
   CHECK(r.unmatched.empty());
   CHECK(r.ops.size() == 5);
   CHECK(r.identical);
+  // A thread's index is the order in which it was first seen: B's adds ran on a thread
+  // numbered 2. The threads are matched by what they ran.
+  const CompareResult renumbered = compare_written(
+      {{0, {m0, s0, r0, s1, m1}}}, {{0, {m0, r0, on(s0, 2), on(s1, 2), m1}}}, exact);
+  CHECK(renumbered.aligned_by_thread == 1);
+  CHECK(renumbered.identical);
+  // Another thread ran another op: that is a difference of sequence, aligned by content.
+  const OpLine s2 = on(fwd("aten::sub", {tensor({3}, 6)}, {tensor({3}, 7)}), 1);
+  const CompareResult other =
+      compare_written({{0, {m0, s0, r0, s1, m1}}}, {{0, {m0, r0, s0, s2, m1}}}, exact);
+  CHECK(other.aligned_by_thread == 0);
+  CHECK(other.aligned_by_lcs == 1);
+  CHECK_FALSE(other.sequence_diffs.empty());
+  for (const OpCompare& o : other.ops) CHECK(o.op == o.name_b.substr(0, o.op.size()));
 }
 
 TEST_CASE("compare of dumps without a (step, rank) in common compares nothing",

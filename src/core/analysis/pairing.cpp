@@ -112,24 +112,38 @@ bool same_sequence(const OpKeys& keys, size_t n, size_t m) {
   return true;
 }
 
-// Each thread of A ran the ops of the same thread of B, in the same order (with two threads
-// or more; one thread is same_sequence). Then A[i] pairs with the op at its place in B's
-// thread.
+// Each thread of A ran the same ops, in the same order, as one thread of B (with two
+// threads or more; one thread is same_sequence). Threads are matched by their sequences,
+// not by index: a thread's index is the order in which it was first seen, which another
+// interleaving may change. Then A[i] pairs with the op at its place in its B thread.
 bool pair_by_thread(const OpKeys& keys, const std::vector<OpRecord>& a,
                     const std::vector<OpRecord>& b, AlignPairs& pairs) {
   std::map<uint32_t, std::vector<size_t>> ta, tb;
   for (size_t i = 0; i < a.size(); ++i) ta[a[i].thread].push_back(i);
   for (size_t j = 0; j < b.size(); ++j) tb[b[j].thread].push_back(j);
   if (ta.size() < 2 || ta.size() != tb.size()) return false;
-  for (auto ia = ta.begin(), ib = tb.begin(); ia != ta.end(); ++ia, ++ib) {
-    if (ia->first != ib->first || ia->second.size() != ib->second.size()) return false;
-    for (size_t k = 0; k < ia->second.size(); ++k) {
-      if (!keys.same(ia->second[k], ib->second[k])) return false;
+  auto same_ops = [&keys](const std::vector<size_t>& x, const std::vector<size_t>& y) {
+    if (x.size() != y.size()) return false;
+    for (size_t k = 0; k < x.size(); ++k) {
+      if (!keys.same(x[k], y[k])) return false;
     }
+    return true;
+  };
+  std::map<uint32_t, const std::vector<size_t>*> partner;  // A's thread -> B's thread's ops
+  std::vector<bool> used(tb.size(), false);
+  for (const auto& [thread, ops] : ta) {
+    size_t k = 0;
+    for (auto it = tb.begin(); it != tb.end(); ++it, ++k) {
+      if (used[k] || !same_ops(ops, it->second)) continue;
+      used[k] = true;
+      partner[thread] = &it->second;
+      break;
+    }
+    if (!partner.count(thread)) return false;
   }
   std::map<uint32_t, size_t> next;
   for (size_t i = 0; i < a.size(); ++i) {
-    const std::vector<size_t>& in_b = tb[a[i].thread];
+    const std::vector<size_t>& in_b = *partner[a[i].thread];
     pairs.emplace_back(i, static_cast<int64_t>(in_b[next[a[i].thread]++]));
   }
   return true;

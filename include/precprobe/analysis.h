@@ -286,6 +286,24 @@ struct UnmatchedOp {
   std::string name;
 };
 
+/// Ops in the op sequence of one run only, at one place of one (step, rank): between two
+/// paired ops, or at the start or end of the step (docs/cli.md, "Pairing").
+struct SequenceDiff {
+  int64_t step = 0;
+  int rank = 0;
+  /// Where: the seq of the place's first op in each run; for a run with none there, the seq
+  /// of its next paired op (one past its last op at the end of the step).
+  int64_t seq_a = 0, seq_b = 0;
+  int64_t count_a = 0, count_b = 0;  ///< ops there in A only, in B only
+  /// Names ("aten::copy_.3.backward") of the first kSequenceDiffNames of them, in order.
+  std::vector<std::string> names_a, names_b;
+
+  nlohmann::json to_json() const;
+};
+
+/// How many op names a SequenceDiff keeps per run.
+inline constexpr size_t kSequenceDiffNames = 5;
+
 struct CompareOptions {
   std::optional<int64_t> step;  ///< only this step
   std::optional<int> rank;      ///< only this rank
@@ -304,8 +322,10 @@ struct CompareOptions {
   bool first = false;      ///< find the first divergent op
   bool exact = false;      ///< bitwise identity
   bool by_module = false;  ///< fill CompareResult::modules
-  /// Largest alignment table (cells) before the LCS falls back to matching by name.
-  size_t max_lcs_cells = size_t{1} << 25;
+  /// Work bound of the alignment of one (step, rank) whose op sequences differ (diagonals
+  /// and comparisons of Myers' search, about 0.1 s): past it the alignment settles for a
+  /// common subsequence that may leave some equal ops unpaired (aligned_approximately).
+  size_t max_align_cost = size_t{1} << 26;
 };
 
 struct CompareResult {
@@ -314,7 +334,14 @@ struct CompareResult {
   std::vector<UnmatchedOp> unmatched;
   std::vector<std::pair<int64_t, int>> only_a, only_b;  ///< (step, rank) groups in one dump only
   int64_t warnings = 0;
-  int64_t aligned_by_lcs = 0;  ///< (step, rank) groups whose names differed
+  /// Places where the op sequences of the runs differ, in (step, rank, seq) order: the ops
+  /// of `unmatched` that belong to (step, rank) groups present in both dumps.
+  std::vector<SequenceDiff> sequence_diffs;
+  std::optional<SequenceDiff> first_sequence_diff;  ///< earliest by (step, seq_a, rank)
+  int64_t groups_compared = 0;                      ///< (step, rank) groups present in both dumps
+  int64_t aligned_by_lcs = 0;     ///< groups whose op sequences differ, aligned by content
+  int64_t aligned_by_thread = 0;  ///< groups paired per thread (threads interleaved differently)
+  int64_t aligned_approximately = 0;  ///< groups whose alignment hit max_align_cost
   bool first_mode = false, exact_mode = false;
   bool found = false;                          ///< --first: a divergent op
   bool identical = true;                       ///< --exact: everything bitwise equal
@@ -341,11 +368,13 @@ CompareResult compare_dumps(DumpReader& a, DumpReader& b, const CompareOptions& 
 CompareResult compare_dumps(const DumpData& a, const DumpData& b,
                             const CompareOptions& options = {});
 
-/// Aligns two name sequences (LCS). Returns pairs (i, j); -1 on one side marks an element
-/// present only in the other sequence. Kept in order. Exposed for tests.
+/// Aligns two sequences of names: a longest common subsequence (Myers' diff, O((n + m) D)
+/// time, O(n + m) memory), approximate past `max_cost` (CompareOptions::max_align_cost).
+/// Returns pairs (i, j) in order; -1 on one side marks an element present only in the other
+/// sequence; every pair holds equal names. Exposed for tests.
 std::vector<std::pair<int64_t, int64_t>> align_sequences(const std::vector<std::string>& a,
                                                          const std::vector<std::string>& b,
-                                                         size_t max_cells = size_t{1} << 25);
+                                                         size_t max_cost = size_t{1} << 26);
 
 /// Unit roundoff u of a c10 dtype name: Float 2^-24, BFloat16 2^-8, Half 2^-11, Double
 /// 2^-53; 0 for integral and bool dtypes.

@@ -1,6 +1,8 @@
 // End to end: `precprobe compare` (and `summary --by module`) on the golden dumps of
 // tests/data/cli/ (see test_cli.cpp for how they were written and what is checked).
 #include "cli/cli_test_util.h"
+#include "core/temp_dir.h"
+#include "support/op_dump.h"
 
 using namespace precprobe::cli_test;  // NOLINT(google-build-using-namespace): test helpers
 
@@ -55,12 +57,33 @@ TEST_CASE("compare, statistics mode: one extra op is aligned away", "[cli][compa
 
   Run human = run("compare " + dump("clean") + " " + dump("extra_op"));
   CHECK(human.status == 1);
-  CHECK(human.out.find("only B     0     0    0  aten::mul.0.forward") != std::string::npos);
+  // Said first: the runs ran different ops, where, and which.
+  CHECK(human.out.rfind("The runs ran different ops: 0 ops only in A and 1 only in B, at 1 "
+                        "place in 1 (step, rank) group; the first at step 0, rank 0, seq 0 of "
+                        "A / 0 of B.\n",
+                        0) == 0);
+  CHECK(human.out.find("     0     0      0      0             aten::mul.0.forward\n") !=
+        std::string::npos);
+  CHECK(j["sequence_differs"] == true);
+  CHECK(j["groups_compared"] == 3);
+  json place = {{"step", 0},
+                {"rank", 0},
+                {"seq_a", 0},
+                {"seq_b", 0},
+                {"count_a", 0},
+                {"count_b", 1},
+                {"names_a", json::array()},
+                {"names_b", {"aten::mul.0.forward"}}};
+  CHECK(j["first_sequence_diff"] == place);
+  CHECK(j["sequence_diffs"] == json::array({place}));
 
   json same = run_json("compare " + dump("clean") + " " + dump("clean"), 0);
   CHECK(same["warnings"] == 0);
   CHECK(same["unmatched_count"] == 0);
   CHECK(same["aligned_by_lcs"] == 0);
+  CHECK(same["sequence_differs"] == false);
+  CHECK(same["sequence_diffs"].empty());
+  CHECK(same["first_sequence_diff"].is_null());
 
   // The truncated copy lacks step 2: a (step, rank) present in A only.
   json cut = run_json("compare " + dump("clean") + " " + dump("truncated"), 1);
@@ -250,4 +273,67 @@ TEST_CASE("compare --exact: hashes name the innermost op that differs", "[cli][c
   CHECK(human.out.find("First op that differs: aten::copy_.1.forward") != std::string::npos);
   CHECK(run("compare " + dump("clean") + " " + dump("clean") + " --exact").out.find("Identical") !=
         std::string::npos);
+}
+
+// Two runs of one ResNet block whose AccumulateGrad copied another parameter's gradient
+// (support/op_dump.h): the same number of ops, in another order.
+TEST_CASE("compare --exact: the runs ran different ops is said first, and where",
+          "[cli][compare]") {
+  precprobe::test::TempDir dir("cli_compare_ops");
+  precprobe::test::write_op_dump(dir / "a",
+                                 {{0, precprobe::test::block_backward({"conv2.weight"})}});
+  precprobe::test::write_op_dump(dir / "b", {{0, precprobe::test::block_backward({"bn1.weight"})}});
+  const std::string ab = "compare '" + dir / "a" + "' '" + dir / "b" + "'";
+  Run exact = run(ab + " --exact");
+  INFO(exact.out);
+  CHECK(exact.status == 1);
+  CHECK(exact.out.rfind("Not identical: the runs ran different ops: 3 ops only in A and 3 only "
+                        "in B, at 2 places in 1 (step, rank) group; the first at step 0, rank 0, "
+                        "seq 5 of A / 5 of B.\n",
+                        0) == 0);
+  CHECK(exact.out.find("     0     0      5      5  aten::new_empty_strided.0.backward, "
+                       "aten::copy_.0.backward  aten::detach.2.backward") != std::string::npos);
+  CHECK(exact.out.find("     0     0      8      7  aten::detach.2.backward") != std::string::npos);
+  CHECK(exact.out.find("Every paired op is bitwise equal.") != std::string::npos);
+  CHECK(exact.out.find("shape differs") == std::string::npos);
+  json j = run_json(ab + " --exact", 1);
+  CHECK(j["identical"] == false);
+  CHECK(j["sequence_differs"] == true);
+  CHECK(j["first_sequence_diff"]["seq_a"] == 5);
+  CHECK(j["sequence_diffs"].size() == 2);
+  CHECK(j["matched"] == 9);
+  CHECK(j["unmatched_count"] == 6);
+  // Statistics and --first modes say it first too.
+  for (const char* mode : {"", " --first"}) {
+    Run r = run(ab + mode);
+    CHECK(r.out.rfind("The runs ran different ops: 3 ops only in A", 0) == 0);
+  }
+}
+
+TEST_CASE("compare with nothing to compare exits 2 saying why", "[cli][compare]") {
+  precprobe::test::TempDir dir("cli_compare_nothing");
+  precprobe::test::write_op_dump(dir / "empty_a", {});
+  precprobe::test::write_op_dump(dir / "empty_b", {});
+  precprobe::test::write_op_dump(dir / "step0", {{0, precprobe::test::block_backward({})}});
+  precprobe::test::write_op_dump(dir / "step1", {{1, precprobe::test::block_backward({})}});
+  auto nothing = [&](const std::string& args, const std::string& why) {
+    for (const char* json_flag : {"", " --json"}) {
+      Run r = run("compare " + args + json_flag, /*merge_stderr=*/true);
+      INFO(args << json_flag << "\n" << r.out);
+      CHECK(r.status == 2);
+      CHECK(r.out.find("precprobe: error: nothing to compare: " + why) != std::string::npos);
+      CHECK(r.out.find("Identical") == std::string::npos);
+    }
+  };
+  const std::string a = "'" + dir / "empty_a" + "'", b = "'" + dir / "empty_b" + "'";
+  nothing(a + " " + b,
+          "neither dump holds op records. Check what was recorded with "
+          "`precprobe summary DIR`");
+  nothing(a + " " + b + " --exact", "neither dump holds op records");
+  nothing(a + " " + dump("clean"), "A (" + dir / "empty_a" + ") holds no op records");
+  nothing("'" + dir / "step0" + "' '" + dir / "step1" + "' --exact",
+          "the dumps hold no (step, rank) in common: A has step 0 rank 0; B has step 1 rank 0. "
+          "Record the same steps in both runs, or compare two ranks with --ranks R1 R2.");
+  nothing(dump("clean") + " " + dump("clean") + " --exact --step 7",
+          "neither dump holds op records at step 7");
 }

@@ -3,16 +3,20 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <cctype>
 #include <iostream>
 #include <tuple>
 
 #include "cli_common.h"
+#include "precprobe/error.h"
 
 namespace precprobe::cli {
 namespace {
 
 constexpr size_t kRowsShown = 50;
-constexpr size_t kUnmatchedShown = 10;
+constexpr size_t kPlacesShown = 10;  // places where the op sequences differ
+constexpr size_t kNamesShown = 3;    // op names per run and place
+constexpr size_t kGroupsShown = 8;   // (step, rank) groups of one dump only
 
 struct CompareArgs {
   std::string a, b;
@@ -87,34 +91,107 @@ Table stats_table() {
                 "class"});
 }
 
-void print_unmatched(const CompareResult& r, const Terminal& term) {
-  if (r.unmatched.empty()) return;
-  std::cout << paint(term, Tone::kYellow,
-                     fmt::format("{} ops present in one run only:", r.unmatched.size()))
-            << '\n';
-  Table t({"side", "step", "rank", "seq", "name"});
-  for (size_t i = 0; i < r.unmatched.size() && i < kUnmatchedShown; ++i) {
-    const UnmatchedOp& u = r.unmatched[i];
-    t.add({u.side == "a" ? "only A" : "only B", num(u.step), num(int64_t{u.rank}), num(u.seq),
-           u.name});
+std::string names_cell(const std::vector<std::string>& names, int64_t count) {
+  std::string cell;
+  size_t shown = 0;
+  for (; shown < names.size() && shown < kNamesShown; ++shown)
+    cell += (shown > 0 ? ", " : "") + names[shown];
+  if (count > static_cast<int64_t>(shown))
+    cell += fmt::format(" (+{} more)", count - static_cast<int64_t>(shown));
+  return cell;
+}
+
+std::string groups_text(const std::vector<std::pair<int64_t, int>>& groups) {
+  std::string text;
+  for (size_t k = 0; k < groups.size() && k < kGroupsShown; ++k)
+    text += fmt::format("{}step {} rank {}", k > 0 ? ", " : "", groups[k].first, groups[k].second);
+  if (groups.size() > kGroupsShown)
+    text += fmt::format(" and {} more", groups.size() - kGroupsShown);
+  return text;
+}
+
+std::string count_of(int64_t n, const char* what) {
+  return fmt::format("{} {}{}", n, what, n == 1 ? "" : "s");
+}
+
+// Said first, before any number: the ops one run ran and the other did not, and where. The
+// numbers that follow are about the ops paired around them. `lead` starts the first line
+// ("Not identical: "), else it starts with a capital.
+void print_sequence(const CompareResult& r, const Terminal& term, std::string lead) {
+  auto opening = [&lead](std::string text) {
+    if (lead.empty()) {
+      text[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(text[0])));
+      return text;
+    }
+    text = lead + text;
+    lead.clear();
+    return text;
+  };
+  int64_t in_places = 0;
+  if (r.first_sequence_diff) {
+    int64_t in_a = 0, in_b = 0;
+    for (const SequenceDiff& d : r.sequence_diffs) {
+      in_a += d.count_a;
+      in_b += d.count_b;
+    }
+    in_places = in_a + in_b;
+    const SequenceDiff& f = *r.first_sequence_diff;
+    std::cout << paint(term, Tone::kRed,
+                       opening(fmt::format(
+                           "the runs ran different ops: {} only in A and {} only "
+                           "in B, at {} in {}; the first at step {}, rank {}, "
+                           "seq {} of A / {} of B.",
+                           count_of(in_a, "op"), in_b,
+                           count_of(static_cast<int64_t>(r.sequence_diffs.size()), "place"),
+                           count_of(r.aligned_by_lcs, "(step, rank) group"), f.step, f.rank,
+                           f.seq_a, f.seq_b)))
+              << '\n';
+    std::cout << "Ops pair only with an op of the same content (op, direction, shapes, "
+                 "parameter); the ops listed here are not compared.\n";
+    Table t({"step", "rank", "seq A", "seq B", "only in A", "only in B"});
+    for (size_t k = 0; k < r.sequence_diffs.size() && k < kPlacesShown; ++k) {
+      const SequenceDiff& d = r.sequence_diffs[k];
+      t.add({num(d.step), num(int64_t{d.rank}), num(d.seq_a), num(d.seq_b),
+             names_cell(d.names_a, d.count_a), names_cell(d.names_b, d.count_b)},
+            Tone::kYellow);
+    }
+    t.print(std::cout, term);
+    if (r.sequence_diffs.size() > kPlacesShown)
+      std::cout << fmt::format("  ... {} more places (--json lists all)\n",
+                               r.sequence_diffs.size() - kPlacesShown);
   }
-  t.print(std::cout, term);
-  if (r.unmatched.size() > kUnmatchedShown)
-    std::cout << fmt::format("  ... {} more (--json lists all)\n",
-                             r.unmatched.size() - kUnmatchedShown);
+  if (!r.only_a.empty() || !r.only_b.empty()) {
+    const int64_t ops = static_cast<int64_t>(r.unmatched.size()) - in_places;
+    std::cout << paint(term, Tone::kYellow,
+                       opening(fmt::format(
+                           "{} in one dump only ({}, not compared):{}{}",
+                           count_of(static_cast<int64_t>(r.only_a.size() + r.only_b.size()),
+                                    "(step, rank) group"),
+                           count_of(ops, "op"),
+                           r.only_a.empty() ? "" : " A only: " + groups_text(r.only_a) + ".",
+                           r.only_b.empty() ? "" : " B only: " + groups_text(r.only_b) + ".")))
+              << '\n';
+  }
 }
 
 void print_totals(const CompareResult& r) {
   std::cout << fmt::format("{} ops matched, {} with warnings, {} unmatched", r.ops.size(),
                            r.warnings, r.unmatched.size());
   if (r.aligned_by_lcs > 0)
-    std::cout << fmt::format(", {} (step, rank) groups aligned by sequence", r.aligned_by_lcs);
+    std::cout << fmt::format(", {} (step, rank) groups aligned by content", r.aligned_by_lcs);
+  if (r.aligned_approximately > 0)
+    std::cout << fmt::format(" ({} approximately: alignment work bound reached)",
+                             r.aligned_approximately);
+  if (r.aligned_by_thread > 0)
+    std::cout << fmt::format(", {} paired per thread (threads interleaved differently)",
+                             r.aligned_by_thread);
   std::cout << '\n';
   std::cout << fmt::format("{} match, {} noise, {} divergent; {:.1f}% of ops aligned\n",
                            r.match_ops, r.noise_ops, r.divergent_ops, 100 * r.aligned_fraction);
 }
 
 void print_statistics(const CompareResult& r, const CompareArgs& args, const Terminal& term) {
+  print_sequence(r, term, "");
   Table t = stats_table();
   size_t hidden = 0;
   for (const OpCompare& o : r.ops) {
@@ -129,7 +206,6 @@ void print_statistics(const CompareResult& r, const CompareArgs& args, const Ter
   }
   if (t.size() > 0) t.print(std::cout, term);
   if (hidden > 0) std::cout << fmt::format("  ... {} more rows (--all or --json)\n", hidden);
-  print_unmatched(r, term);
   print_totals(r);
 }
 
@@ -168,6 +244,7 @@ void print_op_detail(const OpCompare& o, const Terminal& term, double weight) {
 }
 
 void print_first(const CompareResult& r, const CompareArgs& args, const Terminal& term) {
+  print_sequence(r, term, "");
   if (r.found) {
     std::cout << paint(term, Tone::kRed, "First divergent op: " + r.first->name) << '\n';
     print_op_detail(*r.first, term, args.inherited_weight);
@@ -196,7 +273,6 @@ void print_first(const CompareResult& r, const CompareArgs& args, const Terminal
         "docs/cli.md, \"Near-tie flips\")\n",
         r.excused_ops, e.name, e.step, e.rank, num(e.ratio), e.after_flip, e.after_flip_seq);
   }
-  print_unmatched(r, term);
   print_totals(r);
 }
 
@@ -207,14 +283,47 @@ void print_exact(const CompareResult& r, const CompareArgs& args, const Terminal
               << '\n';
     return;
   }
+  print_sequence(r, term, "Not identical: ");
+  const bool ops_differ = r.first_sequence_diff || !r.only_a.empty() || !r.only_b.empty();
   if (r.first) {
-    std::cout << paint(term, Tone::kRed, "First op that differs: " + r.first->name) << '\n';
+    std::cout << paint(term, Tone::kRed,
+                       (ops_differ ? "First paired op that differs: " : "First op that differs: ") +
+                           r.first->name)
+              << '\n';
     print_op_detail(*r.first, term, args.inherited_weight);
   } else {
-    std::cout << paint(term, Tone::kRed, "Not identical: the runs hold different ops.") << '\n';
+    std::cout << "Every paired op is bitwise equal.\n";
   }
-  print_unmatched(r, term);
   print_totals(r);
+}
+
+// Exit 2 when no (step, rank) is in both dumps: "Identical" would be said of nothing.
+void require_common_groups(const CompareResult& r, const CompareArgs& args) {
+  if (r.groups_compared > 0) return;
+  std::string selected;
+  if (args.step) selected += fmt::format(" at step {}", *args.step);
+  if (args.ranks.size() == 2) {
+    selected += fmt::format(" (rank {} of A, rank {} of B)", args.ranks[0], args.ranks[1]);
+  } else if (args.rank) {
+    selected += fmt::format(" on rank {}", *args.rank);
+  }
+  const std::string narrowed = selected.empty() ? "" : ", or widen --step/--rank/--ranks";
+  std::string why;
+  if (r.ops_a == 0 || r.ops_b == 0) {
+    why = r.ops_a == 0 && r.ops_b == 0 ? "neither dump holds op records" + selected
+          : r.ops_a == 0 ? fmt::format("A ({}) holds no op records{}", args.a, selected)
+                         : fmt::format("B ({}) holds no op records{}", args.b, selected);
+    why +=
+        ". Check what was recorded with `precprobe summary DIR` (config.json's `step`, "
+        "`list`, `scope` and `level` select the ops the debugger records)" +
+        narrowed;
+  } else {
+    why = fmt::format(
+        "the dumps hold no (step, rank) in common{}: A has {}; B has {}. Record "
+        "the same steps in both runs, or compare two ranks with --ranks R1 R2",
+        selected, groups_text(r.only_a), groups_text(r.only_b));
+  }
+  throw Error("nothing to compare: " + why + ".");
 }
 
 }  // namespace
@@ -263,8 +372,12 @@ void add_compare_command(CLI::App& app, int& exit_code) {
       "errors, 'Warning' when |diff| / (max(|A|, |B|) + 1e-10) > 0.5 for any of them.\n"
       "Every compared op is classified: match (identical), noise (within --noise-factor\n"
       "times its rounding bound gamma_n = n u / (1 - n u), see docs/cli.md), divergent.\n"
-      "Exit status 1 when something differs (statistics mode: warnings or unmatched ops;\n"
-      "--first: a divergent op; --exact: not identical).\n\n"
+      "Ops pair only with an op of the same content (op, direction, tensor shapes, parameter);\n"
+      "when the runs ran different ops that is said first, with the places and the ops of\n"
+      "one run only, which are not compared.\n"
+      "Exit status 1 when something differs (statistics mode: warnings or ops of one run\n"
+      "only; --first: a divergent op; --exact: not identical, different ops included);\n"
+      "2 when nothing can be compared (no (step, rank) with op records in both dumps).\n\n"
       "Examples:\n"
       "  precprobe compare run_bf16 run_fp32 --first\n"
       "  precprobe compare run_a run_b --exact --json | jq .identical\n"
@@ -294,6 +407,7 @@ void add_compare_command(CLI::App& app, int& exit_code) {
       Progress progress(term, args->a + " and " + args->b);
       r = compare_dumps(*a, *b, opt, progress.callback());
     }
+    require_common_groups(r, *args);
     if (args->json) {
       print_json(r.to_json());
     } else {

@@ -1,88 +1,245 @@
-// align_sequences: longest common subsequence of two name lists, so that one op inserted
-// or removed in one run does not shift every later pairing. The common prefix and suffix
-// are matched first (the usual case is a small difference in a long step); the middle
-// uses the classic O(n*m) table, and above `max_cells` falls back to pairing the k-th
-// occurrence of each name on both sides.
+// align: Myers' difference algorithm (E. W. Myers, "An O(ND) difference algorithm and its
+// variations", Algorithmica 1, 1986) in its linear-space form: find the middle snake of an
+// optimal edit path by searching from both ends at once, split there, repeat on the halves.
+// The structure and the cost heuristic follow GNU diff (gnulib diffseq.h): a split whose
+// search passes `too_expensive` edit steps settles for the diagonal that got furthest, so a
+// pair of very different sequences costs about (n + m) sqrt(n + m), not (n + m)^2; the work
+// bound `max_cost` caps even that. Memory: two arrays of n + m + 3 offsets and one flag
+// per element.
+#include "align.h"
+
 #include <algorithm>
-#include <cstdint>
+#include <cstddef>
+#include <limits>
+#include <string>
 #include <unordered_map>
 
 #include "precprobe/analysis.h"
 
 namespace precprobe {
+namespace analysis_detail {
 namespace {
 
-using Pairs = std::vector<std::pair<int64_t, int64_t>>;
+using Offset = std::ptrdiff_t;
+constexpr Offset kOffsetMax = std::numeric_limits<Offset>::max();
 
-void lcs_middle(const std::vector<std::string>& a, const std::vector<std::string>& b, size_t a0,
-                size_t a1, size_t b0, size_t b1, Pairs& out) {
-  const size_t n = a1 - a0, m = b1 - b0;
-  // len[i][j]: LCS length of a[a0+i..a1) and b[b0+j..b1); min(n, m) < 65536 whenever the
-  // caller's cell limit holds, so 16 bits suffice.
-  std::vector<uint16_t> len((n + 1) * (m + 1), 0);
-  auto at = [&](size_t i, size_t j) -> uint16_t& { return len[i * (m + 1) + j]; };
-  for (size_t i = n; i-- > 0;) {
-    for (size_t j = m; j-- > 0;) {
-      at(i, j) = a[a0 + i] == b[b0 + j] ? static_cast<uint16_t>(at(i + 1, j + 1) + 1)
-                                        : std::max(at(i + 1, j), at(i, j + 1));
-    }
+// Where a task splits: A[xoff, xmid) x B[yoff, ymid) and A[xmid, xlim) x B[ymid, ylim); a
+// half is "minimal" when its search need not give up early.
+struct Partition {
+  Offset xmid, ymid;
+  bool lo_minimal, hi_minimal;
+};
+
+struct Task {
+  Offset xoff, xlim, yoff, ylim;
+  bool minimal;
+};
+
+class Differ {
+ public:
+  Differ(size_t n, size_t m, const AlignEqual& eq, size_t max_cost)
+      : m_(static_cast<Offset>(m)),
+        eq_(eq),
+        budget_(max_cost),
+        fdiag_(n + m + 3),
+        bdiag_(n + m + 3),
+        changed_a_(n, false),
+        changed_b_(m, false) {
+    // GNU diff's bound on one split's search: about sqrt(n + m), at least 4096 edit steps.
+    Offset t = 1;
+    for (size_t diags = n + m + 3; diags != 0; diags >>= 2) t <<= 1;
+    too_expensive_ = std::max<Offset>(4096, t);
   }
-  size_t i = 0, j = 0;
-  while (i < n && j < m) {
-    if (a[a0 + i] == b[b0 + j]) {
-      out.emplace_back(a0 + i++, b0 + j++);
-    } else if (at(i + 1, j) >= at(i, j + 1)) {
-      out.emplace_back(a0 + i++, -1);
+
+  Alignment run();
+
+ private:
+  bool equal(Offset x, Offset y) {
+    ++work_;
+    return eq_(static_cast<size_t>(x), static_cast<size_t>(y));
+  }
+  bool over_budget() const { return work_ > budget_; }
+  Partition diag(Offset xoff, Offset xlim, Offset yoff, Offset ylim, bool minimal);
+  Partition give_up(Offset xoff, Offset xlim, Offset yoff, Offset ylim, Offset fmin, Offset fmax,
+                    Offset bmin, Offset bmax);
+  void mark(const Task& t) {
+    for (Offset x = t.xoff; x < t.xlim; ++x) changed_a_[static_cast<size_t>(x)] = true;
+    for (Offset y = t.yoff; y < t.ylim; ++y) changed_b_[static_cast<size_t>(y)] = true;
+  }
+
+  Offset m_;
+  const AlignEqual& eq_;
+  size_t budget_, work_ = 0;
+  Offset too_expensive_;
+  bool approximate_ = false;
+  std::vector<Offset> fdiag_, bdiag_;  // furthest x reached per diagonal d = x - y
+  std::vector<bool> changed_a_, changed_b_;
+};
+
+// The middle snake of A[xoff, xlim) x B[yoff, ylim), whose first and last elements differ.
+Partition Differ::diag(Offset xoff, Offset xlim, Offset yoff, Offset ylim, bool minimal) {
+  Offset* const fd = fdiag_.data() + m_ + 1;  // diagonals -m - 1 .. n + 1
+  Offset* const bd = bdiag_.data() + m_ + 1;
+  const Offset dmin = xoff - ylim, dmax = xlim - yoff;
+  const Offset fmid = xoff - yoff, bmid = xlim - ylim;
+  Offset fmin = fmid, fmax = fmid, bmin = bmid, bmax = bmid;
+  const bool odd = ((fmid - bmid) & 1) != 0;
+  fd[fmid] = xoff;
+  bd[bmid] = xlim;
+  for (Offset c = 1;; ++c) {
+    // One more edit step forward on every diagonal in reach, then backward.
+    if (fmin > dmin) {
+      fd[--fmin - 1] = -1;
     } else {
-      out.emplace_back(-1, b0 + j++);
+      ++fmin;
     }
+    if (fmax < dmax) {
+      fd[++fmax + 1] = -1;
+    } else {
+      --fmax;
+    }
+    for (Offset d = fmax; d >= fmin; d -= 2) {
+      const Offset tlo = fd[d - 1], thi = fd[d + 1];
+      Offset x = tlo < thi ? thi : tlo + 1;
+      Offset y = x - d;
+      while (x < xlim && y < ylim && equal(x, y)) {
+        ++x;
+        ++y;
+      }
+      fd[d] = x;
+      if (odd && bmin <= d && d <= bmax && bd[d] <= x) return Partition{x, y, true, true};
+    }
+    if (bmin > dmin) {
+      bd[--bmin - 1] = kOffsetMax;
+    } else {
+      ++bmin;
+    }
+    if (bmax < dmax) {
+      bd[++bmax + 1] = kOffsetMax;
+    } else {
+      --bmax;
+    }
+    for (Offset d = bmax; d >= bmin; d -= 2) {
+      const Offset tlo = bd[d - 1], thi = bd[d + 1];
+      Offset x = tlo < thi ? tlo : thi - 1;
+      Offset y = x - d;
+      while (xoff < x && yoff < y && equal(x - 1, y - 1)) {
+        --x;
+        --y;
+      }
+      bd[d] = x;
+      if (!odd && fmin <= d && d <= fmax && x <= fd[d]) return Partition{x, y, true, true};
+    }
+    work_ += static_cast<size_t>(fmax - fmin + bmax - bmin + 2);
+    if (over_budget() || (!minimal && c >= too_expensive_))
+      return give_up(xoff, xlim, yoff, ylim, fmin, fmax, bmin, bmax);
   }
-  for (; i < n; ++i) out.emplace_back(a0 + i, -1);
-  for (; j < m; ++j) out.emplace_back(-1, b0 + j);
 }
 
-void occurrence_middle(const std::vector<std::string>& a, const std::vector<std::string>& b,
-                       size_t a0, size_t a1, size_t b0, size_t b1, Pairs& out) {
-  std::unordered_map<std::string, std::vector<size_t>> in_b;
-  for (size_t j = b1; j-- > b0;) in_b[b[j]].push_back(j);  // reversed: pop_back is in order
-  std::vector<bool> used(b1 - b0, false);
-  for (size_t i = a0; i < a1; ++i) {
-    auto it = in_b.find(a[i]);
-    if (it == in_b.end() || it->second.empty()) {
-      out.emplace_back(i, -1);
+// GNU diff's heuristic: split at the forward diagonal that got furthest (largest x + y) or
+// the backward one that got furthest back, whichever advanced more.
+Partition Differ::give_up(Offset xoff, Offset xlim, Offset yoff, Offset ylim, Offset fmin,
+                          Offset fmax, Offset bmin, Offset bmax) {
+  approximate_ = true;
+  const Offset* const fd = fdiag_.data() + m_ + 1;
+  const Offset* const bd = bdiag_.data() + m_ + 1;
+  Offset fxybest = -1, fxbest = 0;
+  for (Offset d = fmax; d >= fmin; d -= 2) {
+    Offset x = std::min(fd[d], xlim), y = x - d;
+    if (ylim < y) {
+      x = ylim + d;
+      y = ylim;
+    }
+    if (fxybest < x + y) {
+      fxybest = x + y;
+      fxbest = x;
+    }
+  }
+  Offset bxybest = kOffsetMax, bxbest = 0;
+  for (Offset d = bmax; d >= bmin; d -= 2) {
+    Offset x = std::max(xoff, bd[d]), y = x - d;
+    if (y < yoff) {
+      x = yoff + d;
+      y = yoff;
+    }
+    if (x + y < bxybest) {
+      bxybest = x + y;
+      bxbest = x;
+    }
+  }
+  if ((xlim + ylim) - bxybest < fxybest - (xoff + yoff))
+    return Partition{fxbest, fxybest - fxbest, true, false};
+  return Partition{bxbest, bxybest - bxbest, false, true};
+}
+
+Alignment Differ::run() {
+  std::vector<Task> todo{{0, static_cast<Offset>(changed_a_.size()), 0, m_, false}};
+  while (!todo.empty()) {
+    Task t = todo.back();
+    todo.pop_back();
+    while (t.xoff < t.xlim && t.yoff < t.ylim && equal(t.xoff, t.yoff)) {
+      ++t.xoff;
+      ++t.yoff;
+    }
+    while (t.xoff < t.xlim && t.yoff < t.ylim && equal(t.xlim - 1, t.ylim - 1)) {
+      --t.xlim;
+      --t.ylim;
+    }
+    const bool both = t.xoff < t.xlim && t.yoff < t.ylim;
+    if (!both || over_budget()) {
+      approximate_ = approximate_ || both;  // left unsearched: unpaired on both sides
+      mark(t);
       continue;
     }
-    used[it->second.back() - b0] = true;
-    out.emplace_back(i, it->second.back());
-    it->second.pop_back();
+    const Partition p = diag(t.xoff, t.xlim, t.yoff, t.ylim, t.minimal);
+    if ((p.xmid == t.xoff && p.ymid == t.yoff) || (p.xmid == t.xlim && p.ymid == t.ylim)) {
+      approximate_ = true;  // no progress (not expected): leave the task unpaired
+      mark(t);
+      continue;
+    }
+    todo.push_back({p.xmid, t.xlim, p.ymid, t.ylim, p.hi_minimal});
+    todo.push_back({t.xoff, p.xmid, t.yoff, p.ymid, p.lo_minimal});
   }
-  for (size_t j = b0; j < b1; ++j) {
-    if (!used[j - b0]) out.emplace_back(-1, j);
+  // The unchanged elements of A and B correspond in order; in each gap, A's elements first.
+  Alignment out;
+  out.approximate = approximate_;
+  const size_t n = changed_a_.size(), m = changed_b_.size();
+  size_t i = 0, j = 0;
+  while (i < n || j < m) {
+    if (i < n && (changed_a_[i] || j == m)) {
+      out.pairs.emplace_back(i++, -1);
+    } else if (j < m && (changed_b_[j] || i == n)) {
+      out.pairs.emplace_back(-1, j++);
+    } else {
+      out.pairs.emplace_back(i++, j++);
+    }
   }
+  return out;
 }
 
 }  // namespace
 
+Alignment align(size_t n, size_t m, const AlignEqual& eq, size_t max_cost) {
+  return Differ(n, m, eq, max_cost).run();
+}
+
+}  // namespace analysis_detail
+
 std::vector<std::pair<int64_t, int64_t>> align_sequences(const std::vector<std::string>& a,
                                                          const std::vector<std::string>& b,
-                                                         size_t max_cells) {
-  Pairs out;
-  size_t pre = 0;
-  while (pre < a.size() && pre < b.size() && a[pre] == b[pre]) ++pre;
-  size_t suf = 0;
-  while (suf < a.size() - pre && suf < b.size() - pre &&
-         a[a.size() - 1 - suf] == b[b.size() - 1 - suf])
-    ++suf;
-  for (size_t i = 0; i < pre; ++i) out.emplace_back(i, i);
-  const size_t a1 = a.size() - suf, b1 = b.size() - suf;
-  const size_t n = a1 - pre, m = b1 - pre;
-  if ((n + 1) * (m + 1) <= max_cells && std::min(n, m) < 65535) {
-    lcs_middle(a, b, pre, a1, pre, b1, out);
-  } else {
-    occurrence_middle(a, b, pre, a1, pre, b1, out);
-  }
-  for (size_t k = 0; k < suf; ++k) out.emplace_back(a1 + k, b1 + k);
-  return out;
+                                                         size_t max_cost) {
+  std::unordered_map<std::string, uint32_t> ids;
+  auto intern = [&](const std::vector<std::string>& v) {
+    std::vector<uint32_t> out;
+    out.reserve(v.size());
+    for (const std::string& s : v)
+      out.push_back(ids.emplace(s, static_cast<uint32_t>(ids.size())).first->second);
+    return out;
+  };
+  const std::vector<uint32_t> ia = intern(a), ib = intern(b);
+  return analysis_detail::align(
+             a.size(), b.size(), [&](size_t i, size_t j) { return ia[i] == ib[j]; }, max_cost)
+      .pairs;
 }
 
 }  // namespace precprobe

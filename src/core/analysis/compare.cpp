@@ -1,10 +1,9 @@
 // compare_dumps: pairs the ops of two dumps per (step, rank) and compares them.
 //
-// Pairing: when both runs hold the same op names ("aten::mm.3.forward") in a group, ops
-// pair by name, which survives threads interleaving differently. Otherwise names
-// without call index ("aten::mm.forward") are aligned by LCS: an op inserted in one run
-// then leaves the later ops paired with their true counterparts, and the extra op is
-// reported as unmatched instead of being compared with a different call.
+// Pairing (pairing.h): ops pair only with an op of the same content (op, direction, shapes,
+// parameter). Equal sequences pair in order; differing ones are aligned by content, so an
+// op inserted in one run leaves the later ops paired with their true counterparts, and the
+// ops of one run only are reported (unmatched, sequence_diffs), never compared.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -16,6 +15,7 @@
 #include "json_util.h"
 #include "modules.h"
 #include "nesting.h"
+#include "pairing.h"
 #include "source.h"
 
 namespace precprobe {
@@ -213,51 +213,6 @@ bool earlier(const UnmatchedOp& x, const UnmatchedOp& y) {
   return std::tie(x.step, x.seq, x.rank) < std::tie(y.step, y.seq, y.rank);
 }
 
-// What the LCS aligns on: the op (the reshape family as one: LibTorch 1.13 reshapes through
-// aten::_reshape_alias, 2.x through aten::view), its direction and its first output's
-// shape, so that an op is paired only with a call computing the same thing.
-std::string align_key(const OpRecord& r) {
-  static const char* const kViews[] = {"aten::view", "aten::_reshape_alias", "aten::reshape",
-                                       "aten::_unsafe_view", "aten::flatten"};
-  std::string key = r.op;
-  for (const char* v : kViews) {
-    if (r.op == v) key = "view";
-  }
-  key += ".";
-  key += to_string(r.dir);
-  for (const Arg& o : r.outputs) {
-    if (!o.is_tensor()) continue;
-    key += "[";
-    for (int64_t d : o.tensor->shape) key += std::to_string(d) + ",";
-    key += "]";
-    break;
-  }
-  return key;
-}
-
-std::vector<std::pair<int64_t, int64_t>> pair_group(const std::vector<OpRecord>& a,
-                                                    const std::vector<OpRecord>& b,
-                                                    const CompareOptions& opt, bool& by_lcs) {
-  std::vector<std::string> na, nb;
-  for (const OpRecord& r : a) na.push_back(r.name());
-  for (const OpRecord& r : b) nb.push_back(r.name());
-  std::vector<std::string> sa = na, sb = nb;
-  std::sort(sa.begin(), sa.end());
-  std::sort(sb.begin(), sb.end());
-  by_lcs = sa != sb || std::adjacent_find(sa.begin(), sa.end()) != sa.end();
-  std::vector<std::pair<int64_t, int64_t>> pairs;
-  if (!by_lcs) {
-    std::unordered_map<std::string, int64_t> index_b;
-    for (size_t j = 0; j < nb.size(); ++j) index_b[nb[j]] = static_cast<int64_t>(j);
-    for (size_t i = 0; i < na.size(); ++i) pairs.emplace_back(i, index_b.at(na[i]));
-    return pairs;
-  }
-  std::vector<std::string> ka, kb;
-  for (const OpRecord& r : a) ka.push_back(align_key(r));
-  for (const OpRecord& r : b) kb.push_back(align_key(r));
-  return align_sequences(ka, kb, opt.max_lcs_cells);
-}
-
 UnmatchedOp unmatched(const OpRecord& r, const char* side) {
   return UnmatchedOp{r.step, r.rank, side, r.seq, r.name()};
 }
@@ -323,11 +278,14 @@ CompareResult compare_groups(const Groups& ga, const Groups& gb, const CompareOp
     }
     const std::vector<OpRecord>& b = it->second;
     const std::vector<std::string> module_of = modules_of(a);
-    bool by_lcs = false;
+    ++res.groups_compared;
+    const analysis_detail::GroupPairing paired =
+        analysis_detail::pair_ops(a, b, opt.max_align_cost);
+    analysis_detail::add_sequence_diffs(a, b, paired.pairs, res.sequence_diffs);
     std::vector<OpCompare> divergent, inexact;
     std::vector<size_t> divergent_at, inexact_at;
     analysis_detail::FlipTracker flips;
-    for (const auto& [i, j] : pair_group(a, b, opt, by_lcs)) {
+    for (const auto& [i, j] : paired.pairs) {
       if (i < 0 || j < 0) {
         res.unmatched.push_back(i < 0 ? unmatched(b[j], "b") : unmatched(a[i], "a"));
         continue;
@@ -362,7 +320,9 @@ CompareResult compare_groups(const Groups& ga, const Groups& gb, const CompareOp
     };
     keep_earliest(first_divergent, divergent, divergent_at);
     keep_earliest(first_inexact, inexact, inexact_at);
-    res.aligned_by_lcs += by_lcs ? 1 : 0;
+    res.aligned_by_lcs += paired.by == analysis_detail::PairedBy::kContent ? 1 : 0;
+    res.aligned_by_thread += paired.by == analysis_detail::PairedBy::kThread ? 1 : 0;
+    res.aligned_approximately += paired.approximate ? 1 : 0;
   }
   for (const auto& [key, b] : gb) {
     res.ops_b += static_cast<int64_t>(b.size());
@@ -372,6 +332,11 @@ CompareResult compare_groups(const Groups& ga, const Groups& gb, const CompareOp
   }
   for (const UnmatchedOp& u : res.unmatched) {
     if (!res.first_unmatched || earlier(u, *res.first_unmatched)) res.first_unmatched = u;
+  }
+  for (const SequenceDiff& d : res.sequence_diffs) {
+    const SequenceDiff* f = res.first_sequence_diff ? &*res.first_sequence_diff : nullptr;
+    if (!f || std::tie(d.step, d.seq_a, d.rank) < std::tie(f->step, f->seq_a, f->rank))
+      res.first_sequence_diff = d;
   }
   if (opt.by_module) {
     std::map<std::string, size_t> index;
@@ -469,6 +434,12 @@ nlohmann::json unmatched_json(const UnmatchedOp& u) {
 
 nlohmann::json OpCompare::to_json() const { return op_json(*this); }
 
+nlohmann::json SequenceDiff::to_json() const {
+  return nlohmann::json{{"step", step},       {"rank", rank},       {"seq_a", seq_a},
+                        {"seq_b", seq_b},     {"count_a", count_a}, {"count_b", count_b},
+                        {"names_a", names_a}, {"names_b", names_b}};
+}
+
 bool CompareResult::differs() const noexcept {
   if (exact_mode) return !identical;
   if (first_mode) return found;
@@ -486,7 +457,11 @@ nlohmann::json CompareResult::to_json() const {
                    {"matched", ops.size()},
                    {"warnings", warnings},
                    {"unmatched_count", unmatched.size()},
+                   {"groups_compared", groups_compared},
+                   {"sequence_differs", !sequence_diffs.empty()},
                    {"aligned_by_lcs", aligned_by_lcs},
+                   {"aligned_by_thread", aligned_by_thread},
+                   {"aligned_approximately", aligned_approximately},
                    {"aligned_fraction", aligned_fraction},
                    {"ops_a", ops_a},
                    {"ops_b", ops_b},
@@ -533,6 +508,11 @@ nlohmann::json CompareResult::to_json() const {
   j["unmatched"] = std::move(un);
   j["only_a"] = only_a;
   j["only_b"] = only_b;
+  nlohmann::json places = nlohmann::json::array();
+  for (const SequenceDiff& d : sequence_diffs) places.push_back(d.to_json());
+  j["sequence_diffs"] = std::move(places);
+  j["first_sequence_diff"] =
+      first_sequence_diff ? first_sequence_diff->to_json() : nlohmann::json();
   if (!modules.empty()) {
     nlohmann::json ms = nlohmann::json::array();
     const ModuleCompare* first_module = nullptr;

@@ -1,0 +1,212 @@
+// pair_ops: the content key of an op and the three ways one group's ops are paired
+// (pairing.h). Why this key:
+// - op and direction: what was computed; the reshape family (aten::view, _reshape_alias,
+//   reshape, _unsafe_view, flatten) counts as one op, since LibTorch 1.13 reshapes through
+//   aten::_reshape_alias and 2.x through aten::view.
+// - the shape of every tensor input and output: ops of one kind differ by their operands
+//   (AccumulateGrad's aten::detach of a [64, 64, 3, 3] weight gradient and of a [64] one);
+//   a reduction's output shape alone says little (every aten::sum to a scalar is []).
+// - the parameter a tensor is, compared only where both runs name one: two conv weights of
+//   one shape are told apart, while a bf16 run's cast copy of a weight (no name) still pairs
+//   with the fp32 run's weight.
+// Not in the key: dtypes and devices (a bf16 or GPU port runs the same ops on other dtypes
+// and devices, and is compared as such), scalar arguments (a different constant is a finding
+// of the comparison, not another op), call indices and seq (positions are what shifts).
+#include "pairing.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+
+namespace precprobe::analysis_detail {
+namespace {
+
+// (ordinal among the op's tensor arguments, parameter name id), by ordinal.
+using Params = std::vector<std::pair<uint32_t, uint32_t>>;
+
+class OpKeys {
+ public:
+  OpKeys(const std::vector<OpRecord>& a, const std::vector<OpRecord>& b) {
+    add(a, key_a_, params_a_);
+    add(b, key_b_, params_b_);
+  }
+
+  /// A[i] and B[j] may pair.
+  bool same(size_t i, size_t j) const {
+    return key_a_[i] == key_b_[j] && params_agree(params_a_[i], params_b_[j]);
+  }
+
+ private:
+  static bool params_agree(const Params& x, const Params& y) {
+    size_t p = 0, q = 0;
+    while (p < x.size() && q < y.size()) {
+      if (x[p].first < y[q].first) {
+        ++p;
+      } else if (y[q].first < x[p].first) {
+        ++q;
+      } else if (x[p++].second != y[q++].second) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  void add(const std::vector<OpRecord>& ops, std::vector<uint32_t>& keys,
+           std::vector<Params>& params) {
+    std::string key;
+    keys.reserve(ops.size());
+    params.resize(ops.size());
+    for (size_t k = 0; k < ops.size(); ++k) {
+      const OpRecord& r = ops[k];
+      key.clear();
+      key += op_family(r.op);
+      key += '|';
+      key += to_string(r.dir);
+      uint32_t ordinal = 0;
+      for (const auto* args : {&r.inputs, &r.outputs}) {
+        key += args == &r.inputs ? "|i" : "|o";
+        for (const Arg& x : *args) {
+          if (!x.is_tensor()) continue;
+          key += '[';
+          for (int64_t d : x.tensor->shape) {
+            key += std::to_string(d);
+            key += ',';
+          }
+          key += ']';
+          if (!x.tensor->param.empty()) params[k].emplace_back(ordinal, intern(x.tensor->param));
+          ++ordinal;
+        }
+      }
+      keys.push_back(intern(key));
+    }
+  }
+
+  static std::string_view op_family(const std::string& op) {
+    static const char* const kReshapes[] = {"aten::view", "aten::_reshape_alias", "aten::reshape",
+                                            "aten::_unsafe_view", "aten::flatten"};
+    for (const char* v : kReshapes) {
+      if (op == v) return "view";
+    }
+    return op;
+  }
+
+  // Keys and parameter names share one table: a key always holds '|', a name never does.
+  uint32_t intern(const std::string& s) {
+    return ids_.emplace(s, static_cast<uint32_t>(ids_.size())).first->second;
+  }
+
+  std::unordered_map<std::string, uint32_t> ids_;
+  std::vector<uint32_t> key_a_, key_b_;
+  std::vector<Params> params_a_, params_b_;
+};
+
+bool same_sequence(const OpKeys& keys, size_t n, size_t m) {
+  if (n != m) return false;
+  for (size_t i = 0; i < n; ++i) {
+    if (!keys.same(i, i)) return false;
+  }
+  return true;
+}
+
+// Each thread of A ran the same ops, in the same order, as one thread of B (with two
+// threads or more; one thread is same_sequence). Threads are matched by their sequences,
+// not by index: a thread's index is the order in which it was first seen, which another
+// interleaving may change. Then A[i] pairs with the op at its place in its B thread.
+bool pair_by_thread(const OpKeys& keys, const std::vector<OpRecord>& a,
+                    const std::vector<OpRecord>& b, AlignPairs& pairs) {
+  std::map<uint32_t, std::vector<size_t>> ta, tb;
+  for (size_t i = 0; i < a.size(); ++i) ta[a[i].thread].push_back(i);
+  for (size_t j = 0; j < b.size(); ++j) tb[b[j].thread].push_back(j);
+  if (ta.size() < 2 || ta.size() != tb.size()) return false;
+  auto same_ops = [&keys](const std::vector<size_t>& x, const std::vector<size_t>& y) {
+    if (x.size() != y.size()) return false;
+    for (size_t k = 0; k < x.size(); ++k) {
+      if (!keys.same(x[k], y[k])) return false;
+    }
+    return true;
+  };
+  std::map<uint32_t, const std::vector<size_t>*> partner;  // A's thread -> B's thread's ops
+  std::vector<bool> used(tb.size(), false);
+  for (const auto& [thread, ops] : ta) {
+    size_t k = 0;
+    for (auto it = tb.begin(); it != tb.end(); ++it, ++k) {
+      if (used[k] || !same_ops(ops, it->second)) continue;
+      used[k] = true;
+      partner[thread] = &it->second;
+      break;
+    }
+    if (!partner.count(thread)) return false;
+  }
+  std::map<uint32_t, size_t> next;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const std::vector<size_t>& in_b = *partner[a[i].thread];
+    pairs.emplace_back(i, static_cast<int64_t>(in_b[next[a[i].thread]++]));
+  }
+  return true;
+}
+
+}  // namespace
+
+GroupPairing pair_ops(const std::vector<OpRecord>& a, const std::vector<OpRecord>& b,
+                      size_t max_cost) {
+  const OpKeys keys(a, b);
+  GroupPairing g;
+  if (same_sequence(keys, a.size(), b.size())) {
+    g.pairs.reserve(a.size());
+    for (size_t i = 0; i < a.size(); ++i) g.pairs.emplace_back(i, i);
+    return g;
+  }
+  if (pair_by_thread(keys, a, b, g.pairs)) {
+    g.by = PairedBy::kThread;
+    return g;
+  }
+  Alignment al = align(
+      a.size(), b.size(), [&keys](size_t i, size_t j) { return keys.same(i, j); }, max_cost);
+  g.by = PairedBy::kContent;
+  g.pairs = std::move(al.pairs);
+  g.approximate = al.approximate;
+  return g;
+}
+
+void add_sequence_diffs(const std::vector<OpRecord>& a, const std::vector<OpRecord>& b,
+                        const AlignPairs& pairs, std::vector<SequenceDiff>& out) {
+  std::optional<SequenceDiff> open;
+  auto take = [](std::vector<std::string>& names, int64_t& count, const OpRecord& r) {
+    if (names.size() < kSequenceDiffNames) names.push_back(r.name());
+    ++count;
+  };
+  // Where a run with no op in the place stands: its next paired op, or one past its end.
+  auto close = [&](int64_t next_a, int64_t next_b) {
+    if (!open) return;
+    if (open->count_a == 0) open->seq_a = next_a;
+    if (open->count_b == 0) open->seq_b = next_b;
+    out.push_back(std::move(*open));
+    open.reset();
+  };
+  for (const auto& [i, j] : pairs) {
+    if (i >= 0 && j >= 0) {
+      close(a[static_cast<size_t>(i)].seq, b[static_cast<size_t>(j)].seq);
+      continue;
+    }
+    const OpRecord& r = i >= 0 ? a[static_cast<size_t>(i)] : b[static_cast<size_t>(j)];
+    if (!open) {
+      open = SequenceDiff{};
+      open->step = r.step;
+      open->rank = r.rank;
+    }
+    if (i >= 0) {
+      if (open->count_a == 0) open->seq_a = r.seq;
+      take(open->names_a, open->count_a, r);
+    } else {
+      if (open->count_b == 0) open->seq_b = r.seq;
+      take(open->names_b, open->count_b, r);
+    }
+  }
+  close(a.empty() ? 0 : a.back().seq + 1, b.empty() ? 0 : b.back().seq + 1);
+}
+
+}  // namespace precprobe::analysis_detail

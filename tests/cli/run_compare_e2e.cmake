@@ -7,16 +7,19 @@
 #                 channels, never across threads.)
 #   MODE perturb: one thread each; conv1's output is scaled by 1 + 1e-3 at step PSTEP in A
 #                 only: the first divergent op must be that aten::mul, forward, at PSTEP.
+#   MODE pair:    the README's default configuration (statistics on the worker thread),
+#                 --bf16 (CPU autocast + precprobe::GradScaler), run twice: `compare --exact`
+#                 must find the dumps identical (the GradScaler's in-place unscale once made
+#                 the worker record unscaled values at random ops).
+# All with the default configuration: statistics on the worker thread.
 cmake_policy(SET CMP0054 NEW)
-# Statistics computed inside each op (async_stats off): with the worker thread, under load
-# (two of these tests at once), one run recorded a copy_ at step 0 (detach, empty_like,
-# copy_ of conv2.weight) whose output statistics differ from its input's: summarised after
-# a later write, a probe issue that compare rightly calls divergent.
-file(WRITE ${DUMP}_config.json "{\"async_stats\": false}\n")
-set(common --steps ${STEPS} --log-every 0 --overwrite --seed 1234 --config ${DUMP}_config.json)
+set(common --steps ${STEPS} --log-every 0 --overwrite --seed 1234)
 if(MODE STREQUAL "rounding")
   set(args_a --threads 1)
   set(args_b --threads 2 --no-mkldnn)
+elseif(MODE STREQUAL "pair")
+  set(args_a --threads 1 --bf16)
+  set(args_b --threads 1 --bf16)
 else()
   set(args_a --threads 1 --perturb-step ${PSTEP} --perturb 1e-3)
   set(args_b --threads 1 --perturb-step ${PSTEP})
@@ -28,6 +31,15 @@ foreach(side a b)
     message(FATAL_ERROR "example (${side}) failed (${rc}):\n${out}\n${err}")
   endif()
 endforeach()
+if(MODE STREQUAL "pair")
+  execute_process(COMMAND ${CLI} compare ${DUMP}_a ${DUMP}_b --exact RESULT_VARIABLE rc
+                  OUTPUT_VARIABLE text)
+  message("${text}")
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "two identical seeded --bf16 runs differ (exit ${rc})")
+  endif()
+  return()
+endif()
 execute_process(COMMAND ${CLI} compare ${DUMP}_a ${DUMP}_b --first OUTPUT_VARIABLE text)
 message("${text}")
 execute_process(COMMAND ${CLI} compare ${DUMP}_a ${DUMP}_b --first --json

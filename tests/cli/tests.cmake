@@ -36,7 +36,7 @@ endif()
 # rounding noise, not divergence;
 # a planted 1e-3 relative change of one op at step 3 is named exactly.
 if(TARGET precprobe_cli AND TARGET train_fashion_mnist)
-  foreach(mode rounding perturb)
+  foreach(mode rounding perturb pair)
     add_test(NAME compare_e2e_${mode}
              COMMAND ${CMAKE_COMMAND} -DEXAMPLE=$<TARGET_FILE:train_fashion_mnist>
                      -DCLI=$<TARGET_FILE:precprobe_cli> -DMODE=${mode} -DSTEPS=60 -DPSTEP=3

@@ -1,10 +1,10 @@
 // The differential oracle's program: one seeded run through the paths where a statistics
-// engine could record a value the op did not see, or change what the program does:
-// bf16 autocast (CPU), GradScaler with two optimizers, gradient accumulation over two
-// micro-batches, gradients set to None (AccumulateGrad takes them over) and zeroed,
-// in-place activations, BatchNorm, dropout (forced to p = 0), clip_grad_norm_ on unscaled
-// gradients, AdamW and SGD with momentum, a retain_graph double backward, and an
-// evaluation pass under NoGradGuard inside the step.
+// engine could record a value the op did not see, or change what the program does: a
+// small ResNet (one residual block) under bf16 autocast (CPU), GradScaler with two
+// optimizers, gradient accumulation over two micro-batches, gradients set to None
+// (AccumulateGrad takes them over) and zeroed, in-place activations, BatchNorm, dropout
+// (forced to p = 0), clip_grad_norm_ on unscaled gradients, AdamW and SGD with momentum, a
+// retain_graph double backward, and an evaluation pass under NoGradGuard inside the step.
 //
 // tests/oracle/run_oracle.cmake runs it under several configurations (async or sync
 // statistics, L1 or L2, 1 or 2 intra-op threads, "record": "on_anomaly" with a planted
@@ -98,6 +98,8 @@ struct NetImpl : torch::nn::Module {
         bn(register_module("bn", torch::nn::BatchNorm2d(8))),
         conv2(register_module(
             "conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(8, 16, 3).stride(2).padding(1)))),
+        res(register_module("res",
+                            torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 16, 3).padding(1)))),
         drop(register_module("drop", torch::nn::Dropout(0.3))),
         head(register_module("head", torch::nn::Linear(16 * 7 * 7, 10))) {}
   torch::Tensor forward(const torch::Tensor& x) {
@@ -106,11 +108,13 @@ struct NetImpl : torch::nn::Module {
     h = conv2(h);
     if (plant > 0) h = h * plant;  // the planted overflow (--bad-step)
     h = torch::nn::functional::gelu(h);
+    h = h + torch::relu(res(h));  // a residual block: two gradients meet in h
     return head(drop(h.flatten(1)));
   }
   torch::nn::Conv2d conv1;
   torch::nn::BatchNorm2d bn;
   torch::nn::Conv2d conv2;
+  torch::nn::Conv2d res;
   torch::nn::Dropout drop;
   torch::nn::Linear head;
   double plant = 0;

@@ -33,6 +33,9 @@ if(MODE STREQUAL "always")
     train(async_t${t} --async 1 --threads ${t})
     same(async_t${t} sync_t${t} --exact)
   endforeach()
+  # Two runs with the default configuration (statistics on the worker thread).
+  train(async_t1_again --async 1 --threads 1)
+  same(async_t1 async_t1_again --exact)
   same(sync_t1 sync_t2 --first)
   same(async_t1 async_t2 --first)
   # Every statistic of the async run against a float64 recomputation of the tensor files a

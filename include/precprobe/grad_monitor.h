@@ -73,19 +73,19 @@ struct WatchThresholds {
   bool weight_all_zero = true;
   /// "weight_not_changed": update ratio exactly 0 (the step did not move the parameter).
   bool weight_not_changed = true;
-  /// "weight_change_too_large": update ratio above this and above
-  /// `weight_change_too_large_factor` times the median of the parameter's own last ratios,
-  /// once it has `warmup` of them (a parameter that starts at zero, e.g. a bias, moves by as
-  /// much as it weighs at first: its history says so).
+  /// "weight_change_too_large": update ratio above this, and the change ||w_t - w_(t-1)||
+  /// above `weight_change_too_large_factor` times the median of the parameter's own last
+  /// changes, once it has `warmup` of them. The ratio alone is large whenever ||w|| is small
+  /// (a bias that starts at zero, a scalar crossing zero) while the step is the usual one.
   std::optional<double> weight_change_too_large = 0.1;
-  /// See weight_change_too_large; nullopt: the absolute threshold alone.
+  /// See weight_change_too_large; nullopt: the ratio threshold alone.
   std::optional<double> weight_change_too_large_factor = 10.0;
   /// "weight_change_too_small": update ratio above 0 and below this on
   /// `weight_change_too_small_steps` observations in a row (fires then, and every that many
   /// steps while it lasts).
   std::optional<double> weight_change_too_small = 1e-4;
   /// See weight_change_too_small; >= 1.
-  int64_t weight_change_too_small_steps = 50;
+  int64_t weight_change_too_small_steps = 100;
   /// Length of the per-parameter history the running medians are taken over; >= 1.
   int64_t median_window = 50;
   /// Values a history needs before a median-relative watchpoint may fire; in [1, median_window].

@@ -47,7 +47,7 @@ struct Entry {
   at::Tensor param;
   at::Tensor prev;        // the weights at the previous observe(), same strides when dense
   History norms;          // gradient norms, for grad_exploding_factor
-  History ratios;         // update ratios, for weight_change_too_large_factor
+  History changes;        // ||w_t - w_(t-1)||, for weight_change_too_large_factor
   int64_t small_run = 0;  // observations in a row with 0 < ratio < weight_change_too_small
 };
 
@@ -186,27 +186,35 @@ struct GradMonitor::Impl {
 
   /// A history long enough for a median-relative watchpoint.
   bool warm(const History& h) const { return h.size() >= static_cast<size_t>(o.watch.warmup); }
-  void weight_watches(GradRecord& r, Entry& e);
+  void weight_watches(GradRecord& r, Entry& e, const detail::WeightAcc& w);
   GradRecord to_record(int64_t step, Entry& e, const Raw& raw);
   std::vector<GradRecord> observe(int64_t step, const std::vector<size_t>& indices,
                                   DumpWriter* writer) noexcept;
   std::vector<double> scratch;  // median workspace
 };
 
-void GradMonitor::Impl::weight_watches(GradRecord& r, Entry& e) {
+// weight_change_too_large compares the change itself, ||w_t - w_(t-1)||, with the parameter's
+// own usual change: the ratio alone is large whenever ||w|| is small (a bias that starts at
+// zero, a scalar crossing zero) while the step is as usual.
+void GradMonitor::Impl::weight_watches(GradRecord& r, Entry& e, const detail::WeightAcc& w) {
   const WatchThresholds& t = o.watch;
   const double ur = r.update_ratio;
+  const double change = std::sqrt(w.sumsq_delta);
   if (t.weight_not_changed && !(ur > 0)) hit(r, "weight_not_changed", ur, 0);
   if (t.weight_change_too_large && ur > *t.weight_change_too_large) {
     if (!t.weight_change_too_large_factor) {
       hit(r, "weight_change_too_large", ur, *t.weight_change_too_large);
-    } else if (warm(e.ratios)) {
-      const double bound = std::max(*t.weight_change_too_large,
-                                    *t.weight_change_too_large_factor * e.ratios.median(scratch));
-      if (ur > bound) hit(r, "weight_change_too_large", ur, bound);
+    } else if (warm(e.changes)) {
+      const double usual = *t.weight_change_too_large_factor * e.changes.median(scratch);
+      if (change > usual) {
+        // The ratio this step's change would have had at `usual`: the bound crossed.
+        const double prev = std::sqrt(w.sumsq_prev);
+        hit(r, "weight_change_too_large", ur,
+            std::max(*t.weight_change_too_large, prev > 0 ? usual / prev : 0.0));
+      }
     }
   }
-  e.ratios.push(ur);
+  e.changes.push(change);
   if (t.weight_change_too_small && ur > 0 && ur < *t.weight_change_too_small) {
     ++e.small_run;
     if (e.small_run % t.weight_change_too_small_steps == 0)
@@ -253,7 +261,7 @@ GradRecord GradMonitor::Impl::to_record(int64_t step, Entry& e, const Raw& raw) 
   if (t.weight_all_zero && raw.weight_numel > 0 && raw.w.zero == raw.weight_numel) {
     hit(r, "weight_all_zero", 0, 0);
   }
-  if (raw.has_prev) weight_watches(r, e);
+  if (raw.has_prev) weight_watches(r, e, raw.w);
   return r;
 }
 
@@ -293,7 +301,7 @@ GradMonitor::GradMonitor(std::vector<std::pair<std::string, at::Tensor>> named,
     e.name = std::move(name);
     e.param = std::move(t);
     e.norms = History(window);
-    e.ratios = History(window);
+    e.changes = History(window);
     impl_->entries.push_back(std::move(e));
   }
 }

@@ -340,8 +340,9 @@ TEST_CASE("grad_exploding judges a norm against the parameter's own running medi
 
 TEST_CASE("weight_change_too_large needs a change out of line with the parameter's history",
           "[monitor]") {
-  // A small bias that keeps crossing zero moves by ~0.3 of its norm every step: large but
-  // usual for it. A jump to 10x that fires; with the factor off the absolute 0.1 does.
+  // A small bias that keeps crossing zero moves by ~0.3 of its norm every step: a large
+  // ratio, but its usual step. A change of 10x the usual fires; with the factor off the
+  // ratio threshold 0.1 alone fires on every step.
   torch::manual_seed(6);
   auto b = torch::randn({8}).set_requires_grad(true);
   std::vector<precprobe::WatchHit> hits;
@@ -353,19 +354,34 @@ TEST_CASE("weight_change_too_large needs a change out of line with the parameter
   std::vector<precprobe::WatchHit> absolute_hits;
   absolute.on_watch = [&](const precprobe::WatchHit& h) { absolute_hits.push_back(h); };
   GradMonitor a({{"b", b}}, absolute);
-  for (int64_t step = 0; step < 30; ++step) {
+  std::vector<double> changes;  // ||b_t - b_(t-1)||, recomputed here
+  auto step_by = [&](double ratio) {
+    const auto before = b.detach().to(torch::kDouble);
     b.mutable_grad() = torch::randn({8});
-    move(b, 0.3);
+    move(b, ratio);
+    changes.push_back((b.detach().to(torch::kDouble) - before).norm().item<double>());
+    return before.norm().item<double>();
+  };
+  b.mutable_grad() = torch::randn({8});
+  m.observe(0);
+  a.observe(0);
+  for (int64_t step = 1; step < 30; ++step) {
+    step_by(0.3);
     CHECK(m.observe(step)[0].watch.empty());
     a.observe(step);
   }
   CHECK(absolute_hits.size() == 29);  // every step after the first: ratio 0.3 > 0.1
-  move(b, 3.5);
+  std::vector<double> sorted = changes;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted[sorted.size() / 2];  // 29 changes
+  const double prev_norm =
+      step_by(12 * median / (b.detach().to(torch::kDouble).norm().item<double>()));
   auto r = m.observe(30)[0];
-  CHECK(r.update_ratio == Approx(3.5).epsilon(1e-6));
+  CHECK(changes.back() == Approx(12 * median).epsilon(1e-5));
   CHECK(watches(r) == std::set<std::string>{"weight_change_too_large"});
   REQUIRE(hits.size() == 1);
-  CHECK(hits[0].threshold == Approx(3.0).epsilon(1e-6));  // 10 x the median ratio 0.3
+  CHECK(hits[0].value == Approx(r.update_ratio));
+  CHECK(hits[0].threshold == Approx(10 * median / prev_norm).epsilon(1e-5));
 }
 
 TEST_CASE("watch options are checked at construction", "[monitor]") {

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <functional>
 #include <limits>
+#include <map>
 #include <set>
 
 #include "precprobe/error.h"
@@ -382,6 +383,51 @@ TEST_CASE("weight_change_too_large needs a change out of line with the parameter
   REQUIRE(hits.size() == 1);
   CHECK(hits[0].value == Approx(r.update_ratio));
   CHECK(hits[0].threshold == Approx(10 * median / prev_norm).epsilon(1e-5));
+}
+
+// Planted faults in a real training loop (an MLP under Adam), judged with the default
+// thresholds: a frozen layer, a gradient blown up 1e4 times at one step, one shrunk 1e-12
+// times. Each fires where it was planted and nowhere else.
+TEST_CASE("planted faults in a training loop fire with the default thresholds", "[monitor]") {
+  enum class Fault { kNone, kFrozen, kExploding, kVanishing };
+  auto run = [](Fault fault) {
+    torch::manual_seed(8);
+    torch::nn::Sequential net(torch::nn::Linear(6, 16), torch::nn::Tanh(),
+                              torch::nn::Linear(16, 2));
+    std::vector<torch::Tensor> trained;
+    for (const auto& p : net->named_parameters())
+      if (fault != Fault::kFrozen || p.key().rfind("0.", 0) != 0) trained.push_back(p.value());
+    torch::optim::Adam opt(trained, torch::optim::AdamOptions(1e-2));
+    GradMonitor m(*net);
+    const auto x = torch::randn({64, 6}), y = torch::randn({64, 2});
+    std::map<std::pair<int64_t, std::string>, std::set<std::string>> hits;
+    for (int64_t step = 0; step < 40; ++step) {
+      opt.zero_grad();
+      auto loss = torch::mse_loss(net->forward(x), y);
+      if (step == 30 && fault == Fault::kExploding) loss = loss * 1e4;
+      if (step == 30 && fault == Fault::kVanishing) loss = loss * 1e-12;
+      loss.backward();
+      opt.step();
+      for (const auto& r : m.observe(step))
+        if (!r.watch.empty()) hits[{step, r.param}] = watches(r);
+    }
+    return hits;
+  };
+  CHECK(run(Fault::kNone).empty());
+  const std::set<std::string> all{"0.weight", "0.bias", "2.weight", "2.bias"};
+  auto frozen = run(Fault::kFrozen);
+  CHECK(frozen.size() == 2 * 39);  // 0.weight and 0.bias, every step after the first
+  for (const auto& [at, w] : frozen) {
+    CHECK(at.first > 0);
+    CHECK(at.second.rfind("0.", 0) == 0);
+    CHECK(w == std::set<std::string>{"weight_not_changed"});
+  }
+  auto exploding = run(Fault::kExploding);
+  CHECK(exploding.size() == all.size());
+  for (const auto& p : all) CHECK(exploding[{30, p}] == std::set<std::string>{"grad_exploding"});
+  auto vanishing = run(Fault::kVanishing);
+  CHECK(vanishing.size() == all.size());
+  for (const auto& p : all) CHECK(vanishing[{30, p}] == std::set<std::string>{"grad_vanishing"});
 }
 
 TEST_CASE("watch options are checked at construction", "[monitor]") {

@@ -227,7 +227,7 @@ TEMPLATE_TEST_CASE_SIG("start(models): the gradient monitor in a GAN's step", "[
   }
 }
 
-TEST_CASE("start(models): observe_batch checks every model; train mode if any model is",
+TEST_CASE("start(models): observe_batch checks every model, in train mode if any model is",
           "[multi][checklist]") {
   TempDir dir("multi_batch");
   Gen gen;

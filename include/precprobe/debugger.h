@@ -13,6 +13,10 @@
 //     }
 //     dbg.stop();                    // also done by the destructor
 //
+// Several models and optimizers (a GAN): parameters are named "G.conv1.weight", "D.0.weight".
+//
+//     dbg.start({{"G", generator}, {"D", discriminator}}, {&opt_g, &opt_d});
+//
 // Threads: construct, start(), stop() and step() from one controlling thread (the training
 // loop). Ops are observed on every thread (autograd engine threads, user threads). At most
 // one debugger is started in a process at a time; start() on a second throws.
@@ -28,6 +32,8 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "precprobe/options.h"
 #include "precprobe/scope.h"  // Scope, declared here before it had its own header
@@ -46,6 +52,39 @@ class Optimizer;
 }  // namespace torch
 
 namespace precprobe {
+
+namespace detail {
+inline std::shared_ptr<torch::nn::Module> module_ptr(const std::shared_ptr<torch::nn::Module>& m) {
+  return m;
+}
+template <typename ModuleT>
+std::shared_ptr<torch::nn::Module> module_ptr(const std::shared_ptr<ModuleT>& m) {
+  return std::static_pointer_cast<torch::nn::Module>(m);
+}
+// A module held by value: a pointer that does not own it.
+template <typename ModuleT,
+          std::enable_if_t<std::is_base_of<torch::nn::Module, ModuleT>::value, int> = 0>
+std::shared_ptr<torch::nn::Module> module_ptr(ModuleT& m) {
+  return std::shared_ptr<torch::nn::Module>(std::shared_ptr<torch::nn::Module>(), &m);
+}
+// A ModuleHolder (TORCH_MODULE types, torch::nn::Sequential, ...): shares its ownership.
+template <typename HolderT, typename = decltype(std::declval<const HolderT&>().ptr())>
+std::shared_ptr<torch::nn::Module> module_ptr(const HolderT& h) {
+  return std::static_pointer_cast<torch::nn::Module>(h.ptr());
+}
+}  // namespace detail
+
+/// One model of several given to PrecisionDebugger::start: its parameters are named
+/// "<name>.<parameter>" (`{"G", generator}` names `G.conv1.weight`). The module is any form
+/// start(model) takes: a ModuleHolder (`Net`, `torch::nn::Sequential`), a shared_ptr to a
+/// module, or a module held by value (not owned: it must outlive stop()).
+struct NamedModel {
+  template <typename ModelT>
+  NamedModel(std::string model_name, ModelT&& model)
+      : name(std::move(model_name)), module(detail::module_ptr(std::forward<ModelT>(model))) {}
+  std::string name;
+  std::shared_ptr<torch::nn::Module> module;
+};
 
 /// Counters of a debugger, readable at any time.
 struct DebuggerCounters {
@@ -121,6 +160,16 @@ class PrecisionDebugger {
           optimizer);
   }
 
+  /// Several models and optimizers: as start(model, optimizer) for all of them. Parameters
+  /// are named "<name>.<parameter>"; the gradient monitor, dropout forcing, observe_batch's
+  /// checks and the "on_anomaly" snapshot (every optimizer's state) cover every model.
+  /// Throws precprobe::Error for no model, an empty name, a name with a '.', a name given
+  /// twice, a null module or a null optimizer (and, under "on_anomaly", no optimizer or an
+  /// optimizer the snapshot cannot copy). Models and optimizers must outlive stop().
+  ///
+  ///     dbg.start({{"G", generator}, {"D", discriminator}}, {&opt_g, &opt_d});
+  void start(std::vector<NamedModel> models, std::vector<torch::optim::Optimizer*> optimizers = {});
+
   /// Runs one training step `f` (zero_grad, forward, backward, optimizer step; it returns
   /// the loss) and ends it with step(); returns what f returned.
   /// "record": "always": f() then step(). "record": "on_anomaly": the state before the step
@@ -170,7 +219,8 @@ class PrecisionDebugger {
   /// `precprobe check` reports a mismatch.
   void expect_module_hash(uint64_t hash) noexcept;
 
-  /// The model given to the current start(model), or nullptr.
+  /// The model given to the current start(model), or nullptr. After start(models, ...): a
+  /// module whose children are the named models.
   const torch::nn::Module* model() const noexcept;
 
   /// The parameter name of `t` when it is a parameter of the started model, else "".

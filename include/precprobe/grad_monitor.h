@@ -6,7 +6,7 @@
 // **Example**:
 //
 //     precprobe::GradMonitorOptions o;
-//     o.watch.grad_exploding = 100.0;
+//     o.watch.grad_exploding_factor = 100.0;  // ||g|| > 100 x its running median
 //     o.on_watch = [](const precprobe::WatchHit& h) { std::cerr << h.param << " " << h.watch; };
 //     precprobe::GradMonitor monitor(*model, o);
 //     for (...) {
@@ -51,13 +51,21 @@ namespace precprobe {
 class DumpWriter;
 
 /// Thresholds of the watchpoints; nullopt / false turns one off. The names in quotes are
-/// what GradRecord::watch and WatchHit::watch hold.
+/// what GradRecord::watch and WatchHit::watch hold. A watchpoint fires on a condition that
+/// persists or on a change out of line with the parameter's own history (its running median),
+/// never on one ordinary step: the defaults come from healthy runs measured in
+/// docs/grad-monitor.md. Non-finite gradients and all-zero tensors fire at once.
 struct WatchThresholds {
   /// "grad_vanishing": mean |g| over finite elements below this.
   std::optional<double> grad_vanishing = 1e-9;
-  /// "grad_exploding": ||g|| (finite part) above this ...
-  std::optional<double> grad_exploding = 1e3;
-  /// ... or any NaN/Inf in the gradient.
+  /// "grad_exploding": ||g|| (finite part) above this many times the median of the
+  /// parameter's own last `median_window` finite non-zero norms, once it has `warmup` of them
+  /// (a norm's scale depends on the loss's reduction and the parameter: judged on its own).
+  std::optional<double> grad_exploding_factor = 10.0;
+  /// "grad_exploding": ||g|| above this absolute value. Off by default: 1e3 is a healthy
+  /// norm under a sum-reduced loss and an explosion under a mean-reduced one.
+  std::optional<double> grad_exploding;
+  /// "grad_exploding": any NaN/Inf in the gradient (at once).
   bool grad_exploding_nonfinite = true;
   /// "grad_all_zero": every gradient element is zero (a dead parameter).
   bool grad_all_zero = true;
@@ -65,12 +73,23 @@ struct WatchThresholds {
   bool weight_all_zero = true;
   /// "weight_not_changed": update ratio exactly 0 (the step did not move the parameter).
   bool weight_not_changed = true;
-  /// "weight_change_too_large": update ratio above this, once the parameter has a scale: a
-  /// parameter is judged from the first step its ratio was at or below this (one that starts
-  /// at zero, e.g. a bias, moves by as much as it weighs until it has grown).
+  /// "weight_change_too_large": update ratio above this, and the change ||w_t - w_(t-1)||
+  /// above `weight_change_too_large_factor` times the median of the parameter's own last
+  /// changes, once it has `warmup` of them. The ratio alone is large whenever ||w|| is small
+  /// (a bias that starts at zero, a scalar crossing zero) while the step is the usual one.
   std::optional<double> weight_change_too_large = 0.1;
-  /// "weight_change_too_small": update ratio above 0 and below this.
+  /// See weight_change_too_large; nullopt: the ratio threshold alone.
+  std::optional<double> weight_change_too_large_factor = 10.0;
+  /// "weight_change_too_small": update ratio above 0 and below this on
+  /// `weight_change_too_small_steps` observations in a row (fires then, and every that many
+  /// steps while it lasts).
   std::optional<double> weight_change_too_small = 1e-4;
+  /// See weight_change_too_small; >= 1.
+  int64_t weight_change_too_small_steps = 100;
+  /// Length of the per-parameter history the running medians are taken over; >= 1.
+  int64_t median_window = 50;
+  /// Values a history needs before a median-relative watchpoint may fire; in [1, median_window].
+  int64_t warmup = 5;
 };
 
 /// One watchpoint that fired.
@@ -94,7 +113,8 @@ struct GradMonitorOptions {
 class GradMonitor {
  public:
   /// Watches module.named_parameters() (recursively). The module's parameters must stay the
-  /// same tensors (they are held by reference).
+  /// same tensors (they are held by reference). Throws precprobe::Error naming a bad
+  /// WatchThresholds field (a window < 1, a warmup outside [1, median_window]).
   explicit GradMonitor(const torch::nn::Module& module, GradMonitorOptions options = {});
   explicit GradMonitor(std::vector<std::pair<std::string, at::Tensor>> named,
                        GradMonitorOptions options = {});
@@ -106,6 +126,10 @@ class GradMonitor {
   /// `writer` when given. Call after optimizer.step(): the update ratio compares with the
   /// weights of the previous observe() (0 at the first). Never throws.
   std::vector<GradRecord> observe(int64_t step, DumpWriter* writer = nullptr) noexcept;
+  /// As observe(), for the parameters at `indices` (positions in the watched order; out of
+  /// range ones are ignored) only: the others keep their previous weights and histories.
+  std::vector<GradRecord> observe_params(int64_t step, const std::vector<size_t>& indices,
+                                         DumpWriter* writer = nullptr) noexcept;
 
   /// Bytes held for previous weights.
   size_t extra_bytes() const noexcept;

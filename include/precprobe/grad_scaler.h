@@ -16,6 +16,10 @@
 //       scaler.update();
 //     }
 //
+// Several optimizers (a GAN's two) share one scaler as in PyTorch: unscale_(opt) and step(opt)
+// per optimizer, one update(); each optimizer is skipped on its own Inf/NaN gradients, and the
+// scale backs off once per update from the sum of every optimizer's found_inf.
+//
 // CPU gradients are checked and unscaled by one fused pass per gradient (LibTorch 1.13 has
 // no CPU AMP kernels); CUDA gradients go through at::_amp_foreach_non_finite_check_and_unscale_
 // and at::_amp_update_scale_ with no host synchronisation except where PyTorch has one (step()

@@ -159,7 +159,7 @@ void observe_batch_of(PrecisionDebugger& dbg, const torch::nn::Module* model,
       int64_t stat_training = is_stat_module(*model) && model->is_training();
       for (const auto& m : model->modules(/*include_self=*/false))
         stat_training += is_stat_module(*m) && m->is_training();
-      dbg.log_scalar(std::string(cs::kTraining), model->is_training() ? 1 : 0);
+      dbg.log_scalar(std::string(cs::kTraining), model_training(*model) ? 1 : 0);
       dbg.log_scalar(std::string(cs::kStatModulesTraining), static_cast<double>(stat_training));
     }
     if (inputs.defined()) observe_inputs(dbg, inputs);

@@ -84,9 +84,9 @@ struct PrecisionDebugger::Impl {
   std::shared_ptr<DumpWriter> writer;
   std::unique_ptr<detail::Observer> observer;
   std::shared_ptr<torch::nn::Module> model;
+  std::shared_ptr<torch::nn::Module> model_set;  // the last start(models, ...)'s, reused
   std::unique_ptr<GradMonitor> monitor;
   const torch::nn::Module* monitored = nullptr;  // the module `monitor` watches
-  bool monitor_done = false;                     // observed this step
 #ifdef PRECPROBE_HAVE_DROPOUT
   std::unique_ptr<DropoutGuard> no_dropout;
 #endif
@@ -100,9 +100,9 @@ struct PrecisionDebugger::Impl {
   bool installed_signal_flush = false;
   int64_t replica_checks = 0;
   int64_t replica_mismatches = 0;  // checks that found a difference
-  // "record": "on_anomaly" (replay.h): the optimizer of start(model, optimizer), the watch,
-  // and whether the step being replayed is recorded now.
-  torch::optim::Optimizer* optimizer = nullptr;
+  // "record": "on_anomaly" (replay.h): the optimizers of start(model, optimizer) or
+  // start(models, optimizers), the watch, and whether the step being replayed is recorded now.
+  std::vector<torch::optim::Optimizer*> optimizers;
   std::unique_ptr<detail::AnomalyWatch> watch;
   bool replaying = false;
   bool in_run_step = false;
@@ -117,7 +117,10 @@ struct PrecisionDebugger::Impl {
   void configure(const DebuggerOptions& given, int rank, int world_size);
   void sync_attachment();
   void setup_monitor(const std::shared_ptr<torch::nn::Module>& m);
+  /// The parameters not observed yet this step (the observer's grad hook observes the
+  /// others before zero_grad clears their gradients).
   void observe_grads() noexcept;
+  void observe_grads(const std::vector<size_t>& which) noexcept;
   void check_replicas_if_due() noexcept;
   RunMeta run_meta(bool final_meta) const;
   DebuggerCounters counters() const;
@@ -160,17 +163,26 @@ void PrecisionDebugger::Impl::setup_monitor(const std::shared_ptr<torch::nn::Mod
     monitored = m.get();
   }
   std::vector<at::Tensor> params = m->parameters(/*recurse=*/true);
-  observer->set_grad_hook(std::move(params), [this] { observe_grads(); });
-  observer->arm_grad_hook(!monitor_done);
+  observer->set_grad_hook(std::move(params),
+                          [this](const std::vector<size_t>& which) { observe_grads(which); });
+  observer->arm_grad_hook(true);
 }
 
-// Once per recorded step: before zero_grad clears the gradients (the observer's hook) or at
-// step(), whichever comes first.
+// Each parameter once per recorded step: before zero_grad clears its gradient (the
+// observer's hook) or at step(), whichever comes first.
 void PrecisionDebugger::Impl::observe_grads() noexcept {
-  if (!monitor || monitor_done || !writer) return;
-  monitor_done = true;
+  if (!monitor || !writer || !observer) return;
+  try {
+    observe_grads(observer->take_unobserved_grads());
+  } catch (const std::exception& e) {
+    report_error(std::string("precprobe: gradient monitor: ") + e.what());
+  }
+}
+
+void PrecisionDebugger::Impl::observe_grads(const std::vector<size_t>& which) noexcept {
+  if (!monitor || !writer || which.empty()) return;
   detail::OwnCodeGuard own;  // its ATen calls (detach, a first copy) are not the program's
-  monitor->observe(step, writer.get());
+  monitor->observe_params(step, which, writer.get());
 }
 
 // Every replica_check_every steps, at the end of the step (a collective on every rank, even
@@ -330,11 +342,11 @@ void PrecisionDebugger::start() { start(std::shared_ptr<torch::nn::Module>()); }
 void PrecisionDebugger::start(const std::shared_ptr<torch::nn::Module>& model) {
   Impl& d = *impl_;
   if (d.started) return;
-  if (d.options.record == RecordMode::kOnAnomaly && d.optimizer == nullptr) {
+  if (d.options.record == RecordMode::kOnAnomaly && d.optimizers.empty()) {
     throw Error(
         "precprobe: \"record\": \"on_anomaly\" needs the optimizer (its state is part of "
-        "the snapshot a replayed step starts from): call start(model, optimizer) and run each "
-        "step through run_step()");
+        "the snapshot a replayed step starts from): call start(model, optimizer) (several: "
+        "start(models, optimizers)) and run each step through run_step()");
   }
   PrecisionDebugger* expected = nullptr;
   if (!g_current.compare_exchange_strong(expected, this))
@@ -392,7 +404,7 @@ void PrecisionDebugger::start(const std::shared_ptr<torch::nn::Module>& model) {
         if (!d.watch)
           d.watch = std::make_unique<detail::AnomalyWatch>(d.options, d.writer.get(),
                                                            d.observer.get(), d.rank_dir);
-        d.watch->bind(model.get(), d.optimizer);
+        d.watch->bind(model.get(), d.optimizers);
       }
       if (d.observer_step != d.step) {
         d.observer->begin_step(d.step);
@@ -410,7 +422,7 @@ void PrecisionDebugger::start(const std::shared_ptr<torch::nn::Module>& model) {
     set_signal_writer(d.writer);
   } catch (...) {
     d.started = false;
-    d.optimizer = nullptr;
+    d.optimizers.clear();
     if (d.watch) d.watch->unbind();
     if (d.observer) d.observer->detach();
 #ifdef PRECPROBE_HAVE_DROPOUT
@@ -443,7 +455,7 @@ void PrecisionDebugger::stop() noexcept {
 #endif
   if (d.observer) d.observer->arm_grad_hook(false);
   if (d.watch) d.watch->unbind();
-  d.optimizer = nullptr;
+  d.optimizers.clear();
   d.model.reset();
   PrecisionDebugger* self = this;
   g_current.compare_exchange_strong(self, nullptr);
@@ -453,8 +465,23 @@ void PrecisionDebugger::start(const std::shared_ptr<torch::nn::Module>& model,
                               torch::optim::Optimizer& optimizer) {
   Impl& d = *impl_;
   if (d.started) return;
-  d.optimizer = &optimizer;
+  d.optimizers = {&optimizer};
   start(model);
+}
+
+void PrecisionDebugger::start(std::vector<NamedModel> models,
+                              std::vector<torch::optim::Optimizer*> optimizers) {
+  Impl& d = *impl_;
+  if (d.started) return;
+  for (size_t i = 0; i < optimizers.size(); ++i) {
+    if (optimizers[i] == nullptr)
+      throw Error("precprobe: start(models, optimizers): optimizer " + std::to_string(i) +
+                  " is null");
+  }
+  std::shared_ptr<torch::nn::Module> set = detail::model_set(models, d.model_set);
+  d.model_set = set;
+  d.optimizers = std::move(optimizers);
+  start(set);
 }
 
 at::Tensor PrecisionDebugger::run_step(c10::function_ref<at::Tensor()> f) {
@@ -485,7 +512,6 @@ void PrecisionDebugger::step() {
   }
   if (d.started) d.check_replicas_if_due();
   ++d.step;
-  d.monitor_done = false;
   if (d.started && d.observer) {
     d.observer->begin_step(d.step);
     d.observer_step = d.step;

@@ -5,8 +5,10 @@
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "grad_loops.h"
 #include "precprobe/error.h"
@@ -15,14 +17,38 @@
 namespace precprobe {
 namespace {
 
+// The last `capacity` finite positive values of one statistic, for its running median.
+class History {
+ public:
+  explicit History(size_t capacity = 1) : values_(capacity) {}
+  void push(double v) {
+    if (!(v > 0) || !std::isfinite(v)) return;
+    values_[next_] = v;
+    next_ = (next_ + 1) % values_.size();
+    size_ = std::min(size_ + 1, values_.size());
+  }
+  size_t size() const { return size_; }
+  /// The median of what is held (size() > 0); `scratch` is reused storage.
+  double median(std::vector<double>& scratch) const {
+    scratch.assign(values_.begin(), values_.begin() + static_cast<std::ptrdiff_t>(size_));
+    const auto mid = scratch.begin() + static_cast<std::ptrdiff_t>(size_ / 2);
+    std::nth_element(scratch.begin(), mid, scratch.end());
+    if (size_ % 2 == 1) return *mid;
+    return 0.5 * (*mid + *std::max_element(scratch.begin(), mid));
+  }
+
+ private:
+  std::vector<double> values_;
+  size_t next_ = 0, size_ = 0;
+};
+
 struct Entry {
   std::string name;
   at::Tensor param;
-  at::Tensor prev;  // the weights at the previous observe(), same strides when dense
-  // weight_change_too_large judges a parameter only once its update ratio has been at or
-  // below the threshold: a parameter that starts at zero (a bias, a BatchNorm shift) has no
-  // scale yet, and its first updates are as large as the weight itself.
-  bool ratio_armed = false;
+  at::Tensor prev;        // the weights at the previous observe(), same strides when dense
+  History norms;          // gradient norms, for grad_exploding_factor
+  History changes;        // ||w_t - w_(t-1)||, for weight_change_too_large_factor
+  int64_t small_run = 0;  // observations in a row with 0 < ratio < weight_change_too_small
 };
 
 // Everything observe() needs about one parameter, before it becomes a GradRecord.
@@ -158,8 +184,45 @@ struct GradMonitor::Impl {
     }
   }
 
+  /// A history long enough for a median-relative watchpoint.
+  bool warm(const History& h) const { return h.size() >= static_cast<size_t>(o.watch.warmup); }
+  void weight_watches(GradRecord& r, Entry& e, const detail::WeightAcc& w);
   GradRecord to_record(int64_t step, Entry& e, const Raw& raw);
+  std::vector<GradRecord> observe(int64_t step, const std::vector<size_t>& indices,
+                                  DumpWriter* writer) noexcept;
+  std::vector<double> scratch;  // median workspace
 };
+
+// weight_change_too_large compares the change itself, ||w_t - w_(t-1)||, with the parameter's
+// own usual change: the ratio alone is large whenever ||w|| is small (a bias that starts at
+// zero, a scalar crossing zero) while the step is as usual.
+void GradMonitor::Impl::weight_watches(GradRecord& r, Entry& e, const detail::WeightAcc& w) {
+  const WatchThresholds& t = o.watch;
+  const double ur = r.update_ratio;
+  const double change = std::sqrt(w.sumsq_delta);
+  if (t.weight_not_changed && !(ur > 0)) hit(r, "weight_not_changed", ur, 0);
+  if (t.weight_change_too_large && ur > *t.weight_change_too_large) {
+    if (!t.weight_change_too_large_factor) {
+      hit(r, "weight_change_too_large", ur, *t.weight_change_too_large);
+    } else if (warm(e.changes)) {
+      const double usual = *t.weight_change_too_large_factor * e.changes.median(scratch);
+      if (change > usual) {
+        // The ratio this step's change would have had at `usual`: the bound crossed.
+        const double prev = std::sqrt(w.sumsq_prev);
+        hit(r, "weight_change_too_large", ur,
+            std::max(*t.weight_change_too_large, prev > 0 ? usual / prev : 0.0));
+      }
+    }
+  }
+  e.changes.push(change);
+  if (t.weight_change_too_small && ur > 0 && ur < *t.weight_change_too_small) {
+    ++e.small_run;
+    if (e.small_run % t.weight_change_too_small_steps == 0)
+      hit(r, "weight_change_too_small", ur, *t.weight_change_too_small);
+  } else {
+    e.small_run = 0;
+  }
+}
 
 GradRecord GradMonitor::Impl::to_record(int64_t step, Entry& e, const Raw& raw) {
   const WatchThresholds& t = o.watch;
@@ -183,7 +246,11 @@ GradRecord GradMonitor::Impl::to_record(int64_t step, Entry& e, const Raw& raw) 
       hit(r, "grad_exploding", static_cast<double>(bad), 0);
     } else if (t.grad_exploding && r.grad_norm > *t.grad_exploding) {
       hit(r, "grad_exploding", r.grad_norm, *t.grad_exploding);
+    } else if (t.grad_exploding_factor && bad == 0 && warm(e.norms)) {
+      const double bound = *t.grad_exploding_factor * e.norms.median(scratch);
+      if (r.grad_norm > bound) hit(r, "grad_exploding", r.grad_norm, bound);
     }
+    if (bad == 0) e.norms.push(r.grad_norm);
     if (t.grad_vanishing && raw.g.finite > 0 && r.grad_abs_mean < *t.grad_vanishing) {
       hit(r, "grad_vanishing", r.grad_abs_mean, *t.grad_vanishing);
     }
@@ -194,58 +261,86 @@ GradRecord GradMonitor::Impl::to_record(int64_t step, Entry& e, const Raw& raw) 
   if (t.weight_all_zero && raw.weight_numel > 0 && raw.w.zero == raw.weight_numel) {
     hit(r, "weight_all_zero", 0, 0);
   }
-  if (raw.has_prev) {
-    const double ur = r.update_ratio;
-    if (t.weight_not_changed && !(ur > 0)) hit(r, "weight_not_changed", ur, 0);
-    if (t.weight_change_too_large) {
-      if (ur > *t.weight_change_too_large) {
-        if (e.ratio_armed) hit(r, "weight_change_too_large", ur, *t.weight_change_too_large);
-      } else if (ur > 0) {
-        e.ratio_armed = true;
-      }
-    }
-    if (t.weight_change_too_small && ur > 0 && ur < *t.weight_change_too_small) {
-      hit(r, "weight_change_too_small", ur, *t.weight_change_too_small);
-    }
-  }
+  if (raw.has_prev) weight_watches(r, e, raw.w);
   return r;
 }
 
-GradMonitor::GradMonitor(const torch::nn::Module& module, GradMonitorOptions options)
-    : impl_(std::make_unique<Impl>()) {
-  impl_->o = std::move(options);
-  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
-    impl_->entries.push_back({item.key(), item.value(), {}, false});
-  }
+namespace {
+
+void check_thresholds(const WatchThresholds& t) {
+  auto bad = [](const std::string& field, int64_t v, const char* why) {
+    throw Error("GradMonitorOptions: watch." + field + " = " + std::to_string(v) + ": " + why);
+  };
+  if (t.median_window < 1) bad("median_window", t.median_window, "must be >= 1");
+  if (t.warmup < 1 || t.warmup > t.median_window)
+    bad("warmup", t.warmup, "must be in [1, median_window]");
+  if (t.weight_change_too_small_steps < 1)
+    bad("weight_change_too_small_steps", t.weight_change_too_small_steps, "must be >= 1");
 }
+
+}  // namespace
+
+GradMonitor::GradMonitor(const torch::nn::Module& module, GradMonitorOptions options)
+    : GradMonitor(
+          [&module] {
+            std::vector<std::pair<std::string, at::Tensor>> named;
+            for (const auto& item : module.named_parameters(/*recurse=*/true))
+              named.emplace_back(item.key(), item.value());
+            return named;
+          }(),
+          std::move(options)) {}
 
 GradMonitor::GradMonitor(std::vector<std::pair<std::string, at::Tensor>> named,
                          GradMonitorOptions options)
     : impl_(std::make_unique<Impl>()) {
+  check_thresholds(options.watch);
   impl_->o = std::move(options);
-  for (auto& [name, t] : named)
-    impl_->entries.push_back({std::move(name), std::move(t), {}, false});
+  const auto window = static_cast<size_t>(impl_->o.watch.median_window);
+  for (auto& [name, t] : named) {
+    Entry e;
+    e.name = std::move(name);
+    e.param = std::move(t);
+    e.norms = History(window);
+    e.changes = History(window);
+    impl_->entries.push_back(std::move(e));
+  }
 }
 
 GradMonitor::~GradMonitor() = default;
 
 std::vector<GradRecord> GradMonitor::observe(int64_t step, DumpWriter* writer) noexcept {
+  std::vector<size_t> all(impl_->entries.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  return impl_->observe(step, all, writer);
+}
+
+std::vector<GradRecord> GradMonitor::observe_params(int64_t step,
+                                                    const std::vector<size_t>& indices,
+                                                    DumpWriter* writer) noexcept {
+  return impl_->observe(step, indices, writer);
+}
+
+std::vector<GradRecord> GradMonitor::Impl::observe(int64_t step, const std::vector<size_t>& indices,
+                                                   DumpWriter* writer) noexcept {
   std::vector<GradRecord> out;
   try {
     at::NoGradGuard no_grad;
-    const bool ratio = impl_->o.update_ratio;
-    std::vector<Raw> raws(impl_->entries.size());
-    std::vector<size_t> on_device;
+    const bool ratio = o.update_ratio;
+    std::vector<size_t> which;
+    for (size_t i : indices)
+      if (i < entries.size()) which.push_back(i);
+    std::vector<Raw> raws(which.size());
+    std::vector<size_t> on_device;  // positions in `which`
     std::vector<at::Tensor> rows;
-    for (size_t i = 0; i < impl_->entries.size(); ++i) {
-      Entry& e = impl_->entries[i];
+    for (size_t k = 0; k < which.size(); ++k) {
+      Entry& e = entries[which[k]];
       if (!e.param.device().is_cpu()) {
-        on_device.push_back(i);
+        on_device.push_back(k);
         rows.push_back(device_row(e, ratio));
         continue;
       }
-      if (e.param.grad().defined()) cpu_grad(e.param.grad(), raws[i]);
-      cpu_weight(e, ratio, raws[i]);
+      if (e.param.grad().defined()) cpu_grad(e.param.grad(), raws[k]);
+      cpu_weight(e, ratio, raws[k]);
     }
     if (!rows.empty()) {
       for (auto& row : rows) row = row.to(rows.front().device(), /*non_blocking=*/true);
@@ -253,12 +348,12 @@ std::vector<GradRecord> GradMonitor::observe(int64_t step, DumpWriter* writer) n
       const double* v = host.data_ptr<double>();
       for (size_t k = 0; k < on_device.size(); ++k) {
         raws[on_device[k]] =
-            raw_from_row(v + k * kDeviceFields, impl_->entries[on_device[k]], ratio);
+            raw_from_row(v + k * kDeviceFields, entries[which[on_device[k]]], ratio);
       }
     }
     out.reserve(raws.size());
-    for (size_t i = 0; i < raws.size(); ++i) {
-      out.push_back(impl_->to_record(step, impl_->entries[i], raws[i]));
+    for (size_t k = 0; k < raws.size(); ++k) {
+      out.push_back(to_record(step, entries[which[k]], raws[k]));
       if (writer != nullptr) {
         GradRecord copy = out.back();
         writer->submit(std::move(copy));

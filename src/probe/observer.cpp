@@ -106,6 +106,11 @@ const std::string* Observer::parameter_name(const at::Tensor& t) const {
 void Observer::attach() {
   if (handle_ != 0) return;
   thread_index();  // the controlling thread is thread 0
+  {
+    // Unobserved steps left the gradients as they are: stale until a backward writes them.
+    std::lock_guard<std::mutex> lk(hook_mu_);
+    for (HookParam& h : hook_params_) remember_grad(h);
+  }
   handle_ = install_callbacks(this);
 }
 
@@ -124,6 +129,10 @@ void Observer::begin_step(int64_t step) {
   step_ = step;
   seq_ = 0;
   backward_seen_.store(false, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> hk(hook_mu_);
+    for (HookParam& h : hook_params_) h.observed = false;
+  }
   calls_[0].clear();
   calls_[1].clear();
   in_range_ = false;

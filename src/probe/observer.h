@@ -80,11 +80,21 @@ class Observer {
   /// as before an observed in-place op. Any thread; never throws.
   void before_write(const at::Tensor& t) noexcept;
 
-  /// Calls `fn` once on the op's thread, right before zero_grad (aten::detach_ / zero_ on a
-  /// gradient of `params`, outside backward) clears the gradients of this step's backward:
-  /// the last moment they can be read. Only while detached. arm_grad_hook(true) re-arms it.
-  void set_grad_hook(std::vector<at::Tensor> params, std::function<void()> fn);
+  /// The gradient monitor's hook. Each parameter of `params` is observed once a step: right
+  /// before an op clears its gradient (aten::detach_ / zero_ outside backward, i.e.
+  /// zero_grad) when that gradient changed since the parameter was last observed and a
+  /// backward ran this step — the last moment this step's gradient can be read — or else
+  /// at the end of the step (take_unobserved_grads()). `fn` gets the positions in `params`
+  /// of every parameter whose gradient is fresh and not yet observed this step, on the op's
+  /// thread. Several models cleared at different points of one step (a GAN's
+  /// D.zero_grad(), later G.zero_grad()) are each observed at their own. Set only while
+  /// detached; arm_grad_hook(true) arms it, begin_step() starts a new round.
+  void set_grad_hook(std::vector<at::Tensor> params,
+                     std::function<void(const std::vector<size_t>&)> fn);
   void arm_grad_hook(bool on) noexcept { grad_hook_armed_.store(on, std::memory_order_release); }
+  /// The positions of the parameters not observed yet this step, now marked observed (their
+  /// gradients' state remembered): the debugger observes them at step().
+  std::vector<size_t> take_unobserved_grads();
 
   /// While set (the replay of an anomalous step, replay.h), every recorded op call is also
   /// shown to `t`; nullptr: none (the default, no cost). `t` must outlive its setting.
@@ -174,8 +184,18 @@ class Observer {
   std::atomic<uint64_t> ops_seen_{0}, ops_recorded_{0}, overflows_{0}, errors_{0};
   std::atomic<uint64_t> tensors_skipped_{0};
   std::atomic<bool> overflow_done_{false};
-  std::vector<at::Tensor> hook_params_;
-  std::function<void()> grad_hook_;
+  /// A parameter of the gradient monitor's hook and its gradient as last observed or cleared.
+  struct HookParam {
+    at::Tensor param;
+    const void* grad = nullptr;  // storage of the gradient; null: none
+    int64_t version = -1;        // its version counter then
+    bool observed = false;       // this step
+  };
+  bool grad_fresh(const HookParam& h) const;
+  void remember_grad(HookParam& h) const;
+  std::mutex hook_mu_;  // hook_params_
+  std::vector<HookParam> hook_params_;
+  std::function<void(const std::vector<size_t>&)> grad_hook_;
   std::atomic<bool> grad_hook_armed_{false};
   std::atomic<bool> backward_seen_{false};  ///< an autograd node ran this step
   std::atomic<OriginTracker*> origin_tracker_{nullptr};

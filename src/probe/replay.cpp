@@ -79,20 +79,23 @@ AnomalyWatch::AnomalyWatch(const DebuggerOptions& options, DumpWriter* writer, O
   }
 }
 
-void AnomalyWatch::bind(torch::nn::Module* model, torch::optim::Optimizer* optimizer) {
-  snapshot_.bind(model, optimizer);
+void AnomalyWatch::bind(torch::nn::Module* model,
+                        const std::vector<torch::optim::Optimizer*>& optimizers) {
+  snapshot_.bind(model, optimizers);
   params_.clear();
   std::unordered_map<const void*, std::string> names;
   if (model != nullptr)
     for (const auto& p : model->named_parameters(/*recurse=*/true))
       names.emplace(p.value().unsafeGetTensorImpl(), p.key());
   std::unordered_map<const void*, bool> seen;
-  for (const auto& g : optimizer->param_groups()) {
-    for (const at::Tensor& p : g.params()) {
-      if (!seen.emplace(p.unsafeGetTensorImpl(), true).second) continue;
-      auto it = names.find(p.unsafeGetTensorImpl());
-      params_.emplace_back(
-          it != names.end() ? it->second : "param" + std::to_string(params_.size()), p);
+  for (torch::optim::Optimizer* optimizer : optimizers) {
+    for (const auto& g : optimizer->param_groups()) {
+      for (const at::Tensor& p : g.params()) {
+        if (!seen.emplace(p.unsafeGetTensorImpl(), true).second) continue;
+        auto it = names.find(p.unsafeGetTensorImpl());
+        params_.emplace_back(
+            it != names.end() ? it->second : "param" + std::to_string(params_.size()), p);
+      }
     }
   }
   sums_.reserve(params_.size() + 1);

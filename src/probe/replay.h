@@ -33,8 +33,9 @@ class AnomalyWatch {
   AnomalyWatch(const DebuggerOptions& options, DumpWriter* writer, Observer* observer,
                std::string rank_dir);
 
-  /// Throws precprobe::Error for an optimizer the snapshot does not support.
-  void bind(torch::nn::Module* model, torch::optim::Optimizer* optimizer);
+  /// Throws precprobe::Error for an optimizer the snapshot does not support. The gradients
+  /// checked are those of every optimizer's parameters.
+  void bind(torch::nn::Module* model, const std::vector<torch::optim::Optimizer*>& optimizers);
   void unbind() noexcept;
   bool bound() const noexcept { return snapshot_.bound(); }
 

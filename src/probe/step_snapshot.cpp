@@ -117,20 +117,43 @@ struct StepSnapshot::Entry {
 StepSnapshot::StepSnapshot() = default;
 StepSnapshot::~StepSnapshot() = default;
 
-void StepSnapshot::bind(torch::nn::Module* model, optim::Optimizer* optimizer) {
+namespace {
+
+const StateKind* kind_of(optim::Optimizer& optimizer) {
+  if (optimizer.param_groups().empty() || !optimizer.param_groups()[0].has_options())
+    return nullptr;
+  const std::type_info& t = typeid(optimizer.param_groups()[0].options());
+  for (const StateKind& k : kKinds)
+    if (k.options_type == t) return &k;
+  return nullptr;
+}
+
+}  // namespace
+
+void StepSnapshot::bind(torch::nn::Module* model,
+                        const std::vector<optim::Optimizer*>& optimizers) {
   unbind();
-  if (optimizer == nullptr) throw Error("precprobe: StepSnapshot::bind: the optimizer is null");
-  const StateKind* kind = nullptr;
-  if (!optimizer->param_groups().empty() && optimizer->param_groups()[0].has_options()) {
-    const std::type_info& t = typeid(optimizer->param_groups()[0].options());
-    for (const StateKind& k : kKinds)
-      if (k.options_type == t) kind = &k;
-  }
-  if (kind == nullptr) {
-    throw Error(
-        "precprobe: \"record\": \"on_anomaly\" cannot snapshot this optimizer's state (its "
-        "type is not one of SGD, Adam, AdamW, RMSprop, Adagrad), so a replayed step would "
-        "not start from the same state; use \"record\": \"always\" with \"step\" instead");
+  if (optimizers.empty()) throw Error("precprobe: StepSnapshot::bind: no optimizer");
+  std::vector<Optim> optims;
+  for (size_t i = 0; i < optimizers.size(); ++i) {
+    if (optimizers[i] == nullptr)
+      throw Error("precprobe: StepSnapshot::bind: optimizer " + std::to_string(i) + " is null");
+    const StateKind* kind = kind_of(*optimizers[i]);
+    if (kind == nullptr) {
+      throw Error(
+          "precprobe: \"record\": \"on_anomaly\" cannot snapshot this optimizer's state "
+          "(optimizer " +
+          std::to_string(i) +
+          " of start(): its type is not one of SGD, Adam, AdamW, RMSprop, Adagrad), so a replayed "
+          "step would not start from the same state; use \"record\": \"always\" with "
+          "\"step\" instead");
+    }
+    Optim o;
+    o.optimizer = optimizers[i];
+    o.kind = kind;
+    for (const auto& g : o.optimizer->param_groups())
+      o.groups.push_back(g.has_options() ? g.options().clone() : nullptr);
+    optims.push_back(std::move(o));
   }
   std::unordered_set<const void*> seen;
   auto add = [&](const at::Tensor& t) {
@@ -141,41 +164,40 @@ void StepSnapshot::bind(torch::nn::Module* model, optim::Optimizer* optimizer) {
     for (const at::Tensor& p : model->parameters(/*recurse=*/true)) add(p);
     for (const at::Tensor& b : model->buffers(/*recurse=*/true)) add(b);
   }
-  for (const auto& g : optimizer->param_groups())
-    for (const at::Tensor& p : g.params()) add(p);
-  for (const auto& g : optimizer->param_groups())
-    groups_.push_back(g.has_options() ? g.options().clone() : nullptr);
-  optimizer_ = optimizer;
-  kind_ = kind;
+  for (const Optim& o : optims)
+    for (const auto& g : o.optimizer->param_groups())
+      for (const at::Tensor& p : g.params()) add(p);
+  optims_ = std::move(optims);
 }
 
 void StepSnapshot::unbind() noexcept {
-  optimizer_ = nullptr;
-  kind_ = nullptr;
+  optims_.clear();
   tensors_.clear();
-  entries_.clear();
-  groups_.clear();
   cpu_rng_ = at::Tensor();
   cuda_rng_.clear();
   captured_ = false;
 }
 
 void StepSnapshot::capture() {
-  if (optimizer_ == nullptr) return;
+  if (optims_.empty()) return;
   Quiet quiet;
   captured_ = false;
   for (auto& [live, saved] : tensors_) {
     if (!same_layout(live, saved)) saved = at::empty_like(live, at::MemoryFormat::Preserve);
     saved.copy_(live);
   }
-  capture_state();
-  auto& groups = optimizer_->param_groups();
-  if (groups.size() != groups_.size()) {
-    groups_.clear();
-    for (const auto& g : groups) groups_.push_back(g.has_options() ? g.options().clone() : nullptr);
-  } else {
-    for (size_t i = 0; i < groups.size(); ++i)
-      if (groups_[i] && groups[i].has_options()) kind_->options(*groups_[i], groups[i].options());
+  for (Optim& o : optims_) {
+    capture_state(o);
+    auto& groups = o.optimizer->param_groups();
+    if (groups.size() != o.groups.size()) {
+      o.groups.clear();
+      for (const auto& g : groups)
+        o.groups.push_back(g.has_options() ? g.options().clone() : nullptr);
+    } else {
+      for (size_t i = 0; i < groups.size(); ++i)
+        if (o.groups[i] && groups[i].has_options())
+          o.kind->options(*o.groups[i], groups[i].options());
+    }
   }
   {
     at::Generator gen = at::detail::getDefaultCPUGenerator();
@@ -194,35 +216,37 @@ void StepSnapshot::capture() {
   captured_ = true;
 }
 
-void StepSnapshot::capture_state() {
-  for (auto& e : entries_) e->present = false;
+void StepSnapshot::capture_state(Optim& o) {
+  const StateKind& kind = *o.kind;
+  auto& entries = o.entries;
+  for (auto& e : entries) e->present = false;
   size_t hint = 0;
-  for (auto& kv : optimizer_->state()) {
+  for (auto& kv : o.optimizer->state()) {
     optim::OptimizerParamState* live = kv.second.get();
-    if (live == nullptr || typeid(*live) != kind_->state_type) {
-      throw Error(std::string("precprobe: the optimizer holds a state that is not ") + kind_->name +
+    if (live == nullptr || typeid(*live) != kind.state_type) {
+      throw Error(std::string("precprobe: the optimizer holds a state that is not ") + kind.name +
                   "'s; the step cannot be snapshot");
     }
     Entry* e = nullptr;
-    if (hint < entries_.size() && entries_[hint]->key == kv.first) {
-      e = entries_[hint].get();
+    if (hint < entries.size() && entries[hint]->key == kv.first) {
+      e = entries[hint].get();
     } else {
-      for (auto& x : entries_)
+      for (auto& x : entries)
         if (x->key == kv.first) e = x.get();
     }
     ++hint;
     if (e == nullptr) {
-      entries_.push_back(std::make_unique<Entry>());
-      e = entries_.back().get();
+      entries.push_back(std::make_unique<Entry>());
+      e = entries.back().get();
       e->key = kv.first;
     }
-    kind_->tensors(*live, e->live_tensors);
+    kind.tensors(*live, e->live_tensors);
     bool rebuild = e->live != live || !e->saved;
     for (size_t i = 0; !rebuild && i < e->live_tensors.size(); ++i)
       rebuild = !same_layout(*e->live_tensors[i], *e->saved_tensors[i]);
     if (rebuild) {
       e->saved = live->clone();  // shares the tensors: they are replaced below
-      kind_->tensors(*e->saved, e->saved_tensors);
+      kind.tensors(*e->saved, e->saved_tensors);
       for (size_t i = 0; i < e->live_tensors.size(); ++i) {
         const at::Tensor& t = *e->live_tensors[i];
         *e->saved_tensors[i] =
@@ -232,18 +256,18 @@ void StepSnapshot::capture_state() {
     }
     for (size_t i = 0; i < e->live_tensors.size(); ++i)
       if (e->live_tensors[i]->defined()) e->saved_tensors[i]->copy_(*e->live_tensors[i]);
-    kind_->scalars(*e->saved, *live);
+    kind.scalars(*e->saved, *live);
     e->present = true;
   }
   // Entries the optimizer no longer has: forget them (no allocation on the steady path).
   size_t kept = 0;
-  for (auto& e : entries_)
-    if (e->present) entries_[kept++] = std::move(e);
-  entries_.resize(kept);
+  for (auto& e : entries)
+    if (e->present) entries[kept++] = std::move(e);
+  entries.resize(kept);
 }
 
 void StepSnapshot::restore() {
-  if (optimizer_ == nullptr || !captured_) throw Error("precprobe: no snapshot to restore");
+  if (optims_.empty() || !captured_) throw Error("precprobe: no snapshot to restore");
   Quiet quiet;
   for (auto& [live, saved] : tensors_) {
     before_own_write(live);  // copy_ runs unobserved here (Quiet)
@@ -253,10 +277,13 @@ void StepSnapshot::restore() {
     // the bad run's NaN/Inf gradients are not what the replay's zero_grad() reads.
     if (live.grad().defined()) live.mutable_grad().zero_();
   }
-  restore_state();
-  auto& groups = optimizer_->param_groups();
-  for (size_t i = 0; i < groups.size() && i < groups_.size(); ++i)
-    if (groups_[i] && groups[i].has_options()) kind_->options(groups[i].options(), *groups_[i]);
+  for (Optim& o : optims_) {
+    restore_state(o);
+    auto& groups = o.optimizer->param_groups();
+    for (size_t i = 0; i < groups.size() && i < o.groups.size(); ++i)
+      if (o.groups[i] && groups[i].has_options())
+        o.kind->options(groups[i].options(), *o.groups[i]);
+  }
   {
     at::Generator gen = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(gen.mutex());
@@ -270,31 +297,32 @@ void StepSnapshot::restore() {
   }
 }
 
-void StepSnapshot::restore_state() {
-  auto& state = optimizer_->state();
+void StepSnapshot::restore_state(Optim& o) {
+  const StateKind& kind = *o.kind;
+  auto& state = o.optimizer->state();
   // State made during the step (the first step of Adam): not there before it.
   std::vector<StateKey> made;
   for (auto& kv : state) {
     bool known = false;
-    for (auto& e : entries_) known = known || e->key == kv.first;
+    for (auto& e : o.entries) known = known || e->key == kv.first;
     if (!known) made.push_back(kv.first);
   }
   for (const StateKey& k : made) state.erase(k);
   std::vector<at::Tensor*> live_tensors;
-  for (auto& e : entries_) {
+  for (auto& e : o.entries) {
     auto it = state.find(e->key);
     if (it == state.end() || it->second.get() == nullptr ||
-        typeid(*it->second) != kind_->state_type) {
+        typeid(*it->second) != kind.state_type) {
       // Removed during the step: put back a deep copy.
       auto copy = e->saved->clone();
-      kind_->tensors(*copy, live_tensors);
+      kind.tensors(*copy, live_tensors);
       for (at::Tensor* t : live_tensors)
         if (t->defined()) *t = t->clone();
       state[e->key] = std::move(copy);
       continue;
     }
     optim::OptimizerParamState& live = *it->second;
-    kind_->tensors(live, live_tensors);
+    kind.tensors(live, live_tensors);
     for (size_t i = 0; i < live_tensors.size(); ++i) {
       at::Tensor& l = *live_tensors[i];
       const at::Tensor& s = *e->saved_tensors[i];
@@ -307,7 +335,7 @@ void StepSnapshot::restore_state() {
         l = s.clone();
       }
     }
-    kind_->scalars(live, *e->saved);
+    kind.scalars(live, *e->saved);
   }
 }
 
@@ -319,8 +347,9 @@ int64_t StepSnapshot::model_bytes() const {
 
 int64_t StepSnapshot::optimizer_bytes() const {
   int64_t n = 0;
-  for (const auto& e : entries_)
-    for (const at::Tensor* t : e->saved_tensors) n += nbytes(*t);
+  for (const Optim& o : optims_)
+    for (const auto& e : o.entries)
+      for (const at::Tensor* t : e->saved_tensors) n += nbytes(*t);
   return n;
 }
 
@@ -330,7 +359,9 @@ int64_t StepSnapshot::bytes() const {
   return n;
 }
 
-const char* StepSnapshot::optimizer_name() const noexcept { return kind_ ? kind_->name : ""; }
+const char* StepSnapshot::optimizer_name(size_t i) const noexcept {
+  return i < optims_.size() ? optims_[i].kind->name : "";
+}
 
 }  // namespace detail
 }  // namespace precprobe

@@ -1,8 +1,8 @@
 // StepSnapshot: the training state before a step, so that "record": "on_anomaly" can put
 // it back and run the same step again (replay.cpp). Holds deep copies of the model's
-// parameters and buffers, the optimizer's per-parameter state (tensors and scalars such as
+// parameters and buffers, each optimizer's per-parameter state (tensors and scalars such as
 // Adam's step count) and its param_groups' options, and the RNG states (CPU default
-// generator; CUDA's when available).
+// generator; CUDA's when available). Several optimizers (a GAN's two) are snapshot alike.
 //
 // capture() copies into buffers allocated once (copy_), so a healthy step allocates
 // nothing but the CPU generator's 5 KB state tensor; buffers are (re)made only when the
@@ -42,12 +42,12 @@ class StepSnapshot {
   StepSnapshot(const StepSnapshot&) = delete;
   StepSnapshot& operator=(const StepSnapshot&) = delete;
 
-  /// Binds to `model` (may be null) and `optimizer` (not null; both must outlive the
-  /// snapshot or the next bind()). Throws precprobe::Error for an optimizer whose state it
-  /// cannot copy (supported: SGD, Adam, AdamW, RMSprop, Adagrad).
-  void bind(torch::nn::Module* model, torch::optim::Optimizer* optimizer);
+  /// Binds to `model` (may be null) and `optimizers` (at least one, none null; all must
+  /// outlive the snapshot or the next bind()). Throws precprobe::Error for an optimizer whose
+  /// state it cannot copy (supported: SGD, Adam, AdamW, RMSprop, Adagrad).
+  void bind(torch::nn::Module* model, const std::vector<torch::optim::Optimizer*>& optimizers);
   void unbind() noexcept;
-  bool bound() const noexcept { return optimizer_ != nullptr; }
+  bool bound() const noexcept { return !optims_.empty(); }
 
   /// Copies the live state into the snapshot. Throws (c10::Error, std::bad_alloc).
   void capture();
@@ -61,20 +61,23 @@ class StepSnapshot {
   /// The parts of bytes(): parameters and buffers, optimizer state.
   int64_t model_bytes() const;
   int64_t optimizer_bytes() const;
-  /// The optimizer's type as the snapshot knows it ("AdamW"), "" when unbound.
-  const char* optimizer_name() const noexcept;
+  /// Optimizer `i`'s type as the snapshot knows it ("AdamW"), "" when there is none.
+  const char* optimizer_name(size_t i = 0) const noexcept;
 
  private:
   struct Entry;
-  struct Group;
-  void capture_state();
-  void restore_state();
+  /// One optimizer's state: its per-parameter entries and its groups' options.
+  struct Optim {
+    torch::optim::Optimizer* optimizer = nullptr;
+    const StateKind* kind = nullptr;
+    std::vector<std::unique_ptr<Entry>> entries;
+    std::vector<std::unique_ptr<torch::optim::OptimizerOptions>> groups;
+  };
+  static void capture_state(Optim& o);
+  static void restore_state(Optim& o);
 
-  torch::optim::Optimizer* optimizer_ = nullptr;
-  const StateKind* kind_ = nullptr;
+  std::vector<Optim> optims_;
   std::vector<std::pair<at::Tensor, at::Tensor>> tensors_;  // (live, saved)
-  std::vector<std::unique_ptr<Entry>> entries_;
-  std::vector<std::unique_ptr<torch::optim::OptimizerOptions>> groups_;
   at::Tensor cpu_rng_;
   std::vector<at::Tensor> cuda_rng_;
   bool captured_ = false;

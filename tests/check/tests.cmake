@@ -48,29 +48,48 @@ if(TARGET precprobe::precprobe AND TARGET precprobe_cli)
   set_tests_properties(check_e2e_regression_diverge PROPERTIES TIMEOUT 120 LABELS "check;e2e")
 endif()
 
-# No false alarms: healthy runs of the Fashion-MNIST example, of the DDP example (2 ranks) and
-# of PyTorch's C++ MNIST CNN (tutorial_cnn.cpp) fire no gradient watchpoint and `check` finds
-# no problem, with default thresholds.
+# No false alarms: healthy runs of the Fashion-MNIST example, of the DDP example (2 ranks), of
+# PyTorch's C++ MNIST CNN (tutorial_cnn.cpp) and of the programs like users' in examples/ (a
+# GAN: two networks, two Adams; a VAE: sum-reduced BCE + KL; a CNN evaluating every 10 steps
+# inside its step) fire no gradient watchpoint (`grads --json`, `summary --json`) and `check`
+# finds no problem, with default thresholds. Short variants; the example over its whole epoch
+# (937 steps, ~90 s) is labelled "epoch" so that `ctest -LE epoch` leaves it out.
+# Each case: name|program|arguments (comma-separated, {dump}: the dump)|labels (+-separated)|
+# timeout|most checklist items n/a
 if(TARGET precprobe::precprobe AND TARGET precprobe_cli AND TARGET train_fashion_mnist)
   find_package(ZLIB REQUIRED)
   add_executable(precprobe_tutorial_cnn ${CMAKE_CURRENT_LIST_DIR}/tutorial_cnn.cpp)
   target_include_directories(precprobe_tutorial_cnn PRIVATE ${PROJECT_SOURCE_DIR}/examples)
   target_link_libraries(precprobe_tutorial_cnn PRIVATE precprobe::precprobe ZLIB::ZLIB)
-  set(_cases "tutorial_cnn|$<TARGET_FILE:precprobe_tutorial_cnn>|{dump},200"
-             "fashion_mnist|$<TARGET_FILE:train_fashion_mnist>|--dump,{dump},--steps,300")
+  set(_cases "tutorial_cnn|$<TARGET_FILE:precprobe_tutorial_cnn>|{dump},200|check+e2e|180|6"
+             "fashion_mnist|$<TARGET_FILE:train_fashion_mnist>|--dump,{dump},--steps,300|check+e2e|180|6"
+             "fashion_mnist_epoch|$<TARGET_FILE:train_fashion_mnist>|--dump,{dump}|check+e2e+epoch|900|6")
   if(TARGET ddp_fashion_mnist)
-    list(APPEND _cases "ddp_2_ranks|${PROJECT_SOURCE_DIR}/scripts/launch_ddp.sh|2,--bin,$<TARGET_FILE:ddp_fashion_mnist>,--steps,300,--dump,{dump}")
+    list(APPEND _cases "ddp_2_ranks|${PROJECT_SOURCE_DIR}/scripts/launch_ddp.sh|2,--bin,$<TARGET_FILE:ddp_fashion_mnist>,--steps,300,--dump,{dump}|check+e2e|180|6")
   endif()
+  # The GAN and the VAE have no labels: class balance and shuffling are n/a too.
+  foreach(example "gan|8" "vae|8" "cnn_eval|6")
+    string(REPLACE "|" ";" example "${example}")
+    list(GET example 0 ex)
+    list(GET example 1 max_na)
+    if(TARGET train_${ex})
+      list(APPEND _cases "${ex}|$<TARGET_FILE:train_${ex}>|--dump,{dump},--steps,100,--log-every,0|check+e2e|180|${max_na}")
+    endif()
+  endforeach()
   foreach(case ${_cases})
     string(REPLACE "|" ";" parts "${case}")
     list(GET parts 0 name)
     list(GET parts 1 program)
     list(GET parts 2 args)
+    list(GET parts 3 labels)
+    string(REPLACE "+" ";" labels "${labels}")
+    list(GET parts 4 timeout)
+    list(GET parts 5 max_na)
     add_test(NAME no_false_alarm_${name}
              COMMAND ${CMAKE_COMMAND} -DPROGRAM=${program} -DCLI=$<TARGET_FILE:precprobe_cli>
                      -DDUMP=${CMAKE_CURRENT_BINARY_DIR}/no_false_alarm_${name} "-DARGS=${args}"
-                     -P ${CMAKE_CURRENT_LIST_DIR}/run_no_false_alarm.cmake)
-    set_tests_properties(no_false_alarm_${name} PROPERTIES TIMEOUT 180 LABELS "check;e2e")
+                     -DMAX_NA=${max_na} -P ${CMAKE_CURRENT_LIST_DIR}/run_no_false_alarm.cmake)
+    set_tests_properties(no_false_alarm_${name} PROPERTIES TIMEOUT ${timeout} LABELS "${labels}")
   endforeach()
 endif()
 

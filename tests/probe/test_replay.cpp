@@ -131,7 +131,7 @@ TEMPLATE_TEST_CASE(
     return loss;
   };
   precprobe::detail::StepSnapshot snap;
-  snap.bind(net.ptr().get(), opt.get());
+  snap.bind(net.ptr().get(), {opt.get()});
 
   // Before the first step the optimizer has no state: restore removes what the step made.
   const State empty = copy_state(*net, *opt);

@@ -203,9 +203,8 @@ void print_verdict(const SummaryResult& s, const ChecklistResult& check, const T
     for (const WatchHitCount& h : s.watch_hits) hits += h.count;
     const WatchHitCount& h = s.watch_hits.front();  // the earliest (summarize_dump's order)
     std::cout << paint(term, Tone::kYellow,
-                       fmt::format("watchpoints   {} hits (earliest: {} {} at step {}{})", hits,
-                                   h.param, h.watch, h.first_step,
-                                   s.watch_hits.size() > 1 ? "; precprobe grads lists them" : ""))
+                       fmt::format("watchpoints   {} hits (earliest: {} {} at step {})", hits,
+                                   h.param, h.watch, h.first_step))
               << '\n';
   } else if (s.grad_records > 0) {
     std::cout << paint(term, Tone::kGreen, "watchpoints   none") << '\n';

@@ -213,7 +213,7 @@ void print_verdict(const SummaryResult& s, const ChecklistResult& check, const T
   if (s.nonfinite_grad_records > 0)
     grads.push_back(fmt::format("{} records with NaN/Inf", s.nonfinite_grad_records));
   if (s.scaler.skipped > 0)
-    grads.push_back(fmt::format("{} steps skipped by the GradScaler", s.scaler.skipped));
+    grads.push_back(fmt::format("{} step(s) skipped by the GradScaler", s.scaler.skipped));
   if (!grads.empty())
     std::cout << paint(term, Tone::kYellow, fmt::format("gradients     {}", fmt::join(grads, "; ")))
               << '\n';

@@ -63,8 +63,8 @@ inline constexpr const char* kNoInput =
 // Where the records-based verdicts take the model's input from.
 inline std::string input_source(const RecordsView& rv) {
   return fmt::format(
-      "the model's input (the non-parameter input of {}, the first op reading a "
-      "parameter) in {} steps",
+      "the model's input (the non-parameter input of {}, the first op of a training pass "
+      "reading a parameter) in {} steps",
       rv.inputs.front().op, rv.inputs.size());
 }
 

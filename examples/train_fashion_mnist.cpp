@@ -10,8 +10,9 @@
 //                       [--no-observe-batch] [--record-on-anomaly] [--no-mkldnn]
 //
 // --no-normalise, --sorted-labels and --eval-in-train-mode plant the bugs `precprobe check`
-// finds (docs/checklist.md): pixels left in [0, 1], batches in label order instead of
-// shuffled, evaluation without model->eval(). --no-observe-batch leaves out the
+// finds (docs/checklist.md): raw 0..255 pixels (pixels in [0, 1] are not a problem), batches
+// in label order instead of shuffled, evaluation without model->eval(). --no-observe-batch
+// leaves out the
 // dbg.observe_batch() calls: a program with only the README's three lines, judged from the
 // op records alone.
 //
@@ -223,6 +224,10 @@ int main(int argc, char** argv) try {
 
   auto train = fashion_mnist::load("train", flags.normalise);
   auto test = fashion_mnist::load("t10k", flags.normalise);
+  if (!flags.normalise) {  // the planted bug: the file's bytes as they are, 0..255
+    train.images.mul_(255.0);
+    test.images.mul_(255.0);
+  }
   std::printf("fashion-mnist: %lld train, %lld test images\n",
               static_cast<long long>(train.images.size(0)),
               static_cast<long long>(test.images.size(0)));

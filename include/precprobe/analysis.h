@@ -94,6 +94,15 @@ struct ReplicaSummary {
   std::vector<std::string> mismatched;  ///< tensors that differed in some check (first seen first)
 };
 
+/// A loss the user logged (is_loss_scalar: a name containing "loss"), first and last values.
+struct LossSummary {
+  std::string name;
+  int64_t points = 0;
+  int64_t first_step = 0, last_step = 0;
+  double first_value = 0, last_value = 0;
+  std::optional<int64_t> nonfinite_step;  ///< the first NaN/Inf value
+};
+
 /// A gradient watchpoint of one parameter, with how often it fired.
 struct WatchHitCount {
   std::string param;
@@ -123,7 +132,10 @@ struct SummaryResult {
   int64_t nonfinite_op_records = 0;      ///< op records with a non-finite output
   std::vector<NameCount> nonfinite_ops;  ///< per op name ("aten::exp"), most first
   ScalerSummary scaler;
+  /// Per (parameter, watchpoint), earliest first hit first (step order, then record order).
   std::vector<WatchHitCount> watch_hits;
+  /// The first rank's logged losses, in order of first use; in the JSON as "losses".
+  std::vector<LossSummary> losses;
   ReplicaSummary replicas;
   int64_t nonfinite_grad_records = 0;
   std::vector<StreamStatus> streams;

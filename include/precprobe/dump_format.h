@@ -76,6 +76,10 @@ inline constexpr std::string_view kLrRangeLoss = "check/lr_range/loss";  ///< st
 // code that read a parameter gradient between GradScaler::scale() and unscale_() (value: the
 // scale).
 inline constexpr std::string_view kParamsNamed = "check/params_named";
+/// The number of optimizers the debugger was started with (value; the largest counts): a run
+/// of several (a GAN's generator and discriminator) plays a game whose losses need not
+/// decrease, which hp.loss_trend takes into account.
+inline constexpr std::string_view kOptimizers = "check/optimizers";
 inline constexpr std::string_view kScaledGradRead = "check/scaled_grad_read/";  ///< + op
 
 // Written by the debugger's periodic replica check ("replica_check_every").
@@ -86,6 +90,11 @@ inline constexpr std::string_view kReplicaDiffersPrefix = "replicas/differs/";  
 inline constexpr std::string_view kLr = "lr";      ///< logged by the user
 inline constexpr std::string_view kLoss = "loss";  ///< logged by the user
 }  // namespace check_scalar
+
+/// Whether a logged scalar is a loss: its name contains "loss" in any case ("loss", "d_loss",
+/// "Reconstruction Loss"); the checklist's own "check/..." scalars, the replica checks'
+/// "replicas/..." and the "anomaly" event are not.
+bool is_loss_scalar(std::string_view name) noexcept;
 
 // ---- meta.json ----
 
@@ -115,7 +124,10 @@ struct RunMeta {
   nlohmann::json counters;                           ///< the debugger's counters; null: absent
   std::optional<WriterCounters> writer;              ///< "writer"
   std::optional<uint64_t> dropped;                   ///< "dropped": records the writer dropped
-  nlohmann::json other = nlohmann::json::object();   ///< keys not listed above
+  /// "ops_grad_mode": true when ops.jsonl.zst records each op's grad mode (OpRecord::grad,
+  /// `"grad":false` when off, absent when on). Absent (older writers): the mode is unknown.
+  std::optional<bool> ops_grad_mode;
+  nlohmann::json other = nlohmann::json::object();  ///< keys not listed above
 
   /// The records the writer dropped: "writer" "records_dropped" (or "dropped", as older
   /// writers named it); 0 when there is no "writer" object.

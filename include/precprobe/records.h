@@ -81,7 +81,14 @@ struct OpRecord {
   Direction dir = Direction::kForward;  ///< "dir": "forward" | "backward"
   uint32_t thread = 0;                  ///< "thr": small thread index (0 = first thread seen)
   int32_t depth = 0;                    ///< "depth": nesting depth of observed ops (0 = outermost)
-  int64_t seqnr = -1;        ///< "sn": autograd sequence number linking fwd op and bwd node
+  int64_t seqnr = -1;  ///< "sn": autograd sequence number linking fwd op and bwd node
+  /// "grad": forward ops only: the grad mode the op ran under (the caller's
+  /// GradMode::is_enabled()), which tells a training pass (on) from an evaluation or sampling
+  /// pass (off, NoGradGuard). Written as `"grad":false` when off and left out when on or
+  /// unknown; parse_record reads an absent key as unknown (nullopt), DumpReader as true on the
+  /// forward ops of ranks whose meta.json says the ops carry the mode (RunMeta::ops_grad_mode),
+  /// so a dump of an older writer stays unknown. Backward ops: unknown.
+  std::optional<bool> grad;
   std::string scope;         ///< "scope": precprobe::Scope path, "a/b/c" (written if any)
   std::string node;          ///< "node": backward only: autograd node, e.g. "MulBackward0"
   std::vector<Arg> inputs;   ///< "in"

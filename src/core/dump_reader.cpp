@@ -8,6 +8,7 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <type_traits>
 
 #include "dump_files.h"
 #include "frame_stream.h"
@@ -142,6 +143,7 @@ bool read_stream(const RankInfo& rank, StreamKind kind, const RecordFilter& filt
   std::error_code ec;
   if (!fs::exists(status.path, ec)) return true;
   status.present = true;
+  const bool grad_recorded = rank.meta && rank.meta->ops_grad_mode.value_or(false);
   FrameReader reader;
   if (!reader.open(status.path, &status.message)) {
     status.truncated = true;
@@ -162,6 +164,11 @@ bool read_stream(const RankInfo& rank, StreamKind kind, const RecordFilter& filt
       }
       ++status.records;
       record.rank = rank.rank;
+      if constexpr (std::is_same_v<R, OpRecord>) {
+        // An absent "grad" on a forward op means on where the writer records the mode,
+        // unknown elsewhere (backward ops carry none: they run in the engine's mode).
+        if (!record.grad && grad_recorded && record.dir == Direction::kForward) record.grad = true;
+      }
       return !selects(filter, record) || fn(record);
     });
   }

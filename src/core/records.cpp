@@ -284,6 +284,7 @@ void append_json(const OpRecord& r, std::string& out) {
   o.int64(r.depth);
   o.lit(",\"sn\":");
   o.int64(r.seqnr);
+  if (r.grad == false) o.lit(",\"grad\":false");  // on (the common case) or unknown: absent
   o.put(',');
   if (!r.scope.empty()) str_field(o, "\"scope\":", r.scope);
   if (!r.node.empty()) str_field(o, "\"node\":", r.node);

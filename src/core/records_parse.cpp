@@ -356,6 +356,7 @@ enum OpKey : int {
   kThr,
   kDepth,
   kSn,
+  kGrad,
   kScope,
   kNode,
   kIn,
@@ -363,18 +364,19 @@ enum OpKey : int {
   kOpKeys,
   kUnknownOpKey = kOpKeys
 };
-constexpr std::string_view kOpKeyNames[kOpKeys] = {
-    "step", "seq", "op", "ovl", "call", "dir", "thr", "depth", "sn", "scope", "node", "in", "out"};
+constexpr std::string_view kOpKeyNames[kOpKeys] = {"step",  "seq",  "op",    "ovl", "call",
+                                                   "dir",   "thr",  "depth", "sn",  "grad",
+                                                   "scope", "node", "in",    "out"};
 
 constexpr json::KeyLiteral kOpKeyLiterals[kOpKeys] = {
-    json::KeyLiteral("step"),  json::KeyLiteral("seq"),   json::KeyLiteral("op"),
-    json::KeyLiteral("ovl"),   json::KeyLiteral("call"),  json::KeyLiteral("dir"),
-    json::KeyLiteral("thr"),   json::KeyLiteral("depth"), json::KeyLiteral("sn"),
-    json::KeyLiteral("scope"), json::KeyLiteral("node"),  json::KeyLiteral("in"),
-    json::KeyLiteral("out")};
+    json::KeyLiteral("step"), json::KeyLiteral("seq"),   json::KeyLiteral("op"),
+    json::KeyLiteral("ovl"),  json::KeyLiteral("call"),  json::KeyLiteral("dir"),
+    json::KeyLiteral("thr"),  json::KeyLiteral("depth"), json::KeyLiteral("sn"),
+    json::KeyLiteral("grad"), json::KeyLiteral("scope"), json::KeyLiteral("node"),
+    json::KeyLiteral("in"),   json::KeyLiteral("out")};
 
 int next_op_key(Cursor& c, int& expected) {
-  for (int i = expected; i < kOpKeys && i < expected + 3; ++i) {
+  for (int i = expected; i < kOpKeys && i < expected + 4; ++i) {
     if (c.match(kOpKeyLiterals[i])) {
       expected = i + 1;
       return i;
@@ -408,6 +410,12 @@ bool op_value(Cursor& c, int id, OpRecord& r) {
       return c.int32(r.depth);
     case kSn:
       return c.int64(r.seqnr);
+    case kGrad: {
+      bool on = true;
+      if (!c.boolean(on)) return false;
+      r.grad = on;
+      return true;
+    }
     case kScope:
       return c.string(r.scope);
     case kNode:
@@ -466,6 +474,11 @@ bool parse_op_fast(Cursor& c, OpRecord& r) {
   if (!c.uint32(r.thread)) return false;
   if (!c.token(",\"depth\":") || !c.int32(r.depth)) return false;
   if (!c.token(",\"sn\":") || !c.int64(r.seqnr)) return false;
+  if (c.token(",\"grad\":false")) {
+    r.grad = false;
+  } else {
+    r.grad.reset();
+  }
   if (c.token(",\"scope\":")) {
     if (!c.string(r.scope)) return false;
   } else {
@@ -493,6 +506,7 @@ bool parse_record(std::string_view line, OpRecord& out, std::string* error) {
   }
   out.step = out.seq = out.call = 0;
   out.seqnr = -1;
+  out.grad.reset();
   out.op.clear();
   out.overload.clear();
   out.scope.clear();

@@ -3,9 +3,12 @@
 #include <fmt/format.h>
 #include <zstd.h>
 
+#include <cctype>
+
 #include "precprobe/dump_format.h"
 #include "precprobe/error.h"
 #include "precprobe/reader.h"
+#include "precprobe/records.h"
 
 namespace precprobe {
 namespace {
@@ -20,6 +23,8 @@ void take(json& rest, const char* key, std::optional<T>& out) {
   if (it == rest.end()) return;
   if constexpr (std::is_same_v<T, std::string>) {
     if (!it->is_string()) return;
+  } else if constexpr (std::is_same_v<T, bool>) {
+    if (!it->is_boolean()) return;
   } else if constexpr (std::is_same_v<T, uint64_t>) {
     if (!it->is_number_unsigned()) return;
   } else {
@@ -87,6 +92,19 @@ std::string_view stream_file_name(StreamKind kind) noexcept {
   return "unknown.jsonl.zst";
 }
 
+bool is_loss_scalar(std::string_view name) noexcept {
+  const auto starts = [&](std::string_view p) { return name.substr(0, p.size()) == p; };
+  if (starts("check/") || starts("replicas/") || name == kAnomalyEventName) return false;
+  constexpr std::string_view kWord = "loss";
+  for (size_t i = 0; i + kWord.size() <= name.size(); ++i) {
+    size_t k = 0;
+    while (k < kWord.size() && std::tolower(static_cast<unsigned char>(name[i + k])) == kWord[k])
+      ++k;
+    if (k == kWord.size()) return true;
+  }
+  return false;
+}
+
 bool starts_with_zstd_frame(const unsigned char* bytes, size_t n) noexcept {
   if (n < 4) return false;
   const uint32_t m = static_cast<uint32_t>(bytes[0]) | static_cast<uint32_t>(bytes[1]) << 8 |
@@ -139,6 +157,7 @@ nlohmann::json RunMeta::to_json() const {
   put(j, "counters", counters);
   if (writer) j["writer"] = precprobe::to_json(*writer);
   put(j, "dropped", dropped);
+  put(j, "ops_grad_mode", ops_grad_mode);
   return j;
 }
 
@@ -167,6 +186,7 @@ RunMeta RunMeta::parse(const nlohmann::json& j, const std::string& file) {
   take(rest, "step", m.step);
   take(rest, "counters", m.counters);
   take(rest, "dropped", m.dropped);
+  take(rest, "ops_grad_mode", m.ops_grad_mode);
   if (auto w = rest.find("writer"); w != rest.end()) {
     m.writer = writer_counters(*w);
     if (m.writer) rest.erase(w);

@@ -263,6 +263,7 @@ RunMeta PrecisionDebugger::Impl::run_meta(bool final_meta) const {
   m.start_time = start_time;
   m.state = final_meta ? "stopped" : "running";
   m.step = step;
+  m.ops_grad_mode = true;  // the observer records each forward op's grad mode (OpRecord::grad)
   if (final_meta) {
     m.stop_time = utc_now();
     const DebuggerCounters c = counters();

@@ -236,6 +236,8 @@ std::unique_ptr<at::ObserverContext> Observer::on_op_start(const at::RecordFunct
         if (dir == Direction::kBackward) {
           h.node = ts.nodes.back().name;
           h.seqnr = ts.nodes.back().seqnr;
+        } else {
+          h.grad = grad_on;  // a training pass (on) or an evaluation/sampling pass (off)
         }
         ctx = std::make_unique<OpContext>();
         ctx->origin = info.name.c_str();

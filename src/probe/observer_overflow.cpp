@@ -127,6 +127,7 @@ void Observer::overflow_end(const at::RecordFunction& fn, at::ObserverContext* c
       h.node = ts.nodes.back().name;
       h.seqnr = ts.nodes.back().seqnr;
     }
+    if (c->dir == Direction::kForward) h.grad = c->grad_on;
     if (c->dir == Direction::kForward && c->grad_on && any_requires_grad(inputs))
       h.seqnr = fn.seqNr();
     for (size_t i = 0; i < inputs.size(); ++i) {

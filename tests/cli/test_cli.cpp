@@ -9,7 +9,8 @@
 //
 // Split by topic: test_cli.cpp (tool, errors, summary, overflow), test_cli_compare.cpp,
 // test_cli_history_export.cpp (scale, grads, export), test_cli_report_check.cpp (report,
-// check, format versions); shared helpers in cli_test_util.h.
+// check, format versions), test_cli_summary_verdict.cpp (summary's verdict lines on dumps
+// written here); shared helpers in cli_test_util.h.
 #include "cli/cli_test_util.h"
 
 using namespace precprobe::cli_test;  // NOLINT(google-build-using-namespace): test helpers

@@ -151,19 +151,32 @@ TEST_CASE("checklist: class imbalance", "[checklist]") {
   CHECK(run_checklist(d).find("data.class_imbalance")->figures[4].second == Approx(32.0));
 }
 
-TEST_CASE("checklist: inputs not normalised", "[checklist]") {
-  DumpData ok = clean_run(), raw;
-  CHECK(verdict(ok, "data.inputs_not_normalised") == Verdict::kOk);
-  // Fashion-MNIST scaled to [0, 1]: mean 0.286, std 0.353.
+// One-channel batches of images with this mean and std (what observe_batch records).
+DumpData pixels(double mean, double std) {
+  DumpData d;
   for (int64_t s = 0; s < 5; ++s) {
     BatchSpec b;
     b.step = s;
-    b.mean = 0.286;
-    b.std = 0.353;
+    b.mean = mean;
+    b.std = std;
     b.labels = mixed(int(s));
-    batch(raw, b);
+    batch(d, b);
   }
-  CHECK(verdict(raw, "data.inputs_not_normalised") == Verdict::kProblem);
+  return d;
+}
+
+const CheckItem& normalised_item(const ChecklistResult& r) {
+  const CheckItem* c = r.find("data.inputs_not_normalised");
+  REQUIRE(c != nullptr);
+  INFO(c->evidence);
+  return *c;
+}
+
+TEST_CASE("checklist: inputs not normalised", "[checklist]") {
+  DumpData ok = clean_run();
+  CHECK(verdict(ok, "data.inputs_not_normalised") == Verdict::kOk);
+  // Raw Fashion-MNIST pixels, 0..255: mean 72.9, std 90.0 (root mean square 116).
+  CHECK(verdict(pixels(72.9, 90.0), "data.inputs_not_normalised") == Verdict::kProblem);
   // Pooled std: batch means 0.5 and -0.5 with std 0.6 each -> sqrt(0.36 + 0.25) = 0.781.
   DumpData pooled;
   for (int64_t s = 0; s < 2; ++s) {
@@ -179,6 +192,62 @@ TEST_CASE("checklist: inputs not normalised", "[checklist]") {
   CHECK(c->verdict == Verdict::kOk);
   CHECK(c->figures[0].second == Approx(0.0).margin(1e-12));
   CHECK(c->figures[1].second == Approx(std::sqrt(0.61)));
+}
+
+// Issue 26: a scale that trains is not a problem, even when not standardised exactly.
+TEST_CASE("checklist: [0, 1] pixels and MNIST's constants on Fashion-MNIST are not a problem",
+          "[checklist]") {
+  // Fashion-MNIST scaled to [0, 1]: mean 0.286, std 0.353. (A problem before issue 26.)
+  const ChecklistResult unit = run_checklist(pixels(0.286, 0.353));
+  const CheckItem& u = normalised_item(unit);
+  CHECK(u.verdict == Verdict::kOk);
+  CHECK_THAT(u.evidence, Catch::Matchers::ContainsSubstring("not a problem"));
+  CHECK_THAT(u.evidence, Catch::Matchers::ContainsSubstring("mean 0.286"));
+  // Normalised with MNIST's constants, (x - 0.1307) / 0.3081: mean 0.504, std 1.146, a
+  // centring off by 0.44 std.
+  const ChecklistResult mnist = run_checklist(pixels(0.504, 1.146));
+  const CheckItem& m = normalised_item(mnist);
+  CHECK(m.verdict == Verdict::kOk);
+  CHECK(m.figures[0].second == Approx(0.504));
+  CHECK(m.figures[1].second == Approx(1.146));
+  CHECK_THAT(m.evidence, Catch::Matchers::ContainsSubstring("mean 0.504 is 0.44 std off centre"));
+  CHECK_THAT(m.evidence, Catch::Matchers::ContainsSubstring("not a problem"));
+}
+
+TEST_CASE("checklist: tabular features spanning orders of magnitude", "[checklist]") {
+  // Per feature, as observe_batch records [N, F] inputs: feature j uniform in [0, scale_j]
+  // (mean s/2, std s/sqrt(12)), Boston housing's ranges (regression_diverge.cpp).
+  const std::vector<double> boston = {89, 100, 28, 1, 0.9, 8.8, 100, 12, 24, 711, 22, 397, 38};
+  auto features = [](const std::vector<std::pair<double, double>>& mean_std) {
+    DumpData d;
+    for (int64_t s = 0; s < 5; ++s) {
+      BatchSpec b;
+      b.step = s;
+      b.mean = mean_std[0].first;
+      b.std = mean_std[0].second;
+      b.labels = mixed(int(s));
+      batch(d, b);
+      for (size_t f = 1; f < mean_std.size(); ++f) {
+        scalar(d, s, std::string(cs::kChannelMean) + std::to_string(f), mean_std[f].first);
+        scalar(d, s, std::string(cs::kChannelStd) + std::to_string(f), mean_std[f].second);
+      }
+    }
+    return d;
+  };
+  std::vector<std::pair<double, double>> raw;
+  for (double scale : boston) raw.emplace_back(scale / 2, scale / std::sqrt(12.0));
+  const ChecklistResult r = run_checklist(features(raw));
+  const CheckItem& c = normalised_item(r);
+  CHECK(c.verdict == Verdict::kProblem);
+  CHECK_THAT(c.evidence, Catch::Matchers::ContainsSubstring("ch9 mean 356"));  // TAX
+  // Each feature within the unit scale, but 0.005 next to 8: 1600x apart.
+  const ChecklistResult spread = run_checklist(features({{0, 8}, {0.002, 0.005}, {0, 1}}));
+  const CheckItem& sp = normalised_item(spread);
+  CHECK(sp.verdict == Verdict::kProblem);
+  CHECK_THAT(sp.evidence, Catch::Matchers::ContainsSubstring("orders of magnitude"));
+  // Standardised features: ok.
+  CHECK(normalised_item(run_checklist(features({{0, 1}, {0.1, 0.9}, {-0.2, 1.2}}))).verdict ==
+        Verdict::kOk);
 }
 
 TEST_CASE("checklist: no shuffling", "[checklist]") {

@@ -2,7 +2,9 @@
 // conv -> batch_norm -> linear -> cross_entropy classifier as the op observer records it,
 // healthy, then with each fault planted; the item's verdict must flip.
 #include <cmath>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "precprobe/checklist.h"
@@ -68,8 +70,9 @@ OpRecord record(int64_t step, int64_t seq, const char* name, std::vector<Arg> in
 
 struct StepSpec {
   double input_mean = 0, input_std = 1;
-  bool train = true;        // grad mode on and a backward pass
-  bool bn_training = true;  // batch_norm's `training` argument
+  std::optional<std::pair<double, double>> input_range;  // min, max (else mean -+ 2 std)
+  bool train = true;                                     // grad mode on and a backward pass
+  bool bn_training = true;                               // batch_norm's `training` argument
   double loss = 1.0;
   double label_min = 0, label_max = 9;
 };
@@ -87,9 +90,10 @@ void step_ops(DumpData& d, int64_t step, const StepSpec& s, double w_scale = 0.1
   d.ops.push_back(record(step, seq++, "aten::t",
                          {arg(tensor("Float", {16, 8}, 0, w_scale, "fc.weight"))},
                          {arg(tensor("Float", {8, 16}, 0, w_scale, "fc.weight"))}));
+  TensorStats x = tensor("Float", {64, 1, 28, 28}, s.input_mean, s.input_std);
+  if (s.input_range) std::tie(x.min, x.max) = *s.input_range;
   d.ops.push_back(record(step, seq++, "aten::conv2d",
-                         {arg(tensor("Float", {64, 1, 28, 28}, s.input_mean, s.input_std)),
-                          arg(tensor("Float", {8, 1, 3, 3}, 0, w_scale, "conv.weight")),
+                         {arg(x), arg(tensor("Float", {8, 1, 3, 3}, 0, w_scale, "conv.weight")),
                           arg(tensor("Float", {8}, 0, w_scale, "conv.bias")), value("[1,1]")},
                          {out({64, 8, 28, 28})}));
   d.ops.push_back(
@@ -310,4 +314,179 @@ TEST_CASE("checklist from records: class balance from the loss target's histogra
       if (op.op == "aten::cross_entropy_loss" && op.step == 5) op.inputs[1].tensor->hist.clear();
     CHECK(verdict(d, "data.class_imbalance") == Verdict::kNotApplicable);
   }
+}
+
+namespace {
+
+// One step of PyTorch's MNIST CNN (tests/check/tutorial_cnn.cpp: conv2d -> feature_dropout ->
+// addmm -> dropout -> nll_loss) as the op observer records it: a training pass (gradients on,
+// dropout in train mode) and its backward; with `eval_train` an evaluation pass inside the
+// same step too (NoGradGuard, dropout's `train` argument = *eval_train), as a loop that
+// evaluates every N steps runs it. `grad_recorded`: the records carry their grad mode
+// (OpRecord::grad), as the debugger writes them since issue 26; else the dump of an older one.
+void cnn_step(DumpData& d, int64_t step, std::optional<bool> eval_train, bool grad_recorded) {
+  int64_t seq = 0;
+  auto pass = [&](bool grad, bool train) {
+    auto act = [&](std::vector<int64_t> shape) {
+      TensorStats t = tensor("Float", std::move(shape), 0.1, 1.0);
+      t.requires_grad = grad;
+      return arg(t);
+    };
+    auto add = [&](const char* op, std::vector<Arg> in, std::vector<Arg> out) {
+      OpRecord r = record(step, seq++, op, std::move(in), std::move(out));
+      if (grad_recorded) r.grad = grad;
+      d.ops.push_back(std::move(r));
+    };
+    add("aten::conv2d",
+        {arg(tensor("Float", {64, 1, 28, 28}, 0, 1)),
+         arg(tensor("Float", {10, 1, 5, 5}, 0, 0.1, "conv1.weight"))},
+        {act({64, 10, 24, 24})});
+    add("aten::feature_dropout",
+        {act({64, 20, 8, 8}), value("0.5"), value(train ? "true" : "false")},
+        {act({64, 20, 8, 8})});
+    add("aten::addmm",
+        {arg(tensor("Float", {50}, 0, 0.1, "fc1.bias")), act({64, 320}),
+         arg(tensor("Float", {320, 50}, 0, 0.1, "fc1.weight"))},
+        {act({64, 50})});
+    add("aten::dropout", {act({64, 50}), value("0.5"), value(train ? "true" : "false")},
+        {act({64, 50})});
+  };
+  pass(true, true);
+  TensorStats loss = tensor("Float", {}, 1.0 - 0.02 * double(step), 0);
+  loss.requires_grad = true;
+  OpRecord l =
+      record(step, seq++, "aten::nll_loss_nd", {arg(tensor("Float", {64, 10}, 0, 1))}, {arg(loss)});
+  if (grad_recorded) l.grad = true;
+  d.ops.push_back(l);
+  d.ops.push_back(record(step, seq++, "aten::mul", {}, {}, Direction::kBackward));
+  if (eval_train) pass(false, *eval_train);
+}
+
+DumpData cnn_run(std::optional<bool> eval_train, bool grad_recorded = true) {
+  DumpData d;
+  for (int64_t s = 0; s < 30; ++s)
+    cnn_step(d, s, s % 10 == 9 ? eval_train : std::nullopt, grad_recorded);
+  return d;
+}
+
+CheckItem item_in(const DumpData& d, std::string_view id) {
+  const ChecklistResult r = run_checklist(d);
+  return item_of(r, id);
+}
+
+}  // namespace
+
+TEST_CASE("checklist from records: an evaluation inside a training step", "[checklist][records]") {
+  SECTION("done right (gradients off, model.eval()): ok") {
+    const CheckItem c = item_in(cnn_run(false), "api.train_eval_mode");
+    INFO(c.evidence);
+    CHECK(c.verdict == Verdict::kOk);  // before issue 26: 3 training passes in eval mode
+    CHECK(figure_of(c, "train_batches") == 30);
+    CHECK(figure_of(c, "eval_batches") == 3);
+    CHECK(figure_of(c, "grad_recorded_ops") == 30 * 2 + 3 * 2);
+    CHECK_THAT(c.evidence, Catch::Matchers::ContainsSubstring("grad mode recorded with each op"));
+  }
+  SECTION("the model left in train mode: problem") {
+    const CheckItem c = item_in(cnn_run(true), "api.train_eval_mode");
+    INFO(c.evidence);
+    CHECK(c.verdict == Verdict::kProblem);  // before issue 26: ok
+    CHECK(figure_of(c, "eval_in_train_mode") == 3);
+    CHECK_THAT(c.evidence,
+               Catch::Matchers::ContainsSubstring("3 of 3 evaluation passes (gradients off) ran "
+                                                  "aten::feature_dropout in training mode"));
+    CHECK_THAT(c.evidence, Catch::Matchers::ContainsSubstring("first at step 9"));
+  }
+  SECTION("training passes with dropout in eval mode are still a problem") {
+    DumpData d = cnn_run(false);
+    for (OpRecord& op : d.ops)
+      if (op.step == 4 && op.op == "aten::dropout") op.inputs[2].value = "false";
+    const CheckItem c = item_in(d, "api.train_eval_mode");
+    CHECK(c.verdict == Verdict::kProblem);
+    CHECK(figure_of(c, "train_in_eval_mode") == 1);
+  }
+  SECTION("no evaluation: ok") {
+    CHECK(item_in(cnn_run(std::nullopt), "api.train_eval_mode").verdict == Verdict::kOk);
+  }
+  SECTION("a dump without the grad mode: inferred, as before") {
+    const CheckItem c = item_in(cnn_run(true, false), "api.train_eval_mode");
+    CHECK(figure_of(c, "grad_recorded_ops") == 0);
+    CHECK_THAT(c.evidence, Catch::Matchers::ContainsSubstring("inferred from requires_grad"));
+  }
+}
+
+TEST_CASE("checklist from records: the model's input is a training pass's, not a sample's",
+          "[checklist][records]") {
+  // A VAE on [0, 1] pixels that samples at the start of some steps: decode(z) of z ~ N(0, 1)
+  // under NoGradGuard (largest |z| 3.4) runs before the step's training forward.
+  for (bool grad_recorded : {true, false}) {
+    INFO("grad mode recorded: " << grad_recorded);
+    DumpData d;
+    for (int64_t s = 0; s < 12; ++s) {
+      int64_t seq = 0;
+      auto add = [&](OpRecord r, bool grad) {
+        r.seq = seq++;
+        if (grad_recorded) r.grad = grad;
+        d.ops.push_back(std::move(r));
+      };
+      if (s % 4 == 0) {
+        TensorStats z = tensor("Float", {64, 20}, 0, 1);
+        z.min = -3.4;
+        z.max = 3.1;
+        add(record(s, 0, "aten::linear",
+                   {arg(z), arg(tensor("Float", {400, 20}, 0, 0.1, "fc4.weight"))},
+                   {arg(tensor("Float", {64, 400}, 0, 1))}),
+            false);
+      }
+      TensorStats x = tensor("Float", {64, 784}, 0.13, 0.31);
+      x.min = 0;
+      x.max = 1;
+      TensorStats h = tensor("Float", {64, 400}, 0, 1);
+      h.requires_grad = true;
+      add(record(s, 0, "aten::linear",
+                 {arg(x), arg(tensor("Float", {400, 784}, 0, 0.1, "fc1.weight"))}, {arg(h)}),
+          true);
+      add(record(s, 0, "aten::mul", {}, {}, Direction::kBackward), true);
+    }
+    const CheckItem c = item_in(d, "data.inputs_not_normalised");
+    INFO(c.evidence);
+    CHECK(c.verdict == Verdict::kOk);             // [0, 1] pixels
+    CHECK(figure_of(c, "mean") == Approx(0.13));  // not z's 0
+    CHECK(figure_of(c, "abs_max") == 1.0);        // not z's 3.4
+    CHECK(figure_of(c, "steps") == 12);
+    CHECK_THAT(c.evidence, Catch::Matchers::ContainsSubstring("values in [0, 1]"));
+  }
+}
+
+TEST_CASE("checklist from records: normalisation judged by what hurts training",
+          "[checklist][records]") {
+  auto with_input = [](double mean, double std, std::optional<std::pair<double, double>> range) {
+    StepSpec s;
+    s.input_mean = mean;
+    s.input_std = std;
+    s.input_range = range;
+    return item_in(records_run(12, s), "data.inputs_not_normalised");
+  };
+  // Raw 0..255 Fashion-MNIST pixels.
+  const CheckItem raw = with_input(72.9, 90.0, std::pair{0.0, 255.0});
+  CHECK(raw.verdict == Verdict::kProblem);
+  CHECK(figure_of(raw, "rms") == Approx(std::hypot(72.9, 90.0)));
+  // [0, 1] pixels: not a problem, said with the figures.
+  const CheckItem unit = with_input(0.286, 0.353, std::pair{0.0, 1.0});
+  INFO(unit.evidence);
+  CHECK(unit.verdict == Verdict::kOk);
+  CHECK_THAT(unit.evidence, Catch::Matchers::ContainsSubstring(
+                                "values in [0, 1], not standardised (mean 0.286 is 0.81 std off "
+                                "centre, std 0.353)"));
+  // Fashion-MNIST normalised with MNIST's constants: mean 0.504, std 1.146.
+  const CheckItem mnist = with_input(0.504, 1.146, std::pair{-0.424, 2.82});
+  INFO(mnist.evidence);
+  CHECK(mnist.verdict == Verdict::kOk);
+  CHECK(figure_of(mnist, "mean") == Approx(0.504));
+  CHECK(figure_of(mnist, "std") == Approx(1.146));
+  CHECK_THAT(mnist.evidence,
+             Catch::Matchers::ContainsSubstring("mean 0.504 is 0.44 std off centre, std 1.15"));
+  CHECK_THAT(mnist.evidence, Catch::Matchers::ContainsSubstring("not a problem"));
+  // Standardised.
+  CHECK_THAT(with_input(0, 1, std::nullopt).evidence,
+             Catch::Matchers::ContainsSubstring("inputs standardised"));
 }

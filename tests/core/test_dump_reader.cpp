@@ -1,9 +1,11 @@
 // DumpReader: rank discovery, meta.json checks, filters, bad lines and truncated streams.
 #include <filesystem>
 #include <map>
+#include <optional>
 
 #include "core/temp_dir.h"
 #include "frame_stream.h"
+#include "precprobe/dump_format.h"
 #include "precprobe/error.h"
 #include "precprobe/reader.h"
 #include "precprobe/writer.h"
@@ -265,4 +267,38 @@ TEST_CASE("bad lines are skipped and counted, a truncated tail is reported", "[d
   CHECK_FALSE(g.present);
   CHECK_FALSE(g.truncated);
   CHECK(g.path == rank_dir + "/grads.jsonl.zst");
+}
+
+TEST_CASE("an absent grad mode reads as on only where meta.json says the ops carry it",
+          "[dump_reader]") {
+  TempDir tmp("reader_grad");
+  for (bool marked : {true, false}) {
+    const std::string dir = (tmp.path() / (marked ? "new" : "old") / "rank0").string();
+    {
+      WriterOptions o;
+      o.dir = dir;
+      DumpWriter w(o);
+      RunMeta meta;
+      meta.format_version = 2;
+      if (marked) meta.ops_grad_mode = true;
+      w.write_meta(meta);
+      for (int i = 0; i < 3; ++i) {
+        OpRecord r;
+        r.seq = i;
+        r.op = "aten::dropout";
+        if (i == 1) r.grad = false;                // an evaluation pass
+        if (i == 2) r.dir = Direction::kBackward;  // backward ops carry none
+        w.submit(std::move(r));
+      }
+    }
+    DumpReader reader((tmp.path() / (marked ? "new" : "old")).string());
+    CHECK(reader.ranks().front().meta->ops_grad_mode ==
+          (marked ? std::optional<bool>(true) : std::nullopt));
+    const std::vector<OpRecord> ops = reader.ops();
+    REQUIRE(ops.size() == 3);
+    INFO("meta.json marked: " << marked);
+    CHECK(ops[0].grad == (marked ? std::optional<bool>(true) : std::nullopt));
+    CHECK(ops[1].grad == false);
+    CHECK_FALSE(ops[2].grad.has_value());
+  }
 }

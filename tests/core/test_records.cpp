@@ -375,6 +375,7 @@ TEST_CASE("the fast paths and the general parser read the same records", "[recor
     if (r.dir == Direction::kBackward) r.node = "MulBackward0";
     r.thread = static_cast<uint32_t>(i % 4);
     r.depth = i % 3;
+    if (i % 4 == 1) r.grad = false;
     if (i % 11 == 0) r.inputs.clear();
     if (i % 13 == 0) r.outputs.push_back(Arg{std::nullopt, "\"mean\""});
     for (auto* args : {&r.inputs, &r.outputs}) {
@@ -447,4 +448,33 @@ TEST_CASE("op record: parsing reuses the output and resets absent fields", "[rec
   // Escapes the writer never produces are still decoded.
   REQUIRE(parse_record(R"({"op":"a\u00e9\ud83d\ude00\/\b"} )", out));
   CHECK(out.op == "a\xc3\xa9\xf0\x9f\x98\x80/\b");
+}
+
+TEST_CASE("op record: the grad mode is written only when off", "[records]") {
+  OpRecord r;
+  r.op = "aten::dropout";
+  std::string on, off, unknown;
+  r.grad = true;
+  append_json(r, on);
+  r.grad = false;
+  append_json(r, off);
+  r.grad.reset();
+  append_json(r, unknown);
+  CHECK(on == unknown);  // on is the common case: nothing written
+  CHECK(on.find("grad") == std::string::npos);
+  CHECK(off ==
+        R"({"step":0,"seq":0,"op":"aten::dropout","call":0,"dir":"forward","thr":0,"depth":0,)"
+        R"("sn":-1,"grad":false,"in":[],"out":[]})"
+        "\n");
+  OpRecord back;
+  REQUIRE(parse_record(off, back));
+  CHECK(back.grad == false);
+  REQUIRE(parse_record(on, back));     // resets what the last line set
+  CHECK_FALSE(back.grad.has_value());  // absent: unknown to a line alone
+  // Any key order, and "grad":true from another writer.
+  REQUIRE(parse_record(R"({"grad":true,"op":"aten::x"})", back));
+  CHECK(back.grad == true);
+  REQUIRE(parse_record(R"({"op":"aten::x", "grad" : false})", back));
+  CHECK(back.grad == false);
+  CHECK_FALSE(parse_record(R"({"op":"aten::x","grad":0})", back));
 }

@@ -523,3 +523,67 @@ TEST_CASE("start seeds when the config names a seed and forces dropout to p=0",
   CHECK(meta.find("\"seed_report\"") != std::string::npos);
   CHECK(meta.find("4321") != std::string::npos);
 }
+
+TEST_CASE("forward ops carry their grad mode: an evaluation inside a step is told apart",
+          "[debugger][checklist]") {
+  struct DropNet : torch::nn::Module {
+    DropNet() {
+      fc1 = register_module("fc1", torch::nn::Linear(4, 8));
+      fc2 = register_module("fc2", torch::nn::Linear(8, 2));
+    }
+    torch::Tensor forward(const torch::Tensor& x) {
+      return fc2(torch::dropout(torch::relu(fc1(x)), 0.5, is_training()));
+    }
+    torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+  };
+  // 12 training steps; at steps 4 and 9 an evaluation under NoGradGuard inside the step, with
+  // model->eval() or (the planted bug) without.
+  auto run = [](bool eval_mode, TempDir& dir) {
+    torch::manual_seed(0);
+    auto net = std::make_shared<DropNet>();
+    torch::optim::SGD opt(net->parameters(), 0.01);
+    PrecisionDebugger dbg(options_in(dir));
+    dbg.start(net);
+    for (int step = 0; step < 12; ++step) {
+      auto loss = torch::mse_loss(net->forward(torch::randn({16, 4})), torch::zeros({16, 2}));
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+      if (step % 5 == 4) {
+        torch::NoGradGuard no_grad;
+        if (eval_mode) net->eval();
+        net->forward(torch::randn({32, 4}));
+        net->train();
+      }
+      dbg.step();
+    }
+    dbg.stop();
+  };
+  TempDir good("dbg_grad_mode"), bad("dbg_grad_mode_bad");
+  run(true, good);
+  run(false, bad);
+  DumpReader reader(good.path().string());
+  CHECK(reader.ranks().front().meta->ops_grad_mode == true);
+  const auto ops = reader.ops();
+  const auto drops = with_name(ops, "aten::dropout");
+  REQUIRE(drops.size() == 12 + 2);
+  int64_t off = 0;
+  for (const OpRecord& r : drops) {
+    REQUIRE(r.grad.has_value());
+    off += *r.grad ? 0 : 1;
+    if (!*r.grad) CHECK(r.inputs[2].value == "false");  // model.eval() ran
+  }
+  CHECK(off == 2);
+  for (const OpRecord& r : ops)
+    if (r.dir == Direction::kBackward) CHECK_FALSE(r.grad.has_value());
+  const auto mode = [](TempDir& dir) {
+    DumpReader r(dir.path().string());
+    const ChecklistResult c = run_checklist(r);
+    const CheckItem* item = c.find("api.train_eval_mode");
+    REQUIRE(item != nullptr);
+    INFO(item->evidence);
+    return item->verdict;
+  };
+  CHECK(mode(good) == Verdict::kOk);
+  CHECK(mode(bad) == Verdict::kProblem);
+}

@@ -107,8 +107,69 @@ void print_anomalies(const SummaryResult& s, const Terminal& term) {
             << '\n';
 }
 
-// The answer first: what was recorded, where the first NaN/Inf came from, the loss, the
-// anomalies and the checklist's problems, and whether data was lost.
+// The loss, first -> last: each loss the user logged (names shown unless the one is "loss"),
+// else the loss op's output the checklist judged.
+void print_losses(const SummaryResult& s, const ChecklistResult& check, const Terminal& term) {
+  const CheckItem* item = check.find("hp.loss_trend");
+  const Tone tone =
+      item != nullptr && item->verdict == Verdict::kProblem ? Tone::kRed : Tone::kPlain;
+  auto line = [&](const std::string& name, double first, auto first_step, double last,
+                  auto last_step, std::optional<double> bad) {
+    std::string text =
+        fmt::format("loss          {}{:.4g} (step {}) -> {:.4g} (step {})",
+                    name.empty() ? "" : name + " ", first, first_step, last, last_step);
+    if (bad) text += fmt::format(", first non-finite at step {}", *bad);
+    std::cout << paint(term, tone, text) << '\n';
+  };
+  if (!s.losses.empty()) {
+    const bool plain = s.losses.size() == 1 && s.losses[0].name == check_scalar::kLoss;
+    constexpr size_t kShown = 4;
+    for (size_t i = 0; i < s.losses.size() && i < kShown; ++i) {
+      const LossSummary& l = s.losses[i];
+      std::optional<double> bad;
+      if (l.nonfinite_step) bad = double(*l.nonfinite_step);
+      line(plain ? std::string() : l.name, l.first_value, l.first_step, l.last_value, l.last_step,
+           bad);
+    }
+    if (s.losses.size() > kShown)
+      std::cout << paint(term, Tone::kDim,
+                         fmt::format("              ({} losses in all: --json \"losses\")",
+                                     s.losses.size()))
+                << '\n';
+    return;
+  }
+  const auto first = figure(item, "first_value"), last = figure(item, "last_value");
+  if (first && last) {
+    line("", *first, *figure(item, "first_step"), *last, *figure(item, "last_step"),
+         figure(item, "nonfinite_step"));
+  }
+}
+
+void print_replicas(const SummaryResult& s, const Terminal& term) {
+  const ReplicaSummary& rep = s.replicas;
+  if (rep.checks == 0) return;
+  if (rep.failed_checks == 0) {
+    std::cout << paint(term, Tone::kGreen,
+                       fmt::format("replicas      {} checks, all consistent", rep.checks))
+              << '\n';
+    return;
+  }
+  std::string names;
+  for (size_t i = 0; i < rep.mismatched.size() && i < 8; ++i)
+    names += (i ? ", " : "") + rep.mismatched[i];
+  if (rep.mismatched.size() > 8) names += fmt::format(", ... ({} in all)", rep.mismatched.size());
+  if (rep.structure_differs)
+    names += (names.empty() ? "" : "; ") + std::string("structure differs");
+  std::cout << paint(term, Tone::kRed,
+                     fmt::format("replicas      {} of {} checks found ranks out of sync (first "
+                                 "at step {}): {}",
+                                 rep.failed_checks, rep.checks, *rep.first_failed_step, names))
+            << '\n';
+}
+
+// The answer first: what was recorded, where the first NaN/Inf came from, the losses, the
+// replayed anomalies, watchpoint hits, bad gradients, the checklist's problems, and whether
+// data was lost.
 void print_verdict(const SummaryResult& s, const ChecklistResult& check, const Terminal& term) {
   std::cout << paint(term, Tone::kBold, "dump          " + s.path) << '\n';
   if (s.step_min) {
@@ -129,36 +190,34 @@ void print_verdict(const SummaryResult& s, const ChecklistResult& check, const T
     std::cout << paint(term, Tone::kGreen, "NaN/Inf       none in the op records") << '\n';
   }
   print_anomalies(s, term);
-  const CheckItem* loss = check.find("hp.loss_trend");
-  const auto first = figure(loss, "first_value"), last = figure(loss, "last_value");
-  if (first && last) {
-    std::string line = fmt::format("loss          {:.4g} (step {}) -> {:.4g} (step {})", *first,
-                                   *figure(loss, "first_step"), *last, *figure(loss, "last_step"));
-    if (const auto bad = figure(loss, "nonfinite_step"))
-      line += fmt::format(", first non-finite at step {}", *bad);
-    std::cout << paint(term, loss->verdict == Verdict::kProblem ? Tone::kRed : Tone::kPlain, line)
-              << '\n';
-  }
-  std::vector<std::string> anomalies;
+  print_losses(s, check, term);
+  // Anomalies are the replayed bad steps only; the other signals have lines of their own.
+  std::cout << paint(term, s.anomalies.empty() ? Tone::kGreen : Tone::kRed,
+                     "anomalies     " + (s.anomalies.empty() ? std::string("none")
+                                                             : fmt::format("{} replayed step(s) "
+                                                                           "(above)",
+                                                                           s.anomalies.size())))
+            << '\n';
   if (!s.watch_hits.empty()) {
     int64_t hits = 0;
     for (const WatchHitCount& h : s.watch_hits) hits += h.count;
-    const WatchHitCount& h = s.watch_hits.front();
-    anomalies.push_back(fmt::format("{} watchpoint hits ({} {} at step {}{})", hits, h.param,
-                                    h.watch, h.first_step, s.watch_hits.size() > 1 ? ", ..." : ""));
+    const WatchHitCount& h = s.watch_hits.front();  // the earliest (summarize_dump's order)
+    std::cout << paint(term, Tone::kYellow,
+                       fmt::format("watchpoints   {} hits (earliest: {} {} at step {})", hits,
+                                   h.param, h.watch, h.first_step))
+              << '\n';
+  } else if (s.grad_records > 0) {
+    std::cout << paint(term, Tone::kGreen, "watchpoints   none") << '\n';
   }
-  if (!s.anomalies.empty())
-    anomalies.push_back(fmt::format("{} replayed step(s) (above)", s.anomalies.size()));
+  std::vector<std::string> grads;
   if (s.nonfinite_grad_records > 0)
-    anomalies.push_back(fmt::format("{} gradient records with NaN/Inf", s.nonfinite_grad_records));
-  if (s.scaler.skipped > 0) anomalies.push_back(fmt::format("{} skipped steps", s.scaler.skipped));
-  if (s.replicas.failed_checks > 0)
-    anomalies.push_back(fmt::format("{} failed replica checks", s.replicas.failed_checks));
-  std::cout << paint(term, anomalies.empty() ? Tone::kGreen : Tone::kYellow,
-                     "anomalies     " + (anomalies.empty()
-                                             ? std::string("none")
-                                             : fmt::format("{}", fmt::join(anomalies, "; "))))
-            << '\n';
+    grads.push_back(fmt::format("{} records with NaN/Inf", s.nonfinite_grad_records));
+  if (s.scaler.skipped > 0)
+    grads.push_back(fmt::format("{} step(s) skipped by the GradScaler", s.scaler.skipped));
+  if (!grads.empty())
+    std::cout << paint(term, Tone::kYellow, fmt::format("gradients     {}", fmt::join(grads, "; ")))
+              << '\n';
+  if (s.replicas.failed_checks > 0) print_replicas(s, term);
   const auto causes = check.problems_by_cause();
   if (causes.empty()) {
     std::cout << paint(term, Tone::kGreen,
@@ -224,9 +283,6 @@ void print_summary(const SummaryResult& s, bool verbose, const Terminal& term) {
   } else {
     std::cout << paint(term, Tone::kGreen, "non-finite    none in op outputs") << '\n';
   }
-  if (s.nonfinite_grad_records > 0)
-    std::cout << fmt::format("grads         {} records with non-finite gradients\n",
-                             s.nonfinite_grad_records);
   if (!s.watch_hits.empty() && verbose) {
     std::cout << "watchpoints:\n";
     Table t({"param", "watch", "hits", "first step"});
@@ -234,24 +290,7 @@ void print_summary(const SummaryResult& s, bool verbose, const Terminal& term) {
       t.add({h.param, h.watch, num(h.count), num(h.first_step)}, Tone::kYellow);
     t.print(std::cout, term, "    ");
   }
-  const ReplicaSummary& rep = s.replicas;
-  if (rep.checks > 0 && rep.failed_checks == 0) {
-    std::cout << paint(term, Tone::kGreen,
-                       fmt::format("replicas      {} checks, all consistent", rep.checks))
-              << '\n';
-  } else if (rep.checks > 0) {
-    std::string names;
-    for (size_t i = 0; i < rep.mismatched.size() && i < 8; ++i)
-      names += (i ? ", " : "") + rep.mismatched[i];
-    if (rep.mismatched.size() > 8) names += fmt::format(", ... ({} in all)", rep.mismatched.size());
-    if (rep.structure_differs)
-      names += (names.empty() ? "" : "; ") + std::string("structure differs");
-    std::cout << paint(term, Tone::kRed,
-                       fmt::format("replicas      {} of {} checks found ranks out of sync (first "
-                                   "at step {}): {}",
-                                   rep.failed_checks, rep.checks, *rep.first_failed_step, names))
-              << '\n';
-  }
+  if (s.replicas.failed_checks == 0) print_replicas(s, term);  // failures: in the verdict
   if (!verbose) {
     std::cout << paint(term, Tone::kDim,
                        "(--verbose: meta.json, engine counters, watchpoints, streams)")
@@ -295,8 +334,9 @@ void add_summary_command(CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember({"op", "module"}));
   cmd->footer(
       "The first lines are the verdict: what was recorded, the origin of the first NaN/Inf,\n"
-      "the replayed anomalies (\"record\": \"on_anomaly\"), the loss, anomalies, the checklist's "
-      "problems (precprobe check), lost data.\n\n"
+      "the replayed anomalies (\"record\": \"on_anomaly\"), the losses, anomalies (replayed steps "
+      "only), watchpoint hits (the earliest named), gradients with NaN/Inf and skipped steps, the "
+      "checklist's problems (precprobe check), lost data.\n\n"
       "Example:\n  precprobe summary ./precprobe_dump\n  precprobe summary ./precprobe_dump --by "
       "module\n  precprobe summary ./precprobe_dump --json | jq .scaler");
   cmd->callback([args, &exit_code] {

@@ -132,7 +132,7 @@ ChecklistResult build(const std::string& path, const std::vector<ScalarRecord>& 
              check_shuffling(o, rv),
              check_ignore_index(o, rv),
              check_lr(o),
-             check_loss(o, rv),
+             check_loss(o, rv, scaler),
              check_mode(o, rv, op_records),
              check_frozen(grads),
              check_init(o, rv),

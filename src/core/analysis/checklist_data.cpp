@@ -179,39 +179,75 @@ CheckItem check_imbalance(const Observed& o, const RecordsView& rv) {
   return judge_histogram(std::move(c), h, batches, "");
 }
 
+// Pooled over batches (or steps): mean of means; variance = mean of variances + variance of
+// the means.
+std::pair<double, double> pooled(const std::vector<std::pair<double, double>>& mean_std) {
+  const double n = double(mean_std.size());
+  double m = 0, var_in = 0;
+  for (const auto& [mean, sd] : mean_std) {
+    m += mean / n;
+    var_in += sd * sd / n;
+  }
+  double var_between = 0;
+  for (const auto& p : mean_std) var_between += (p.first - m) * (p.first - m) / n;
+  return {m, std::sqrt(var_in + var_between)};
+}
+
+double rms_of(double mean, double sd) { return std::sqrt(mean * mean + sd * sd); }
+
+bool standardised(double m, double sd) {
+  return std::fabs(m) <= kMaxAbsMean && sd >= kMinStd && sd <= kMaxStd;
+}
+
+// Why inputs within kMaxRms train: standardised, [0, 1] values, or how far off they are.
+std::string unit_scale_note(double m, double sd, bool zero_one) {
+  if (standardised(m, sd)) return "standardised (mean ~0, std ~1)";
+  const std::string off = sd > 0 ? fmt::format("mean {:.3g} is {:.2g} std off centre, std {:.3g}",
+                                               m, std::fabs(m) / sd, sd)
+                                 : fmt::format("mean {:.3g}, std 0", m);
+  return fmt::format(
+      "{}not standardised ({}) but on the unit scale (root mean square {:.3g} <= {}): not a "
+      "problem; standardising would centre them, it rarely changes the result",
+      zero_one ? "values in [0, 1], " : "", off, rms_of(m, sd), kMaxRms);
+}
+
 // Without observe_batch: the whole input tensor per step, pooled like the channels.
 CheckItem check_normalised_records(CheckItem c, const RecordsView& rv) {
   if (rv.inputs.empty()) return set(c, Verdict::kNotApplicable, kNoInput), c;
   const auto v = judged_inputs(rv);
-  double m = 0, var_in = 0, abs_max = 0;
+  std::vector<std::pair<double, double>> mean_std;
+  double abs_max = 0, lo = INFINITY, hi = -INFINITY;
   for (const auto& in : v) {
-    m += in.mean / double(v.size());
-    var_in += in.std * in.std / double(v.size());
+    mean_std.emplace_back(in.mean, in.std);
     abs_max = std::max(abs_max, in.abs_max);
+    lo = std::min(lo, in.min);
+    hi = std::max(hi, in.max);
   }
-  double var_between = 0;
-  for (const auto& in : v) var_between += (in.mean - m) * (in.mean - m) / double(v.size());
-  const double sd = std::sqrt(var_in + var_between);
-  c.figures = {{"mean", m}, {"std", sd}, {"abs_max", abs_max}, {"steps", double(v.size())}};
+  const auto [m, sd] = pooled(mean_std);
+  const double rms = rms_of(m, sd);
+  c.figures = {{"mean", m},  {"std", sd}, {"abs_max", abs_max}, {"steps", double(v.size())},
+               {"rms", rms}, {"min", lo}, {"max", hi}};
   const std::string seen = fmt::format(
       "mean {:.3g}, std {:.3g}, largest |x| {:.3g}; from {} "
       "(per channel with dbg.observe_batch)",
       m, sd, abs_max, input_source(rv));
-  if (std::fabs(m) > kMaxAbsMean || !(sd >= kMinStd && sd <= kMaxStd)) {
+  if (rms > kMaxRms) {
     set(c, Verdict::kProblem,
-        fmt::format("inputs outside |mean| <= {} and {} <= std <= {}: {}", kMaxAbsMean, kMinStd,
-                    kMaxStd, seen));
+        fmt::format("inputs far from the unit scale: root mean square {:.3g} > {} ({}): the "
+                    "first layer's outputs and its weights' gradients grow with the inputs; "
+                    "divide by the range (pixels: / 255) or standardise",
+                    rms, kMaxRms, seen));
   } else {
-    set(c, Verdict::kOk, "inputs within range: " + seen);
+    set(c, Verdict::kOk,
+        fmt::format("inputs {}: {}", unit_scale_note(m, sd, lo >= 0 && hi <= 1), seen));
   }
   return c;
 }
 
 CheckItem check_normalised(const Observed& o, const RecordsView& rv) {
-  CheckItem c =
-      item("data.inputs_not_normalised", "data", "inputs normalised (per-channel mean ~0, std ~1)");
+  CheckItem c = item("data.inputs_not_normalised", "data",
+                     "inputs on the unit scale (not raw values, features of one magnitude)");
   if (o.batches.empty()) return check_normalised_records(std::move(c), rv);
-  // Pooled over batches: mean of means; variance = mean of variances + variance of means.
   std::map<int64_t, std::vector<std::pair<double, double>>> per_channel;
   for (const Batch& b : o.batches)
     for (const auto& [ch, ms] : b.channels) per_channel[ch].push_back(ms);
@@ -220,32 +256,54 @@ CheckItem check_normalised(const Observed& o, const RecordsView& rv) {
                o.batches.empty() ? kNoBatches : "no floating-point input statistics observed"),
            c;
   }
-  std::vector<std::string> bad;
+  std::vector<std::pair<double, std::string>> off;  // (rms, text) beyond kMaxRms
   std::string shown;
+  bool all_standardised = true;
+  double rms_max = 0, rms_min = INFINITY;
+  int64_t min_ch = 0, max_ch = 0;
   for (const auto& [ch, v] : per_channel) {
-    double m = 0, var_in = 0;
-    for (const auto& p : v) {
-      m += p.first;
-      var_in += p.second * p.second;
-    }
-    m /= double(v.size());
-    var_in /= double(v.size());
-    double var_between = 0;
-    for (const auto& p : v) var_between += (p.first - m) * (p.first - m);
-    const double sd = std::sqrt(var_in + var_between / double(v.size()));
+    const auto [m, sd] = pooled(v);
+    const double rms = rms_of(m, sd);
     const std::string s = fmt::format("ch{} mean {:.3g} std {:.3g}", ch, m, sd);
-    if (std::fabs(m) > kMaxAbsMean || !(sd >= kMinStd && sd <= kMaxStd)) bad.push_back(s);
+    if (rms > kMaxRms) off.emplace_back(rms, s);
+    all_standardised = all_standardised && standardised(m, sd);
+    if (rms > rms_max) rms_max = rms, max_ch = ch;
+    if (rms > 0 && rms < rms_min) rms_min = rms, min_ch = ch;  // a constant 0 carries nothing
     if (ch < 4) shown += (shown.empty() ? "" : "; ") + s;
-    if (ch == 0) c.figures = {{"mean_ch0", m}, {"std_ch0", sd}};
+    if (ch == per_channel.begin()->first) c.figures = {{"mean_ch0", m}, {"std_ch0", sd}};
   }
+  const double spread = rms_min < INFINITY ? rms_max / rms_min : 1.0;
+  // The largest first: the feature to fix first.
+  std::stable_sort(off.begin(), off.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::string> bad;
+  for (auto& o : off) bad.push_back(std::move(o.second));
   c.figures.emplace_back("channels", double(per_channel.size()));
   c.figures.emplace_back("channels_off", double(bad.size()));
+  c.figures.emplace_back("rms_max", rms_max);
+  c.figures.emplace_back("spread", spread);
   if (!bad.empty()) {
     set(c, Verdict::kProblem,
-        fmt::format("{} of {} channels outside |mean| <= {} and {} <= std <= {}: {}", bad.size(),
-                    per_channel.size(), kMaxAbsMean, kMinStd, kMaxStd, join_first(bad, 3)));
+        fmt::format("{} of {} channels far from the unit scale (root mean square > {}): {}; "
+                    "divide by the range (pixels: / 255) or standardise",
+                    bad.size(), per_channel.size(), kMaxRms, join_first(bad, 3)));
+  } else if (spread > kMaxChannelSpread) {
+    set(c, Verdict::kProblem,
+        fmt::format("features span orders of magnitude: ch{} is {:.3g}x the size of ch{} (root "
+                    "mean square {:.3g} vs {:.3g}, more than {}x); standardise each feature",
+                    max_ch, spread, min_ch, rms_max, rms_min, kMaxChannelSpread));
+  } else if (per_channel.size() == 1) {
+    const auto [m, sd] = pooled(per_channel.begin()->second);
+    set(c, Verdict::kOk, fmt::format("inputs {}: {}", unit_scale_note(m, sd, false), shown));
+  } else if (all_standardised) {
+    set(c, Verdict::kOk,
+        fmt::format("{} channels standardised (mean ~0, std ~1): {}", per_channel.size(), shown));
   } else {
-    set(c, Verdict::kOk, fmt::format("{} channels within range: {}", per_channel.size(), shown));
+    set(c, Verdict::kOk,
+        fmt::format("{} channels not all standardised but on the unit scale (root mean square "
+                    "<= {:.3g}, at most {}), within {:.3g}x of each other: not a problem "
+                    "(standardising would centre them, it rarely changes the result): {}",
+                    per_channel.size(), rms_max, kMaxRms, spread, shown));
   }
   return c;
 }

@@ -21,9 +21,14 @@ using analysis_detail::Observed;
 using analysis_detail::RecordsView;
 
 // Thresholds, documented in docs/checklist.md.
-inline constexpr double kMaxClassRatio = 10.0;         // max/min label count
-inline constexpr double kMaxAbsMean = 0.25;            // normalised channel mean
-inline constexpr double kMinStd = 0.5, kMaxStd = 2.0;  // normalised channel std
+inline constexpr double kMaxClassRatio = 10.0;  // max/min label count
+// Inputs: a problem beyond these (what hurts training); within them, "standardised" when
+// also inside the next two (wording only: a centring off by half a std, or [0, 1] pixels,
+// trains as well).
+inline constexpr double kMaxRms = 10.0;                // root mean square of an input channel
+inline constexpr double kMaxChannelSpread = 1000.0;    // largest / smallest channel rms
+inline constexpr double kMaxAbsMean = 0.25;            // standardised channel mean
+inline constexpr double kMinStd = 0.5, kMaxStd = 2.0;  // standardised channel std
 inline constexpr double kSingleLabelShare = 0.5;       // batches holding one label: sorted data
 inline constexpr int64_t kMinSortedBatch = 8;          // batches smaller than this are not judged
 inline constexpr size_t kEpochPrefix = 3;              // first batches compared across epochs
@@ -31,6 +36,10 @@ inline constexpr double kMaxIgnoredShare = 0.9;
 inline constexpr size_t kMinLossPoints = 10;
 inline constexpr double kDivergeFactor = 1.5;  // last-window mean / first-window mean
 inline constexpr double kMinRelDecrease = 0.01;
+// The losses of a game: judged for divergence only. Exploding: the last window's root mean
+// square over the first's; opposed: two losses whose values correlate below this.
+inline constexpr double kExplodeFactor = 100.0;
+inline constexpr double kOpposedCorrelation = -0.3;
 
 inline CheckItem item(std::string id, std::string group, std::string title) {
   CheckItem c;
@@ -54,8 +63,8 @@ inline constexpr const char* kNoInput =
 // Where the records-based verdicts take the model's input from.
 inline std::string input_source(const RecordsView& rv) {
   return fmt::format(
-      "the model's input (the non-parameter input of {}, the first op reading a "
-      "parameter) in {} steps",
+      "the model's input (the non-parameter input of {}, the first op of a training pass "
+      "reading a parameter) in {} steps",
       rv.inputs.front().op, rv.inputs.size());
 }
 
@@ -81,9 +90,12 @@ CheckItem check_normalised(const Observed& o, const RecordsView& rv);
 CheckItem check_shuffling(const Observed& o, const RecordsView& rv);
 CheckItem check_ignore_index(const Observed& o, const RecordsView& rv);
 
+// ---- the loss trend (checklist_loss.cpp)
+CheckItem check_loss(const Observed& o, const RecordsView& rv,
+                     const std::vector<ScalerRecord>& scaler);
+
 // ---- hyper-parameters, API and graph (checklist_training.cpp)
 CheckItem check_lr(const Observed& o);
-CheckItem check_loss(const Observed& o, const RecordsView& rv);
 CheckItem check_mode(const Observed& o, const RecordsView& rv, int64_t op_records);
 CheckItem check_frozen(const std::vector<GradRecord>& grads);
 CheckItem check_init(const Observed& o, const RecordsView& rv);

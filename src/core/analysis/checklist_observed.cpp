@@ -95,8 +95,13 @@ Observed collect(const std::vector<ScalarRecord>& scalars) {
       o.lr_hi = r.value;
     } else if (n == cs::kLr) {
       o.lr.push_back(r.value);
-    } else if (n == cs::kLoss) {
-      o.loss.emplace_back(r.step, r.value);
+    } else if (is_loss_scalar(n)) {
+      auto it = std::find_if(o.losses.begin(), o.losses.end(),
+                             [&](const Observed::Series& s) { return s.name == n; });
+      if (it == o.losses.end()) it = o.losses.insert(o.losses.end(), {n, {}});
+      it->points.emplace_back(r.step, r.value);
+    } else if (n == cs::kOptimizers) {
+      o.optimizers = std::max(o.optimizers.value_or(0.0), r.value);
     } else if (n == cs::kParamsNamed) {
       o.params_named = std::max(o.params_named.value_or(0.0), r.value);
     } else if (starts_with(n, cs::kScaledGradRead)) {

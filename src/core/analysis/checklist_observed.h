@@ -36,7 +36,14 @@ struct Observed {
   std::optional<double> hash_hi, hash_lo, exp_hi, exp_lo;
   std::optional<double> lr_lo, lr_hi;
   std::vector<double> lr;
-  std::vector<std::pair<int64_t, double>> loss;
+  /// Every logged loss (is_loss_scalar: a name containing "loss"), in order of first use.
+  struct Series {
+    std::string name;
+    std::vector<std::pair<int64_t, double>> points;  // (step, value)
+  };
+  std::vector<Series> losses;
+  /// Optimizers of the run: check/optimizers (written by the debugger's start()).
+  std::optional<double> optimizers;
   std::optional<double> params_named;
   struct ScaledRead {
     int64_t step;

@@ -29,6 +29,16 @@ int mode_arg(std::string_view op) {
   return -1;
 }
 
+// The grad mode a forward op ran under: recorded (OpRecord::grad), else inferred: an op
+// reading a tensor that requires grad returns one exactly when grad mode is on. nullopt when
+// neither tells (no input requires grad).
+std::optional<bool> grad_mode(const OpRecord& op, bool in_rg, bool out_rg) {
+  if (op.grad) return op.grad;
+  if (out_rg) return true;
+  if (in_rg) return false;
+  return std::nullopt;
+}
+
 RecordsView::Input input_of(const OpRecord& op, const TensorStats& t) {
   RecordsView::Input in;
   in.step = op.step;
@@ -43,6 +53,8 @@ RecordsView::Input input_of(const OpRecord& op, const TensorStats& t) {
     const double ms = t.norm * t.norm / double(finite);
     in.std = std::sqrt(std::max(0.0, ms - t.mean * t.mean));
     in.abs_max = std::max(std::fabs(t.min), std::fabs(t.max));
+    in.min = t.min;
+    in.max = t.max;
   }
   return in;
 }
@@ -68,6 +80,7 @@ void RecordsCollector::add(const OpRecord& op) {
   }
   for (const Arg& a : op.outputs)
     if (a.tensor) out_rg = out_rg || a.tensor->requires_grad;
+  const std::optional<bool> grad = grad_mode(op, in_rg, out_rg);
 
   // Parameters where they are first read: their values at the start of the recording.
   for (const Arg& a : op.inputs) {
@@ -85,9 +98,11 @@ void RecordsCollector::add(const OpRecord& op) {
     if (t.hash) by_hash_[*t.hash].push_back(t.param);
   }
 
-  // The model's input: the first floating non-parameter input of the step's first op that
-  // also reads a parameter (ops reading only parameters, e.g. aten::t of a weight, are passed).
-  if (has_param && !s.input && op.depth == 0) {
+  // The model's input: the first floating non-parameter input of the step's first op of a
+  // training pass that also reads a parameter (ops reading only parameters, e.g. aten::t of a
+  // weight, are passed; so are ops run with gradients off: an evaluation pass, a sampling
+  // pass such as a VAE's decode(z) of random z, the optimizer).
+  if (has_param && !s.input && op.depth == 0 && grad != false) {
     for (const Arg& a : op.inputs) {
       if (a.tensor && a.tensor->param.empty() && is_floating(a.tensor->dtype) &&
           a.tensor->numel > 0) {
@@ -102,12 +117,10 @@ void RecordsCollector::add(const OpRecord& op) {
     ModeUse m;
     m.op = op.op;
     m.training = op.inputs[size_t(arg)].value == "true";
-    // Gradient mode: an op reading a tensor that requires grad returns one exactly when
-    // grad mode is on; otherwise the step decides (a backward pass ran or not).
-    if (out_rg)
-      m.grad = true;
-    else if (in_rg)
-      m.grad = false;
+    // Gradient mode as recorded (or inferred); when unknown the step decides (a backward
+    // pass ran or not).
+    m.grad = grad;
+    m.recorded = op.grad.has_value();
     s.modes.push_back(std::move(m));
   }
 
@@ -151,18 +164,20 @@ void RecordsCollector::flush_before(int64_t step, bool all) {
       s.input->train = s.backward;
       v.inputs.push_back(*s.input);
     }
-    bool train_pass = false, eval_pass = false, bad = false;
+    // A step's training pass (gradients on) and its evaluation pass (off), each counted once
+    // and judged once: an evaluation inside a training step is judged as an evaluation.
+    bool train_pass = false, eval_pass = false, bad_train = false, bad_eval = false;
     for (const ModeUse& m : s.modes) {
       ++v.mode_ops;
+      v.grad_recorded += m.recorded;
       const bool grad = m.grad.value_or(s.backward);
       (grad ? train_pass : eval_pass) = true;
+      bool& bad = grad ? bad_train : bad_eval;
       if (grad != m.training && !bad) {
         bad = true;
         (grad ? v.train_in_eval : v.eval_in_train) += 1;
-        if (!v.first_bad_step) {
-          v.first_bad_step = at;
-          v.first_bad_op = m.op;
-        }
+        RecordsView::FirstBad& first = grad ? v.first_train_in_eval : v.first_eval_in_train;
+        if (!first.step) first = {at, m.op};
       }
     }
     v.train_passes += train_pass;

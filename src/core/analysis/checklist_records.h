@@ -20,22 +20,30 @@ namespace analysis_detail {
 
 struct RecordsView {
   /// The model's input in one step: statistics of the tensor the first parameter-consuming
-  /// op read that is not a parameter.
+  /// op of a training pass read that is not a parameter (ops run with gradients off, e.g. an
+  /// evaluation pass or a VAE's decode(z) under NoGradGuard, are passed).
   struct Input {
     int64_t step = 0;
     bool train = true;  // the step ran a backward pass
     std::string op;
     int64_t numel = 0, nan = 0, inf = 0;
     double mean = 0, std = 0, abs_max = 0;
+    double min = 0, max = 0;  // over the finite values
   };
   std::vector<Input> inputs;
 
   // Mode-dependent ops (batch_norm, instance_norm, dropout): passes with gradients on (a
-  // training pass) and off (an evaluation pass), and those run in the wrong mode.
-  int64_t mode_ops = 0, train_passes = 0, eval_passes = 0;
+  // training pass) and off (an evaluation pass), and those run in the wrong mode. A step
+  // holds at most one of each (an evaluation inside a training step is its eval pass).
+  // grad_recorded: how many of the ops carried their grad mode (OpRecord::grad); the others'
+  // mode was inferred from requires_grad and the step's backward pass.
+  int64_t mode_ops = 0, train_passes = 0, eval_passes = 0, grad_recorded = 0;
   int64_t train_in_eval = 0, eval_in_train = 0;
-  std::optional<int64_t> first_bad_step;
-  std::string first_bad_op;
+  struct FirstBad {
+    std::optional<int64_t> step;
+    std::string op;
+  };
+  FirstBad first_train_in_eval, first_eval_in_train;
 
   // Weights (floating, dim >= 2) where each is first read.
   int64_t weights = 0;
@@ -71,6 +79,7 @@ class RecordsCollector {
     std::string op;
     bool training = false;
     std::optional<bool> grad;
+    bool recorded = false;  // grad from OpRecord::grad, not inferred
   };
   struct Step {
     bool backward = false;

@@ -1,6 +1,6 @@
 // The checklist's hyper-parameter and API items (precprobe/checklist.h): learning rate,
-// loss trend, train/eval mode, frozen weights, initial weights, module hash. Rules and
-// thresholds: docs/checklist.md.
+// train/eval mode, frozen weights, initial weights, module hash (the loss trend is in
+// checklist_loss.cpp). Rules and thresholds: docs/checklist.md.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -37,63 +37,6 @@ CheckItem check_lr(const Observed& o) {
   return c;
 }
 
-CheckItem check_loss(const Observed& o, const RecordsView& rv) {
-  CheckItem c = item("hp.loss_trend", "hyper-parameters", "loss decreasing, not diverging");
-  // The logged `loss` scalar; without one, the output of the loss op of each training step.
-  const bool logged = !o.loss.empty() || rv.loss.empty();
-  const auto& l = logged ? o.loss : rv.loss;
-  const std::string from =
-      logged ? std::string()
-             : fmt::format(" (from the output of {}; dbg.log_scalar(\"loss\", v) chooses another)",
-                           rv.loss_op);
-  // First and last values, for the verdict `summary` and the report open with.
-  std::vector<std::pair<std::string, double>> ends;
-  if (!l.empty())
-    ends = {{"first_step", double(l.front().first)},
-            {"first_value", l.front().second},
-            {"last_step", double(l.back().first)},
-            {"last_value", l.back().second}};
-  c.figures = ends;
-  const auto bad =
-      std::find_if(l.begin(), l.end(), [](const auto& p) { return !std::isfinite(p.second); });
-  if (bad != l.end()) c.figures.emplace_back("nonfinite_step", double(bad->first));
-  if (l.size() < kMinLossPoints) {
-    return set(c, Verdict::kNotApplicable,
-               logged ? fmt::format("{} loss values logged (dbg.log_scalar(\"loss\", v)); need {}",
-                                    l.size(), kMinLossPoints)
-                      : fmt::format("{} loss values{}; need {}", l.size(), from, kMinLossPoints)),
-           c;
-  }
-  if (bad != l.end()) {
-    return set(c, Verdict::kProblem,
-               fmt::format("loss is {} at step {}, {:.4g} at step {}{}", bad->second, bad->first,
-                           l.front().second, l.front().first, from)),
-           c;
-  }
-  const size_t w = std::max<size_t>(3, l.size() / 5);
-  double first = 0, last = 0;
-  for (size_t i = 0; i < w; ++i) {
-    first += l[i].second / double(w);
-    last += l[l.size() - w + i].second / double(w);
-  }
-  c.figures = {{"points", double(l.size())},
-               {"window", double(w)},
-               {"first_mean", first},
-               {"last_mean", last}};
-  c.figures.insert(c.figures.end(), ends.begin(), ends.end());
-  const std::string means =
-      fmt::format("mean of the first {} values {:.4g}, of the last {} {:.4g} (steps {}..{})", w,
-                  first, w, last, l.front().first, l.back().first);
-  if (last > first * kDivergeFactor) {
-    set(c, Verdict::kProblem, "diverging: " + means + from);
-  } else if (last > first * (1 - kMinRelDecrease)) {
-    set(c, Verdict::kProblem, "not decreasing: " + means + from);
-  } else {
-    set(c, Verdict::kOk, means + from);
-  }
-  return c;
-}
-
 // ---------------------------------------------------------------------- API and graph
 
 // Without observe_batch: the `training` argument of batch_norm/instance_norm/dropout ops in
@@ -111,19 +54,31 @@ CheckItem check_mode_records(CheckItem c, const RecordsView& rv, int64_t op_reco
   c.figures = {{"train_batches", double(rv.train_passes)},
                {"eval_batches", double(rv.eval_passes)},
                {"eval_in_train_mode", double(rv.eval_in_train)},
-               {"train_in_eval_mode", double(rv.train_in_eval)}};
-  const std::string from = fmt::format(
-      "; from the training argument of {} BatchNorm/InstanceNorm/Dropout ops", rv.mode_ops);
+               {"train_in_eval_mode", double(rv.train_in_eval)},
+               {"grad_recorded_ops", double(rv.grad_recorded)}};
+  // Where the grad mode came from: recorded per op, or inferred from requires_grad and the
+  // step's backward pass (dumps of older writers).
+  const std::string grad_from =
+      rv.grad_recorded == rv.mode_ops ? "the grad mode recorded with each op"
+      : rv.grad_recorded == 0
+          ? "the grad mode inferred from requires_grad and the step's backward pass"
+          : fmt::format("the grad mode recorded with {} of them (inferred for the others)",
+                        rv.grad_recorded);
+  const std::string from =
+      fmt::format("; from the training argument of {} BatchNorm/InstanceNorm/Dropout ops and {}",
+                  rv.mode_ops, grad_from);
   if (rv.eval_in_train > 0) {
     set(c, Verdict::kProblem,
         fmt::format("{} of {} evaluation passes (gradients off) ran {} in training mode "
                     "(model.eval() missing); first at step {}{}",
-                    rv.eval_in_train, rv.eval_passes, rv.first_bad_op, *rv.first_bad_step, from));
+                    rv.eval_in_train, rv.eval_passes, rv.first_eval_in_train.op,
+                    *rv.first_eval_in_train.step, from));
   } else if (rv.train_in_eval > 0) {
     set(c, Verdict::kProblem,
         fmt::format("{} of {} training passes (gradients on) ran {} in eval mode (model.train() "
                     "missing); first at step {}{}",
-                    rv.train_in_eval, rv.train_passes, rv.first_bad_op, *rv.first_bad_step, from));
+                    rv.train_in_eval, rv.train_passes, rv.first_train_in_eval.op,
+                    *rv.first_train_in_eval.step, from));
   } else {
     set(c, Verdict::kOk,
         fmt::format("{} training passes in train mode, {} evaluation passes in eval mode{}{}",

@@ -197,6 +197,7 @@ Row op_row(const OpRecord& r, const std::string& name, const char* io, int index
   row.emplace_back("param", cell(t ? t->param : std::string()));
   row.emplace_back("rg", cell(t ? t->requires_grad : false));
   row.emplace_back("value", cell(arg && !t ? arg->value : std::string()));
+  row.emplace_back("grad", r.grad ? cell(*r.grad) : Cell{});  // the op's grad mode; empty: unknown
   return row;
 }
 

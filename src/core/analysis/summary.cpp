@@ -2,9 +2,11 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 
 #include "json_util.h"
 #include "modules.h"
+#include "precprobe/dump_format.h"
 #include "precprobe/error.h"
 #include "replicas.h"
 #include "source.h"
@@ -109,19 +111,59 @@ void count_scaler(RecordSource& src, SummaryResult& s) {
 }
 
 void count_grads(RecordSource& src, SummaryResult& s) {
-  std::map<std::pair<std::string, std::string>, WatchHitCount> hits;
+  // Per (parameter, watchpoint): the hits and the first one, as (step, record index).
+  struct Hits {
+    WatchHitCount count;
+    std::pair<int64_t, int64_t> first;
+  };
+  std::map<std::pair<std::string, std::string>, Hits> hits;
+  int64_t index = 0;
   src.grads([&](const GradRecord& r) {
     ++s.grad_records;
     s.nonfinite_grad_records += (r.grad_nan + r.grad_inf) > 0 ? 1 : 0;
     for (const std::string& w : r.watch) {
-      auto [it, fresh] = hits.try_emplace({r.param, w}, WatchHitCount{r.param, w, 0, r.step});
-      ++it->second.count;
-      it->second.first_step = std::min(it->second.first_step, r.step);
+      auto [it, fresh] = hits.try_emplace(
+          {r.param, w}, Hits{WatchHitCount{r.param, w, 0, r.step}, {r.step, index}});
+      ++it->second.count.count;
+      it->second.first = std::min(it->second.first, std::pair<int64_t, int64_t>{r.step, index});
+      it->second.count.first_step = it->second.first.first;
     }
+    ++index;
     return true;
   });
-  for (auto& [key, h] : hits) s.watch_hits.push_back(std::move(h));
+  // Earliest first: step order, then record order.
+  std::vector<Hits> order;
+  for (auto& [key, h] : hits) order.push_back(std::move(h));
+  std::stable_sort(order.begin(), order.end(),
+                   [](const Hits& a, const Hits& b) { return a.first < b.first; });
+  for (Hits& h : order) s.watch_hits.push_back(std::move(h.count));
 }
+
+// The losses the user logged (is_loss_scalar) on the first rank that logged any scalar.
+class LossCounter {
+ public:
+  void add(const ScalarRecord& r) {
+    if (!rank_) rank_ = r.rank;
+    if (r.rank != *rank_ || !is_loss_scalar(r.name)) return;
+    auto it = std::find_if(losses_.begin(), losses_.end(),
+                           [&](const LossSummary& l) { return l.name == r.name; });
+    if (it == losses_.end()) {
+      it = losses_.insert(losses_.end(), LossSummary{});
+      it->name = r.name;
+      it->first_step = r.step;
+      it->first_value = r.value;
+    }
+    ++it->points;
+    it->last_step = r.step;
+    it->last_value = r.value;
+    if (!std::isfinite(r.value) && !it->nonfinite_step) it->nonfinite_step = r.step;
+  }
+  std::vector<LossSummary> finish() { return std::move(losses_); }
+
+ private:
+  std::optional<int> rank_;
+  std::vector<LossSummary> losses_;
+};
 
 SummaryResult summarize(RecordSource& src, bool by_module) {
   SummaryResult s;
@@ -137,12 +179,15 @@ SummaryResult summarize(RecordSource& src, bool by_module) {
   count_scaler(src, s);
   count_grads(src, s);
   analysis_detail::ReplicaCounter replicas;
+  LossCounter losses;
   src.scalars([&](const ScalarRecord& r) {
     ++s.scalar_records;
     replicas.add(r, s.replicas);
+    losses.add(r);
     return true;
   });
   replicas.finish(s.replicas);
+  s.losses = losses.finish();
   src.anomalies([&](const AnomalyEvent& a) {
     s.anomalies.push_back(a);
     return true;
@@ -235,6 +280,18 @@ nlohmann::json SummaryResult::to_json() const {
                   {"text", describe(a)}});
   }
   j["anomalies"] = std::move(an);
+  nlohmann::json ls = nlohmann::json::array();
+  for (const LossSummary& l : losses) {
+    ls.push_back({{"name", l.name},
+                  {"points", l.points},
+                  {"first_step", l.first_step},
+                  {"first_value", number(l.first_value)},
+                  {"last_step", l.last_step},
+                  {"last_value", number(l.last_value)},
+                  {"nonfinite_step",
+                   l.nonfinite_step ? nlohmann::json(*l.nonfinite_step) : nlohmann::json()}});
+  }
+  j["losses"] = std::move(ls);
   j["step_min"] = step_min ? nlohmann::json(*step_min) : nlohmann::json();
   j["step_max"] = step_max ? nlohmann::json(*step_max) : nlohmann::json();
   return j;

@@ -172,13 +172,14 @@ json grads_heatmap(DumpReader& reader, const ReportOptions& o) {
           {"watch_total", watch_total}};
 }
 
-// The first scalar named "loss" (else the first whose name contains "loss").
+// The scalar named "loss", else the first by name of the losses (is_loss_scalar: "loss" in its
+// name, any case; not the checklist's check/lr_range/loss).
 json loss_curve(DumpReader& reader, const ReportOptions& o) {
   std::map<std::string, std::pair<std::vector<int64_t>, std::vector<double>>> series;
   RecordFilter f;
   if (!reader.ranks().empty()) f.ranks = {reader.ranks().front().rank};
   reader.for_each_scalar(f, [&](const ScalarRecord& r) {
-    if (r.name.find("loss") == std::string::npos) return true;
+    if (!is_loss_scalar(r.name)) return true;
     auto& s = series[r.name];
     s.first.push_back(r.step);
     s.second.push_back(r.value);

@@ -246,7 +246,8 @@
   }
 
   // The answer first: what was recorded, the origin of the first NaN/Inf, the replayed
-  // anomalies, the loss, the anomalies, the checklist's problems (likely cause first), data lost.
+  // anomalies, the losses, watchpoint hits, bad gradients, the checklist's problems (likely
+  // cause first), data lost.
   function renderVerdict() {
     const run = (D.runs || [])[0] || {};
     const sum = run.summary || {};
@@ -266,18 +267,33 @@
     replays.forEach((a) => { if (a.rank === replays[0].rank) row("replay", a.text, a.reproduced ? "bad" : "warn"); });
     const lt = item("hp.loss_trend");
     const f = (lt && lt.figures) || {};
-    if (f.first_value !== undefined) {
-      let t = `${fmt(f.first_value)} (step ${f.first_step}) → ${f.last_value === null ? "NaN" : fmt(f.last_value)} (step ${f.last_step})`;
-      if (f.nonfinite_step !== undefined) t += `, first non-finite at step ${f.nonfinite_step}`;
-      row("loss", t, lt.verdict === "problem" ? "bad" : "");
+    const lossCls = lt && lt.verdict === "problem" ? "bad" : "";
+    const lossText = (first, firstStep, last, lastStep, bad) => {
+      let t = `${first === null ? "NaN" : fmt(first)} (step ${firstStep}) → ${last === null ? "NaN" : fmt(last)} (step ${lastStep})`;
+      if (bad !== undefined && bad !== null) t += `, first non-finite at step ${bad}`;
+      return t;
+    };
+    const losses = sum.losses || [];  // each logged loss, by name unless the one is "loss"
+    if (losses.length) {
+      const plain = losses.length === 1 && losses[0].name === "loss";
+      losses.slice(0, 4).forEach((l) => row("loss", (plain ? "" : `${l.name} `) +
+        lossText(l.first_value, l.first_step, l.last_value, l.last_step, l.nonfinite_step), lossCls));
+    } else if (f.first_value !== undefined) {
+      row("loss", lossText(f.first_value, f.first_step, f.last_value, f.last_step, f.nonfinite_step), lossCls);
     }
-    const anomalies = [];
-    const G = D.grads;
-    if (G && G.watch_total) anomalies.push(`${G.watch_total} gradient records with watchpoint hits (first: ${G.watch[0].param} ${G.watch[0].names.join(", ")} at step ${G.watch[0].step})`);
-    if (replays.length) anomalies.push(`${replays.length} replayed step(s) (above)`);
-    if (sum.nonfinite_grad_records) anomalies.push(`${sum.nonfinite_grad_records} gradient records with NaN/Inf`);
-    if (D.scale && D.scale.skipped_total) anomalies.push(`${D.scale.skipped_total} skipped steps`);
-    row("anomalies", anomalies.length ? anomalies.join("; ") : "none", anomalies.length ? "warn" : "ok");
+    // Anomalies are the replayed bad steps only; watchpoint hits and bad gradients have rows of their own.
+    row("anomalies", replays.length ? `${replays.length} replayed step(s) (above)` : "none", replays.length ? "bad" : "ok");
+    const hits = sum.watch_hits || [];  // earliest first
+    if (hits.length) {
+      const total = hits.reduce((n, h) => n + h.count, 0);
+      row("watchpoints", `${total} hits (earliest: ${hits[0].param} ${hits[0].watch} at step ${hits[0].first_step})`, "warn");
+    } else if (sum.grad_records) {
+      row("watchpoints", "none", "ok");
+    }
+    const grads = [];
+    if (sum.nonfinite_grad_records) grads.push(`${sum.nonfinite_grad_records} records with NaN/Inf`);
+    if (D.scale && D.scale.skipped_total) grads.push(`${D.scale.skipped_total} step(s) skipped by the GradScaler`);
+    if (grads.length) row("gradients", grads.join("; "), "warn");
     const causes = C.likely_causes || [];
     row("checklist", causes.length ? `${causes.length} problem(s), likely cause first` : "no problem",
          causes.length ? "bad" : "ok");

@@ -400,6 +400,13 @@ void PrecisionDebugger::start(const std::shared_ptr<torch::nn::Module>& model) {
         r.value = static_cast<double>(named.size());
         d.writer->submit(std::move(r));
       }
+      if (d.optimizers.size() > 1 && d.writer) {  // the checklist: a GAN's two players
+        ScalarRecord r;
+        r.step = d.step;
+        r.name = std::string(check_scalar::kOptimizers);
+        r.value = static_cast<double>(d.optimizers.size());
+        d.writer->submit(std::move(r));
+      }
       d.setup_monitor(model);
       if (d.options.record == RecordMode::kOnAnomaly) {
         if (!d.watch)

@@ -12,9 +12,9 @@
 #
 # What is in DIR afterwards:
 #   prefix/usr/...     headers, CMake packages, pkg-config files, libraries, the dataset
-#   bin/pkg-config     a wrapper around the bundled pkgconf (used when the machine has none)
-#   env.sh             `source DIR/env.sh`: CMAKE_PREFIX_PATH, PKG_CONFIG_PATH,
-#                      FASHION_MNIST_DIR (and PKG_CONFIG/PATH when no pkg-config is there)
+#   bin/pkg-config     a wrapper around the bundled pkgconf (pkgconf/: binary and library)
+#   env.sh             `source DIR/env.sh`: CMAKE_PREFIX_PATH, PKG_CONFIG_PATH, PKG_CONFIG,
+#                      PATH (bin/ first), FASHION_MNIST_DIR
 #   MANIFEST.txt       packages and versions, sizes, the glibc/libstdc++ symbol versions the
 #                      shipped shared objects need, the checks this script made
 #
@@ -72,8 +72,6 @@ for deb in "$work"/debs/*.deb; do dpkg -x "$deb" "$prefix"; done
 # Documentation, manual pages and lintian overrides are of no use there.
 rm -rf "$prefix/usr/share/doc" "$prefix/usr/share/man" "$prefix/usr/share/lintian" \
        "$prefix/usr/share/aclocal" "$prefix/usr/share/pkgconfig/personality.d"
-# pkgconf-bin's own symlinks to itself, the xxhsum-less dispatch is in the static archive.
-rm -f "$prefix/usr/bin/x86_64-linux-gnu-pkgconf" "$prefix/usr/bin/x86_64-linux-gnu-pkg-config"
 
 # Static where Debian ships the archive: drop the .so symlinks whose targets are not in the
 # bundle (they are in the runtime packages; zlib1g-dev's even points at /lib of this machine)
@@ -86,6 +84,12 @@ while IFS= read -r -d '' link; do
     removed_links+=("${link#"$prefix"/}")
     rm -f "$link"
   fi
+done < <(find "$prefix" -type l -print0)
+
+# The remaining symlinks (libfmt.so -> libfmt.so.9 -> libfmt.so.9.1.0, ...) become copies:
+# the bundle travels as plain files, whatever the carrier makes of links.
+while IFS= read -r -d '' link; do
+  cp --remove-destination -L "$link" "$link.copy" && mv "$link.copy" "$link"
 done < <(find "$prefix" -type l -print0)
 
 # pkg-config files: every /usr becomes ${prefix}, and prefix is ${pcfiledir}/<up to usr>, so
@@ -107,12 +111,18 @@ while IFS= read -r -d '' pc; do
   mv "$tmp" "$pc"
 done < <(find "$prefix" -name '*.pc' -print0)
 
+# pkgconf lives apart from the prefix: CMake looks for a pkg-config in <prefix>/bin first
+# and would find a pkgconf there that cannot load its library (libpkgconf.so.3) on the device.
+mkdir -p "$stage/pkgconf"
+mv "$prefix/usr/bin/pkgconf" "$stage/pkgconf/pkgconf"
+mv "$prefix/$arch_dir"/libpkgconf.so.3 "$stage/pkgconf/"
+rm -f "$prefix/$arch_dir"/libpkgconf.so.3.*
+rmdir "$prefix/usr/bin" 2>/dev/null || true
 cat >"$stage/bin/pkg-config" <<'EOF'
 #!/bin/sh
-# The bundle's pkgconf (Debian bookworm 1.8.1), for machines without a pkg-config.
+# The bundle's pkgconf (Debian bookworm 1.8.1) with its own libpkgconf.so.3.
 d="$(cd "$(dirname "$0")/.." && pwd)"
-LD_LIBRARY_PATH="$d/prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-  exec "$d/prefix/usr/bin/pkgconf" "$@"
+LD_LIBRARY_PATH="$d/pkgconf${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$d/pkgconf/pkgconf" "$@"
 EOF
 chmod +x "$stage/bin/pkg-config"
 
@@ -123,10 +133,9 @@ export PRECPROBE_GPU_BUNDLE="$_ppb"
 export CMAKE_PREFIX_PATH="$_ppb/prefix/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
 export PKG_CONFIG_PATH="$_ppb/prefix/usr/lib/x86_64-linux-gnu/pkgconfig:$_ppb/prefix/usr/share/pkgconfig:$_ppb/prefix/usr/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
 export FASHION_MNIST_DIR="$_ppb/prefix/usr/share/datasets/fashion-mnist"
-if ! command -v pkg-config >/dev/null 2>&1; then
-  export PATH="$_ppb/bin:$PATH"
-  export PKG_CONFIG="$_ppb/bin/pkg-config"
-fi
+# The bundled pkgconf, whether or not the machine has a pkg-config: the same one everywhere.
+export PATH="$_ppb/bin:$PATH"
+export PKG_CONFIG="$_ppb/bin/pkg-config"
 # CMake 4 refuses packages whose files ask for policies older than 3.5 (the bundled
 # config files ask for 2.8.3...3.22 ranges, which it accepts; this is a safety net).
 export CMAKE_POLICY_VERSION_MINIMUM=3.5
@@ -140,9 +149,9 @@ fail() { echo "gpu-bundle: check failed: $*" >&2; exit 1; }
 pcpath="$prefix/$arch_dir/pkgconfig:$prefix/usr/share/pkgconfig"
 pc_report=()
 for mod in libzstd libxxhash fmt nlohmann_json catch2 CLI11 benchmark zlib; do
-  flags="$(PKG_CONFIG_LIBDIR="$pcpath" PKG_CONFIG_PATH= "$stage/bin/pkg-config" \
+  flags="$(PKG_CONFIG_LIBDIR="$pcpath" PKG_CONFIG_PATH="" "$stage/bin/pkg-config" \
              --cflags --libs "$mod")" || fail "pkg-config $mod"
-  ver="$(PKG_CONFIG_LIBDIR="$pcpath" PKG_CONFIG_PATH= "$stage/bin/pkg-config" --modversion "$mod")"
+  ver="$(PKG_CONFIG_LIBDIR="$pcpath" PKG_CONFIG_PATH="" "$stage/bin/pkg-config" --modversion "$mod")"
   for f in $flags; do
     case "$f" in
       -I* | -L*)
@@ -162,8 +171,8 @@ while IFS= read -r -d '' f; do
   [[ "$file_type" == *ELF* ]] || continue
   need="$(objdump -T "$f" | grep -oE '\b(GLIBC|GLIBCXX|CXXABI|GCC)_[0-9.]+' | sort -u |
           sort -t_ -k1,1 -k2,2V | awk -F_ '{m[$1]=$0} END {for (k in m) printf "%s ", m[k]}')"
-  elf_report+=("${f#"$prefix"/}: needs at most ${need% }")
-done < <(find "$prefix" -type f \( -name '*.so*' -o -path '*/bin/*' \) -print0)
+  elf_report+=("${f#"$stage"/}: needs at most ${need% }")
+done < <(find "$prefix" "$stage/pkgconf" -type f \( -name '*.so*' -o -name pkgconf \) -print0)
 
 # 3. The static archives are position-independent (they link into PIE executables).
 for a in "$prefix/$arch_dir"/libzstd.a "$prefix/$arch_dir"/libxxhash.a "$prefix/$arch_dir"/libz.a; do
@@ -263,7 +272,7 @@ bytes="$(du -sb "$stage" | cut -f1)"
   done
   echo
   echo "## Size: $bytes bytes ($(du -sh "$stage" | cut -f1)); largest parts"
-  (cd "$stage" && du -sb prefix/usr/share/datasets prefix/usr/include prefix/usr/lib prefix/usr/bin bin env.sh |
+  (cd "$stage" && du -sb prefix/usr/share/datasets prefix/usr/include prefix/usr/lib pkgconf bin env.sh |
      sort -rn)
   echo
   echo "## Removed symlinks to shared libraries not bundled (the static archive is used)"

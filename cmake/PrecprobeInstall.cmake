@@ -18,6 +18,11 @@ install(TARGETS ${PRECPROBE_EXPORT_TARGETS} EXPORT precprobeTargets
 install(EXPORT precprobeTargets NAMESPACE precprobe:: DESTINATION ${PRECPROBE_CMAKE_DIR})
 
 set(PRECPROBE_CONFIG_WITH_TORCH ${PRECPROBE_WITH_TORCH})
+if(TARGET precprobe_cuda_kernel)
+  set(PRECPROBE_CONFIG_WITH_CUDA ON)
+else()
+  set(PRECPROBE_CONFIG_WITH_CUDA OFF)
+endif()
 configure_package_config_file("${PROJECT_SOURCE_DIR}/cmake/precprobeConfig.cmake.in"
   "${PROJECT_BINARY_DIR}/precprobeConfig.cmake" INSTALL_DESTINATION ${PRECPROBE_CMAKE_DIR})
 write_basic_package_version_file("${PROJECT_BINARY_DIR}/precprobeConfigVersion.cmake"

@@ -4,6 +4,7 @@
 # of scripts/test.sh: it downloads about 3 GB more than the CPU stage. Needs root.
 #   ROOT=dir       the root (default /var/cache/precprobe/trixie-cuda-root; reused when complete)
 #   BUILD_DIR=dir  build directory inside the checkout (default build-cuda)
+#   ROOT_ONLY=1    make (or check) the root and stop (scripts/gpu-check-trixie.sh uses it)
 #
 # libtorch-cuda-2.6 depends on nvidia-cudnn, an installer package that downloads cuDNN from
 # NVIDIA's servers while it installs; these machines reach Debian's mirror only. A placeholder
@@ -45,6 +46,11 @@ EOF
     trixie "$root"
   rm -rf "$placeholder" "$root$placeholder"
   printf '%s\n' "$want" >"$marker"
+fi
+
+if [[ "${ROOT_ONLY:-}" == 1 ]]; then
+  echo "build-cuda-trixie: $root is complete"
+  exit 0
 fi
 
 trap 'scripts/trixie-root.sh --umount "$root"' EXIT

@@ -332,8 +332,8 @@ TEST_CASE("compare: a differing constant argument is blamed", "[analysis][compar
 
 TEST_CASE("summary counts records, non-finite ops, scaler and watchpoints", "[analysis]") {
   DumpData d;
-  d.ranks.push_back(
-      RankInfo{0, 1, "dump/rank0", R"({"format_version":1,"writer":{"records_dropped":3}})"});
+  d.ranks.push_back(RankInfo{
+      0, 1, "dump/rank0", R"({"format_version":1,"writer":{"records_dropped":3}})", std::nullopt});
   add_step(d, 0, 0, {{"aten::exp", 0, {targ({1})}, {targ({kInf})}}, {"aten::add", 1, {}, {}}});
   add_step(d, 1, 0, {{"aten::exp", 0, {targ({1})}, {targ({kInf})}}});
   ScalerRecord s0;
@@ -371,7 +371,7 @@ TEST_CASE("summary counts records, non-finite ops, scaler and watchpoints", "[an
 
 TEST_CASE("summary refuses a corrupt meta.json", "[analysis]") {
   DumpData d;
-  d.ranks.push_back(RankInfo{0, 1, "dump/rank0", "{not json"});
+  d.ranks.push_back(RankInfo{0, 1, "dump/rank0", "{not json", std::nullopt});
   CHECK_THROWS_AS(summarize_dump(d), Error);
 }
 

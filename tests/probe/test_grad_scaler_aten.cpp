@@ -19,6 +19,7 @@
 #include "scaler_internal.h"
 #include "torch_compat.h"
 
+#if PRECPROBE_HAS_CPU_AMP_KERNELS  // the helpers of the comparisons below
 namespace {
 
 // Values that exercise every branch of the element rule: zeros of both signs, denormals,
@@ -74,6 +75,7 @@ bool same_values_bitwise(const at::Tensor& a, const at::Tensor& b) {
 }
 
 }  // namespace
+#endif
 
 TEST_CASE("ATen's CPU unscale kernel equals the fused host path bit for bit", "[scaler][aten]") {
 #if !PRECPROBE_HAS_CPU_AMP_KERNELS

@@ -56,7 +56,7 @@ struct Mlp : torch::nn::Module {
   torch::nn::Linear fc1, fc2;
 };
 
-void say(const char* fmt, long long a, long long b = 0) {
+__attribute__((format(printf, 1, 0))) void say(const char* fmt, long long a, long long b = 0) {
   std::printf(fmt, a, b);
   std::fflush(stdout);
 }

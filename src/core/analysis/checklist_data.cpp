@@ -277,7 +277,7 @@ CheckItem check_normalised(const Observed& o, const RecordsView& rv) {
   std::stable_sort(off.begin(), off.end(),
                    [](const auto& a, const auto& b) { return a.first > b.first; });
   std::vector<std::string> bad;
-  for (auto& o : off) bad.push_back(std::move(o.second));
+  for (auto& entry : off) bad.push_back(std::move(entry.second));
   c.figures.emplace_back("channels", double(per_channel.size()));
   c.figures.emplace_back("channels_off", double(bad.size()));
   c.figures.emplace_back("rms_max", rms_max);

@@ -342,7 +342,11 @@ CompareResult compare_groups(const Groups& ga, const Groups& gb, const CompareOp
     std::map<std::string, size_t> index;
     for (const OpCompare& o : res.ops) {  // (step, rank) groups in order, seq within
       auto [at, added] = index.emplace(o.module, res.modules.size());
-      if (added) res.modules.push_back(ModuleCompare{o.module});
+      if (added) {
+        ModuleCompare m;
+        m.module = o.module;
+        res.modules.push_back(std::move(m));
+      }
       ModuleCompare& m = res.modules[at->second];
       ++m.ops;
       if (o.classification == "match") ++m.match;

@@ -17,7 +17,9 @@ jobs="$(nproc)"
 
 stage "main build: probe, core, CLI, examples, tests"
 scripts/build.sh
-(cd build && ctest --output-on-failure -j "$jobs")
+# -LE slow: the add_subdirectory consumer that compiles the probe a second time (see
+# tests/consumer/tests.cmake); everything else runs.
+(cd build && ctest --output-on-failure -j "$jobs" -LE slow)
 # /dev/null must survive the suite (as root, a rename over it once made it a regular file).
 [[ -c /dev/null ]] || { echo "test.sh: /dev/null is no longer a character device" >&2; exit 1; }
 [[ "${PRECPROBE_QUICK:-0}" == "1" ]] && exit 0
@@ -39,9 +41,10 @@ CXX=clang++ BUILD_DIR=build-asan scripts/build.sh -DPRECPROBE_WITH_TORCH=OFF \
 probe_san_flags="-O2 -g1 -DNDEBUG"
 stage "probe under ASan+UBSan (its own code; LibTorch uninstrumented)"
 # Only the executables its tests run (the core's tests ran under ASan above).
-TARGETS="test_stats test_debugger test_debugger_values test_dropout test_seed test_grad_monitor
-  test_grad_scaler test_grad_scaler_state test_scaler_debugger test_checklist_probe
-  test_replay test_reliability precprobe_reliability_child" \
+TARGETS="test_stats test_stats_engine test_debugger test_debugger_values test_dropout test_seed
+  test_grad_monitor test_grad_scaler test_grad_scaler_state test_grad_scaler_multi
+  test_multi_model test_scaler_debugger test_checklist_probe test_replay test_reliability
+  precprobe_reliability_child" \
   BUILD_DIR=build-asan-probe scripts/build.sh -DPRECPROBE_SANITIZE=address,undefined \
   -DPRECPROBE_BUILD_BENCH=OFF -DPRECPROBE_BUILD_EXAMPLES=OFF -DPRECPROBE_BUILD_TOOLS=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$probe_san_flags"
@@ -59,7 +62,8 @@ CXX=clang++ BUILD_DIR=build-tsan scripts/build.sh -DPRECPROBE_WITH_TORCH=OFF \
 stage "op capture under TSan: observer, statistics worker and writer together"
 # gcc's TSan (clang 14 crashes on LibTorch's precompiled header). LibTorch is not
 # instrumented, so only races in our code and the tensor refcounts it inlines are seen.
-TARGETS="test_debugger test_debugger_values test_reliability precprobe_reliability_child" \
+TARGETS="test_debugger test_debugger_values test_stats_engine test_reliability
+  precprobe_reliability_child" \
   BUILD_DIR=build-tsan-probe scripts/build.sh -DPRECPROBE_SANITIZE=thread \
   -DPRECPROBE_BUILD_BENCH=OFF -DPRECPROBE_BUILD_EXAMPLES=OFF -DPRECPROBE_BUILD_TOOLS=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo
@@ -67,7 +71,7 @@ TARGETS="test_debugger test_debugger_values test_reliability precprobe_reliabili
 # tests/sanitizers/tsan.supp: one false positive from LibTorch's uninstrumented refcounts.
 (cd build-tsan-probe && TSAN_OPTIONS="suppressions=$PWD/../tests/sanitizers/tsan.supp" \
   ctest --output-on-failure -j "$jobs" \
-  -R "^test_debugger:|^test_debugger_values:|^test_reliability:ops from several threads" \
+  -R "^test_debugger:|^test_debugger_values:|^test_stats_engine:|^test_reliability:ops from several threads" \
   -E "killed with SIGKILL")
 
 [[ "${PRECPROBE_SKIP_TRIXIE:-0}" == "1" ]] && exit 0

@@ -15,7 +15,11 @@ int main(int argc, char** argv) {
     precprobe::WriterOptions o;
     o.dir = std::string(argv[1]) + "/rank0";
     precprobe::DumpWriter writer(o);
-    writer.write_meta(precprobe::RunMeta{});
+    precprobe::RunMeta meta;
+    meta.format_version = precprobe::kDumpFormatVersion;
+    meta.rank = 0;
+    meta.world_size = 1;
+    writer.write_meta(meta);
     precprobe::OpRecord r;
     r.op = "aten::mul";
     writer.submit(std::move(r));

@@ -56,10 +56,9 @@ struct Mlp : torch::nn::Module {
   torch::nn::Linear fc1, fc2;
 };
 
-__attribute__((format(printf, 1, 0))) void say(const char* fmt, long long a, long long b = 0) {
-  std::printf(fmt, a, b);
-  std::fflush(stdout);
-}
+// Printed and flushed at once: the parent reads these lines while the child runs (a macro so
+// that printf sees each literal format).
+#define SAY(...) (std::printf(__VA_ARGS__), std::fflush(stdout))
 
 // Trains on Fashion-MNIST (t10k; batches of 64, cycling through the first 4096 images).
 // `after_step(k)` runs after step k is flushed; it may throw.
@@ -81,7 +80,7 @@ void train_fashion(precprobe::PrecisionDebugger& dbg, int64_t steps, AfterStep a
     opt.step();
     dbg.step();
     dbg.writer()->flush(true);
-    say("step %lld\n", k);
+    SAY("step %lld\n", static_cast<long long>(k));
     after_step(k);
   }
   dbg.stop();
@@ -90,7 +89,7 @@ void train_fashion(precprobe::PrecisionDebugger& dbg, int64_t steps, AfterStep a
 int train(const std::string& dir, int64_t steps) {
   precprobe::PrecisionDebugger dbg(options(dir));
   train_fashion(dbg, steps, [](int64_t) {});
-  say("done %lld\n", steps);
+  SAY("done %lld\n", static_cast<long long>(steps));
   return 0;
 }
 
@@ -129,7 +128,7 @@ int throw_after(const std::string& dir, int64_t n) {
       if (k + 1 == n) throw std::runtime_error("loss exploded");
     });
   } catch (const std::runtime_error& e) {
-    say("caught %lld\n", n);
+    SAY("caught %lld\n", static_cast<long long>(n));
     return 0;
   }
   return 1;
@@ -198,11 +197,12 @@ int long_run(const std::string& dir, int64_t steps) {
     loss.backward();
     opt.step();
     dbg.step();
-    if (k == 1000 || k == steps) say("rss %lld %lld\n", k, rss_kb());
+    if (k == 1000 || k == steps)
+      SAY("rss %lld %lld\n", static_cast<long long>(k), static_cast<long long>(rss_kb()));
   }
   dbg.stop();
   const auto c = dbg.counters();
-  say("recorded %lld dropped %lld\n", static_cast<long long>(c.ops_recorded),
+  SAY("recorded %lld dropped %lld\n", static_cast<long long>(c.ops_recorded),
       static_cast<long long>(c.writer.records_dropped));
   return 0;
 }

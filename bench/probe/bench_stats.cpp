@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "precprobe/hash.h"
+#include "borrowed_memory.h"
 #include "stats.h"
 
 namespace {
@@ -159,6 +160,27 @@ void BM_AtenReductions(benchmark::State& state) {
   set_bytes(state, t.numel() * 4);
 }
 BENCHMARK(BM_AtenReductions)->Unit(benchmark::kMillisecond);
+
+// What the statistics worker's borrow of a tensor's memory costs the capturing thread
+// (borrowed_memory.h): the borrow (a table lookup, the first time a deleter swap) and its
+// end (the borrowed tensor freed). Arg 1: the storage is freed while borrowed (a deferred
+// free), as an activation freed before the worker reads it.
+void BM_BorrowMemory(benchmark::State& state) {
+  const bool free_first = state.range(0) == 1;
+  at::Tensor t = at::randn({128, 256});
+  for (auto _ : state) {
+    if (free_first) {
+      state.PauseTiming();
+      t = at::randn({128, 256});
+      state.ResumeTiming();
+    }
+    at::Tensor b = precprobe::detail::borrow(t);
+    if (free_first) t.reset();
+    b.reset();
+    benchmark::DoNotOptimize(b);
+  }
+}
+BENCHMARK(BM_BorrowMemory)->Arg(0)->Arg(1);
 
 }  // namespace
 

@@ -276,8 +276,7 @@ void run_timed(const Variant& v, Workload& w, int steps, int warmup, const std::
 
 // Blocking runtime calls per step, without the timing synchronisations: `steps` steps, then
 // one synchronize (subtracted).
-void run_sync_count(const Variant& v, Workload& w, int steps, const std::string& dump,
-                    Result& r) {
+void run_sync_count(const Variant& v, Workload& w, int steps, const std::string& dump, Result& r) {
   auto dbg = make_debugger(v, w, dump);
   for (int i = 0; i < 2; ++i) one_step(v, w, dbg.get());
   torch::cuda::synchronize();
@@ -328,17 +327,28 @@ int main(int argc, char** argv) {
     if (k == "--probe") return probe();
     if (i + 1 >= argc) break;
     const char* val = argv[++i];
-    if (k == "--model") models = val;
-    else if (k == "--steps") steps = std::atoi(val);
-    else if (k == "--rounds") rounds = std::atoi(val);
-    else if (k == "--warmup") warmup = std::atoi(val);
-    else if (k == "--sync-steps") sync_steps = std::atoi(val);
-    else if (k == "--d") d = std::atoll(val);
-    else if (k == "--heads") heads = std::atoll(val);
-    else if (k == "--seq") seq = std::atoll(val);
-    else if (k == "--batch") batch = std::atoll(val);
-    else if (k == "--h") h = std::atoll(val);
-    else if (k == "--mlp-batch") mlp_batch = std::atoll(val);
+    if (k == "--model")
+      models = val;
+    else if (k == "--steps")
+      steps = std::atoi(val);
+    else if (k == "--rounds")
+      rounds = std::atoi(val);
+    else if (k == "--warmup")
+      warmup = std::atoi(val);
+    else if (k == "--sync-steps")
+      sync_steps = std::atoi(val);
+    else if (k == "--d")
+      d = std::atoll(val);
+    else if (k == "--heads")
+      heads = std::atoll(val);
+    else if (k == "--seq")
+      seq = std::atoll(val);
+    else if (k == "--batch")
+      batch = std::atoll(val);
+    else if (k == "--h")
+      h = std::atoll(val);
+    else if (k == "--mlp-batch")
+      mlp_batch = std::atoll(val);
     else {
       std::fprintf(stderr, "bench_cuda_step: unknown option %s\n", k.c_str());
       return 2;
@@ -358,7 +368,8 @@ int main(int argc, char** argv) {
     c10::cuda::CUDACachingAllocator::resetPeakStats(0);
     std::map<std::string, Result> res;
     for (int r = 0; r < rounds; ++r)
-      for (const auto& v : kVariants) run_timed(v, w, steps, r == 0 ? warmup : 1, dump, res[v.name]);
+      for (const auto& v : kVariants)
+        run_timed(v, w, steps, r == 0 ? warmup : 1, dump, res[v.name]);
     if (shim)
       for (const auto& v : kVariants) run_sync_count(v, w, sync_steps, dump, res[v.name]);
     const double base = median(res["no debugger"].ms);
@@ -368,8 +379,8 @@ int main(int argc, char** argv) {
     for (const auto& v : kVariants) {
       const Result& x = res[v.name];
       const double m = median(x.ms);
-      std::printf("  %-20s %9.3f ms  %6.3fx  %6.0f records/step  +%.1f MB peak", v.name.c_str(),
-                  m, m / base, x.records_per_step, (x.peak_bytes - base_peak) / 1e6);
+      std::printf("  %-20s %9.3f ms  %6.3fx  %6.0f records/step  +%.1f MB peak", v.name.c_str(), m,
+                  m / base, x.records_per_step, (x.peak_bytes - base_peak) / 1e6);
       if (x.snapshot_bytes > 0) std::printf("  snapshot %.1f MB", x.snapshot_bytes / 1e6);
       if (x.errors) std::printf("  ERRORS %llu", static_cast<unsigned long long>(x.errors));
       std::printf("\n");
@@ -383,12 +394,13 @@ int main(int argc, char** argv) {
         }
         std::printf("\n");
       }
-      std::printf("RESULT model=%s variant=\"%s\" ms=%.4f ratio=%.4f records_per_step=%.1f "
-                  "peak_added_mb=%.1f blocking_syncs_per_step=%s errors=%llu\n",
-                  w.name.c_str(), v.name.c_str(), m, m / base, x.records_per_step,
-                  (x.peak_bytes - base_peak) / 1e6,
-                  x.syncs_per_step.empty() ? "NA" : std::to_string(blocking).c_str(),
-                  static_cast<unsigned long long>(x.errors));
+      std::printf(
+          "RESULT model=%s variant=\"%s\" ms=%.4f ratio=%.4f records_per_step=%.1f "
+          "peak_added_mb=%.1f blocking_syncs_per_step=%s errors=%llu\n",
+          w.name.c_str(), v.name.c_str(), m, m / base, x.records_per_step,
+          (x.peak_bytes - base_peak) / 1e6,
+          x.syncs_per_step.empty() ? "NA" : std::to_string(blocking).c_str(),
+          static_cast<unsigned long long>(x.errors));
     }
   }
   std::filesystem::remove_all(dump);

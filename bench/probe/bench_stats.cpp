@@ -9,8 +9,8 @@
 #include <cstring>
 #include <vector>
 
-#include "precprobe/hash.h"
 #include "borrowed_memory.h"
+#include "precprobe/hash.h"
 #include "stats.h"
 
 namespace {

@@ -88,9 +88,9 @@ std::string param_bits(const std::vector<at::Tensor>& params) {
 
 void print_row(const char* mode, int step, bool found_inf, bool skipped,
                precprobe::GradScaler& scaler, const std::vector<at::Tensor>& params) {
-  std::printf("%s,%d,%d,%d,%.9g,%" PRId64 ",%s\n", mode, step, found_inf ? 1 : 0,
-              skipped ? 1 : 0, static_cast<double>(scaler.get_scale()),
-              scaler.get_growth_tracker(), param_bits(params).c_str());
+  std::printf("%s,%d,%d,%d,%.9g,%" PRId64 ",%s\n", mode, step, found_inf ? 1 : 0, skipped ? 1 : 0,
+              static_cast<double>(scaler.get_scale()), scaler.get_growth_tracker(),
+              param_bits(params).c_str());
 }
 
 precprobe::GradScalerOptions scaler_options() {
@@ -131,7 +131,8 @@ void run_fed(int steps) {
   std::vector<at::Tensor> params = {torch::zeros({3}, at::kCUDA).requires_grad_(true),
                                     torch::zeros({3}, at::kCUDA).requires_grad_(true)};
   std::vector<torch::optim::OptimizerParamGroup> groups = {
-      torch::optim::OptimizerParamGroup({params[0]}), torch::optim::OptimizerParamGroup({params[1]})};
+      torch::optim::OptimizerParamGroup({params[0]}),
+      torch::optim::OptimizerParamGroup({params[1]})};
   torch::optim::SGD opt(groups, torch::optim::SGDOptions(0.1));
   precprobe::GradScaler scaler(scaler_options());
   const at::Tensor one = torch::ones({}, at::kCUDA);

@@ -6,7 +6,8 @@
 // dynamic symbols: LibTorch's (a wheel loads libcudart as a shared library) and precprobe's
 // own; a program linked with cudart_static is invisible to it (all counts stay 0).
 //
-//   LD_PRELOAD=build/tests/libprecprobe_sync_counter.so PRECPROBE_SYNC_COUNTER_OUT=counts.jsonl prog
+//   LD_PRELOAD=build/tests/libprecprobe_sync_counter.so PRECPROBE_SYNC_COUNTER_OUT=counts.jsonl
+//   prog
 //
 // At exit, with PRECPROBE_SYNC_COUNTER_OUT set, one JSON line of totals is appended there.
 // A program that wants counts of a region (tests/cuda/test_cuda_sync.cpp, bench_cuda_step)
@@ -127,9 +128,9 @@ int cudaMemcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_
   return f(dst, dpitch, src, spitch, width, height, kind);
 }
 
-int cudaMemcpyToSymbol(const void* symbol, const void* src, size_t count, size_t offset,
-                       int kind) {
-  static auto f = real<int (*)(const void*, const void*, size_t, size_t, int)>("cudaMemcpyToSymbol");
+int cudaMemcpyToSymbol(const void* symbol, const void* src, size_t count, size_t offset, int kind) {
+  static auto f =
+      real<int (*)(const void*, const void*, size_t, size_t, int)>("cudaMemcpyToSymbol");
   bump(kMemcpy);
   return f(symbol, src, count, offset, kind);
 }

@@ -35,9 +35,7 @@ struct MlpImpl : torch::nn::Module {
       : fc1(register_module("fc1", torch::nn::Linear(64, 128))),
         ln(register_module("ln", torch::nn::LayerNorm(torch::nn::LayerNormOptions({128})))),
         fc2(register_module("fc2", torch::nn::Linear(128, 10))) {}
-  torch::Tensor forward(const torch::Tensor& x) {
-    return fc2(torch::gelu(ln(fc1(x))));
-  }
+  torch::Tensor forward(const torch::Tensor& x) { return fc2(torch::gelu(ln(fc1(x)))); }
   torch::nn::Linear fc1;
   torch::nn::LayerNorm ln;
   torch::nn::Linear fc2;

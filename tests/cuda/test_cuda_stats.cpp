@@ -60,11 +60,16 @@ std::vector<at::ScalarType> kernel_dtypes() {
 /// The smallest positive subnormal of `t`.
 double denorm_min(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return std::numeric_limits<float>::denorm_min();
-    case at::kDouble: return std::numeric_limits<double>::denorm_min();
-    case at::kHalf: return std::ldexp(1.0, -24);
-    case at::kBFloat16: return std::ldexp(1.0, -133);
-    default: break;
+    case at::kFloat:
+      return std::numeric_limits<float>::denorm_min();
+    case at::kDouble:
+      return std::numeric_limits<double>::denorm_min();
+    case at::kHalf:
+      return std::ldexp(1.0, -24);
+    case at::kBFloat16:
+      return std::ldexp(1.0, -133);
+    default:
+      break;
   }
 #if PRECPROBE_TORCH_AT_LEAST(2, 1)
   if (t == at::ScalarType::Float8_e4m3fn) return std::ldexp(1.0, -9);
@@ -83,13 +88,20 @@ at::Tensor special_values(at::ScalarType dtype, at::IntArrayRef shape, uint64_t 
   auto* p = flat.data_ptr<double>();
   const double dn = denorm_min(dtype);
   for (int64_t i = 0; i < flat.numel(); ++i) {
-    if (i % 89 == 0) p[i] = std::numeric_limits<double>::quiet_NaN();
-    else if (i % 127 == 3) p[i] = INFINITY;
-    else if (i % 151 == 7) p[i] = -INFINITY;
-    else if (i % 37 == 11) p[i] = 0.0;
-    else if (i % 41 == 23) p[i] = -0.0;
-    else if (i % 53 == 19) p[i] = static_cast<double>(1 + i % 3) * dn;
-    else if (i % 59 == 29) p[i] = -static_cast<double>(1 + i % 3) * dn;
+    if (i % 89 == 0)
+      p[i] = std::numeric_limits<double>::quiet_NaN();
+    else if (i % 127 == 3)
+      p[i] = INFINITY;
+    else if (i % 151 == 7)
+      p[i] = -INFINITY;
+    else if (i % 37 == 11)
+      p[i] = 0.0;
+    else if (i % 41 == 23)
+      p[i] = -0.0;
+    else if (i % 53 == 19)
+      p[i] = static_cast<double>(1 + i % 3) * dn;
+    else if (i % 59 == 29)
+      p[i] = -static_cast<double>(1 + i % 3) * dn;
   }
   return base.to(dtype);
 }
@@ -170,8 +182,15 @@ TEST_CASE("CUDA: every dtype and layout equals a float64 recomputation of the CP
                x[1][2][3],                // 0-dim
                x[1][2].slice(0, 0, 17),   // small
                x.slice(0, 0, 0)};         // empty
-    what = {"contiguous",  "transposed+sliced", "expanded", "channels-last",
-            "channels-last sliced", "NHWC view", "scalar", "small", "empty"};
+    what = {"contiguous",
+            "transposed+sliced",
+            "expanded",
+            "channels-last",
+            "channels-last sliced",
+            "NHWC view",
+            "scalar",
+            "small",
+            "empty"};
     if (dtype == at::kFloat) {  // more than 1024 blocks of 4096 elements: grid-stride loops
       tensors.push_back(special_values(dtype, {5 * 1024 * 1024 + 7}, seed++).to(at::kCUDA));
       what.push_back("5M elements");
@@ -190,8 +209,7 @@ TEST_CASE("CUDA: -0, +0 and denormals are counted and bound exactly", "[cuda][st
   for (const auto dtype : kernel_dtypes()) {
     INFO(c10::toString(dtype));
     const double dn = denorm_min(dtype);
-    const at::Tensor host =
-        torch::tensor({-0.0, 0.0, dn, -dn, 2 * dn, 1.0}, at::kDouble).to(dtype);
+    const at::Tensor host = torch::tensor({-0.0, 0.0, dn, -dn, 2 * dn, 1.0}, at::kDouble).to(dtype);
     const at::Tensor dev = host.to(at::kCUDA);
     const auto slots = engine_records({dev, dev.flip(0)});
     for (const auto& s : slots) {

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "precprobe/reader.h"
+#include "probe/debugger_fixture.h"
 
 namespace fs = std::filesystem;
 using precprobe::OpRecord;
@@ -68,43 +69,6 @@ bool read_npy_zst(const fs::path& path, at::Tensor& out) {
   return true;
 }
 
-struct Ref {
-  int64_t nan = 0, pinf = 0, ninf = 0, zero = 0, neg = 0, pos = 0;
-  double min = NAN, max = NAN, mean = NAN, norm = NAN;
-};
-
-Ref reference(const at::Tensor& t) {
-  Ref r;
-  const at::Tensor d = t.to(at::kDouble).contiguous();
-  const double* p = d.data_ptr<double>();
-  double lo = INFINITY, hi = -INFINITY, sum = 0, sq = 0;
-  int64_t n = 0;
-  for (int64_t i = 0; i < d.numel(); ++i) {
-    const double v = p[i];
-    if (std::isnan(v)) {
-      ++r.nan;
-    } else if (std::isinf(v)) {
-      (v > 0 ? r.pinf : r.ninf)++;
-    } else {
-      r.zero += std::fpclassify(v) == FP_ZERO;
-      r.neg += v < 0;
-      r.pos += v > 0;
-      lo = std::min(lo, v);
-      hi = std::max(hi, v);
-      sum += v;
-      sq += v * v;
-      ++n;
-    }
-  }
-  if (n > 0) {
-    r.min = lo;
-    r.max = hi;
-    r.mean = sum / static_cast<double>(n);
-    r.norm = std::sqrt(sq);
-  }
-  return r;
-}
-
 bool close(double got, double want) {
   if (std::isnan(want)) return std::isnan(got);
   return std::fabs(got - want) <= 1e-6 * std::fabs(want) + 1e-300;
@@ -117,7 +81,7 @@ bool exact(double got, double want) {
 
 // "" when `s` agrees with the recomputation of `t`, else what differs.
 std::string mismatch(const TensorStats& s, const at::Tensor& t) {
-  const Ref r = reference(t);
+  const auto r = precprobe::test::reference(t);  // float64, independent of the probe
   std::string out;
   auto count = [&](const char* name, int64_t got, int64_t want) {
     if (got != want)

@@ -34,9 +34,18 @@ if [[ -n "${XVERSION_DUMP:-}" ]]; then
   esac
 fi
 
+# The host's CA bundle, beside the root's own: it may hold a CA that Debian's package lacks
+# (a proxy's, on machines that reach the npm registry only through one), which npm inside the
+# root then needs for the browser and flat tests' `npm ci`.
+host_ca=()
+if [[ -f /etc/ssl/certs/ca-certificates.crt ]]; then
+  cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/host-ca-certificates.crt"
+  host_ca=(NODE_EXTRA_CA_CERTS=/etc/ssl/certs/host-ca-certificates.crt)
+fi
+
 # A clean environment inside: the host's PATH and compiler settings mean nothing there.
 chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
-  CI="${CI:-}" bash -euo pipefail -c "
+  CI="${CI:-}" "${host_ca[@]}" bash -euo pipefail -c "
     cd /src/precprobe
     echo \"== libtorch-dev \$(dpkg-query -W -f='\${Version}' libtorch-dev), catch2 \$(dpkg-query -W -f='\${Version}' catch2), \$(g++ --version | head -1)\"
     BUILD_DIR=$build_dir scripts/build.sh -DPRECPROBE_BUILD_BENCH=OFF ${xversion[*]}

@@ -8,6 +8,8 @@
 #   BUILD_DIR=dir     the build directory inside the checkout (default build-libtorch2)
 #   XVERSION_DUMP=dir a dump of `train_fashion_mnist --steps 30` made with the host's
 #                     LibTorch 1.13: the cross-version test compares a 2.6 run against it
+# The whole-epoch no-false-alarm run (label epoch) is left to the host stage: Debian's 2.6
+# trains the CPU example several times slower.
 # The checkout is bind-mounted at /src/precprobe inside the root; build outputs land in the
 # checkout as with the host build. /proc, /dev and the checkout are unmounted on exit. The
 # benchmarks are left out here (CI time); they build against 2.6 too (bench_debugger needed
@@ -49,5 +51,5 @@ chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LAN
     cd /src/precprobe
     echo \"== libtorch-dev \$(dpkg-query -W -f='\${Version}' libtorch-dev), catch2 \$(dpkg-query -W -f='\${Version}' catch2), \$(g++ --version | head -1)\"
     BUILD_DIR=$build_dir scripts/build.sh -DPRECPROBE_BUILD_BENCH=OFF ${xversion[*]}
-    cd $build_dir && ctest --output-on-failure -j $jobs -LE slow
+    cd $build_dir && ctest --output-on-failure -j $jobs -LE 'slow|epoch'
   "

@@ -323,6 +323,25 @@ TEST_CASE("integer tensors with a small value span get a histogram", "[stats]") 
     CHECK(stats_of(t).hist == reference(t));
   }
 
+  // int64 values beyond 2^53, where the float64 min/max round: the histogram is exact.
+  // LibTorch 2.x's deterministic mode fills every new int64 tensor with INT64_MAX (fill_
+  // inside randperm's empty, seen at L2): its histogram once indexed counts[-1].
+  const int64_t big = std::numeric_limits<int64_t>::max();
+  const int64_t small = std::numeric_limits<int64_t>::min();
+  const int64_t p53 = int64_t(1) << 53;
+  for (const std::vector<int64_t>& values :
+       {std::vector<int64_t>{big, big, big}, std::vector<int64_t>{small, small + 2},
+        std::vector<int64_t>{p53 + 1, p53 + 1, p53 + 3},
+        std::vector<int64_t>{big - 5, big, big - 5}}) {
+    const torch::Tensor t = torch::tensor(values, torch::kLong);
+    CHECK(stats_of(t).hist == reference(t));
+    CHECK_FALSE(stats_of(t).hist.empty());
+  }
+  // Spans too wide for a histogram, one of them hidden by rounding (INT64_MAX - kHistogramSpan
+  // and INT64_MAX both round to 2^63 as float64): no histogram, no crash.
+  CHECK(stats_of(torch::tensor({small, big}, torch::kLong)).hist.empty());
+  CHECK(stats_of(torch::tensor({big - precprobe::kHistogramSpan, big}, torch::kLong)).hist.empty());
+
   // No histogram: floating and bool tensors, a span of kHistogramSpan values or more, more
   // than kHistogramBins distinct values, empty tensors.
   CHECK(stats_of(torch::tensor({0.0f, 1.0f, 1.0f})).hist.empty());

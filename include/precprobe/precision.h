@@ -81,7 +81,8 @@ struct ModulePrecision {
   PrecisionVerdict verdict = PrecisionVerdict::kFits;  ///< the worst of its ops
   /// The plan: keep this module in fp32 under autocast. Scaling none: a forward op does not
   /// fit as is, or a backward op does not fit at the recommended loss scale. Scaling tensor:
-  /// an op does not fit even with per-tensor scaling.
+  /// an op does not fit even with per-tensor scaling. Never for module "" (the ops before any
+  /// parameter: data preparation).
   bool keep_fp32 = false;
 };
 
@@ -94,7 +95,8 @@ struct ScalerReplay {
   double flush_to_zero = 0;  ///< share of gradient elements flushed at initial_scale
 };
 
-/// Loss scales (powers of two) for gradients in the format, from the backward ops' outputs.
+/// Loss scales (powers of two) for gradients in the format, from the backward ops' outputs
+/// (views and copies left out, and the 0-dim gradient of the loss itself: the scale).
 struct LossScaleAdvice {
   bool available = false;  ///< backward outputs with range statistics were recorded
   double low = 0;          ///< smallest scale flushing at most 0.1 % of gradient elements
@@ -125,6 +127,9 @@ struct PrecisionResult {
   /// zero_grad, clip_grad_norm_ on .data(), data preparation), not judged. An inference run
   /// (no forward op in the graph) has every op judged.
   int64_t ops_outside_graph = 0;
+  /// Ops whose outputs have the statistics of one of their inputs (views, copies, detach):
+  /// their values are judged where they were made, not again.
+  int64_t ops_passing_on = 0;
   std::vector<OpPrecision> ops;          ///< most harmful first
   std::vector<ModulePrecision> modules;  ///< in order of first appearance
   LossScaleAdvice loss_scale;

@@ -125,6 +125,29 @@ TEST_CASE("range matches frexp for every floating dtype, across blocks and subno
   }
 }
 
+TEST_CASE("narrow blocks (the byte-compare window) count outliers on both sides exactly",
+          "[stats][range]") {
+  // Values within a few binades take the windowed path; outliers above and below it, zeros,
+  // subnormals, NaN and Inf are counted apart. Sizes leave a partial last vector and block.
+  for (int64_t n : {int64_t(300), int64_t(4096), int64_t(3 * 4096 + 45)}) {
+    for (at::ScalarType dtype : {at::kFloat, at::kHalf, at::kBFloat16}) {
+      CAPTURE(n, c10::toString(dtype));
+      at::manual_seed(11);
+      at::Tensor x = at::randn({n}, at::kDouble);
+      for (int64_t i = 5; i < n; i += 97) x[i] = (i % 2 ? 1 : -1) * 3e-5;  // below the window
+      for (int64_t i = 40; i < n; i += 131) x[i] = 5e3;                    // above it
+      for (int64_t i = 7; i < n; i += 53) x[i] = 0.0;
+      x[n - 1] = std::numeric_limits<double>::quiet_NaN();
+      x[n / 2] = std::numeric_limits<double>::infinity();
+      at::Tensor t = x.to(dtype);
+      if (dtype == at::kFloat) t[n / 3] = 1e-40f;  // a subnormal in a narrow block
+      const TensorStats s = range_of(t);
+      CHECK(s.range == reference_range(t));
+      CHECK(total(s.range) == s.neg + s.pos);
+    }
+  }
+}
+
 TEST_CASE("range of views: strided, transposed, expanded, complex, and with the hash",
           "[stats][range]") {
   const at::Tensor x = wide_values(64 * 96, -30, 30, at::kFloat).reshape({64, 96});

@@ -55,11 +55,12 @@ void print_header(const PrecisionResult& r, const FloatFormat& f, const Terminal
       r.tensors_without_range > 0
           ? fmt::format(" ({} without: not judged)", r.tensors_without_range)
           : "");
-  if (r.ops_outside_graph > 0)
+  if (r.ops_outside_graph + r.ops_passing_on > 0)
     std::cout << paint(term, Tone::kDim,
-                       fmt::format("              {} forward ops outside the autograd graph "
-                                   "(zero_grad, clip_grad_norm_, data preparation) not judged",
-                                   r.ops_outside_graph))
+                       fmt::format("              not judged: {} forward ops outside the autograd "
+                                   "graph (zero_grad, clip_grad_norm_, data preparation), {} ops "
+                                   "passing values on (views, copies)",
+                                   r.ops_outside_graph, r.ops_passing_on))
               << '\n';
   int counts[3] = {0, 0, 0};
   for (const OpPrecision& o : r.ops) ++counts[static_cast<int>(o.verdict)];
@@ -97,8 +98,8 @@ void print_ops(const PrecisionResult& r, size_t top, const Terminal& term) {
 
 void print_modules(const PrecisionResult& r, const Terminal& term) {
   const bool tensor = r.scaling == PrecisionScaling::kTensor;
-  std::cout << "modules (an op consuming parameter fc1.weight belongs to fc1; the ops after it "
-               "inherit it):\n";
+  std::cout << "modules (a forward op consuming parameter fc1.weight belongs to fc1, the ops after "
+               "it inherit it; a backward op belongs where its forward op does):\n";
   Table t({"module", "ops", "overflow", "subnormal", "flush to 0", "worst op", "plan"});
   for (const ModulePrecision& m : r.modules) {
     const PrecisionShares& s = tensor ? m.scaled : m.unscaled;

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 #include <unordered_map>
 
 #include "json_util.h"
@@ -139,6 +140,7 @@ struct Histogram {
 struct OpAccumulator {
   OpPrecision op;
   bool in_graph = false;  // a backward op, or a forward op with an output requiring grad
+  bool has_module = false;
   Tally unscaled, scaled;
   Histogram hist;
 };
@@ -150,17 +152,18 @@ class PrecisionBuilder {
 
   void add(const OpRecord& r) {
     ++out_.op_records;
-    if (module_step_ && (r.rank != rank_ || r.step != step_)) flush_modules();
+    if (module_step_ && (r.rank != rank_ || r.step != step_)) flush_step();
     module_step_ = true;
     rank_ = r.rank;
     step_ = r.step;
     out_.step_min = std::min(out_.step_min.value_or(r.step), r.step);
     out_.step_max = std::max(out_.step_max.value_or(r.step), r.step);
-    pending_.push_back({r.seq, analysis_detail::consumed_module(r), std::string()});
+    pending_.push_back(
+        {r.seq, analysis_detail::consumed_module(r), r.dir, r.seqnr, std::string(), {}});
     if (r.outputs_uninitialized()) return;
-    OpAccumulator* acc = nullptr;
-    bool in_graph = r.dir == Direction::kBackward;
-    for (const Arg& a : r.outputs) in_graph |= a.is_tensor() && a.tensor->requires_grad;
+    Pending& p = pending_.back();
+    std::vector<const TensorStats*> judged;
+    bool passes_on = true;
     for (const Arg& a : r.outputs) {
       if (!a.is_tensor() || !is_floating(a.tensor->dtype)) continue;
       const TensorStats& t = *a.tensor;
@@ -169,21 +172,28 @@ class PrecisionBuilder {
         continue;
       }
       ++out_.tensors_with_range;
-      if (acc == nullptr) acc = &op_for(r);
-      const double amax = t.abs_max();
-      acc->unscaled.add(classify_range(t.range, amax, 0, format_));
-      acc->scaled.add(classify_range(t.range, amax, tensor_scale_shift(amax, format_), format_));
-      acc->op.overflows |= classify_range({}, amax, 0, format_).any_overflow;
-      ++acc->op.tensors;
-      acc->hist.add(t.range, amax);
-      if (r.dir == Direction::kBackward) {
-        gradients_.add(t.range, amax);
-        if (std::isfinite(amax)) step_amax_[r.step] = std::max(step_amax_[r.step], amax);
-      }
+      judged.push_back(&t);
+      passes_on = passes_on && equals_an_input(t, r);
     }
-    if (acc != nullptr) {
-      pending_.back().name = acc->op.op;
-      acc->in_graph |= in_graph;
+    if (judged.empty()) return;
+    p.name = r.name();
+    if (passes_on) {  // a view, a copy, detach: the values are judged where they were made
+      passing_on_.insert(p.name);
+      return;
+    }
+    OpAccumulator& acc = op_for(r);
+    for (const Arg& a : r.outputs) acc.in_graph |= a.is_tensor() && a.tensor->requires_grad;
+    acc.in_graph |= r.dir == Direction::kBackward;
+    for (const TensorStats* t : judged) {
+      const double amax = t->abs_max();
+      acc.unscaled.add(classify_range(t->range, amax, 0, format_));
+      acc.scaled.add(classify_range(t->range, amax, tensor_scale_shift(amax, format_), format_));
+      acc.op.overflows |= classify_range({}, amax, 0, format_).any_overflow;
+      ++acc.op.tensors;
+      acc.hist.add(t->range, amax);
+      // The gradient of the (0-dim) loss itself is the loss scale, kept in fp32.
+      if (r.dir == Direction::kBackward && !t->shape.empty())
+        p.gradients.push_back({t->range, amax});
     }
   }
 
@@ -193,7 +203,9 @@ class PrecisionBuilder {
   }
 
   void finish() {
-    flush_modules();
+    flush_step();
+    out_.ops_passing_on = 0;
+    for (const std::string& name : passing_on_) out_.ops_passing_on += index_.count(name) == 0;
     if (out_.tensors_with_range == 0) {
       throw Error(
           "no range statistics in " + out_.path +
@@ -211,15 +223,37 @@ class PrecisionBuilder {
   }
 
  private:
+  struct Gradient {
+    std::vector<std::pair<int32_t, int64_t>> range;
+    double abs_max;
+  };
   struct Pending {
     int64_t seq;
     std::optional<std::string> consumed;
-    std::string name;  // "" when the op has no judged output
+    Direction dir;
+    int64_t sn;                       // autograd sequence number (-1: none)
+    std::string name;                 // "" when the op has no output with range statistics
+    std::vector<Gradient> gradients;  // backward outputs judged
   };
 
   static bool is_floating(const std::string& dtype) {
     return dtype == "Float" || dtype == "Double" || dtype == "Half" || dtype == "BFloat16" ||
            dtype.rfind("Float8", 0) == 0 || dtype.rfind("Complex", 0) == 0;
+  }
+
+  // Whether `t` has the statistics of one of r's input tensors: the op passed values on
+  // (a view, a copy, detach, a relu of non-negative values) rather than making new ones.
+  static bool equals_an_input(const TensorStats& t, const OpRecord& r) {
+    const auto same = [](double a, double b) { return !(a < b || a > b); };
+    for (const Arg& a : r.inputs) {
+      if (!a.is_tensor()) continue;
+      const TensorStats& i = *a.tensor;
+      if (i.dtype == t.dtype && i.numel == t.numel && i.zero == t.zero && i.neg == t.neg &&
+          i.pos == t.pos && i.non_finite() == t.non_finite() && same(i.min, t.min) &&
+          same(i.max, t.max) && same(i.norm, t.norm))
+        return true;
+    }
+    return false;
   }
 
   OpAccumulator& op_for(const OpRecord& r) {
@@ -233,19 +267,35 @@ class PrecisionBuilder {
     return accs_[it->second];
   }
 
-  // Module attribution (modules.h): one step in seq order; an op's module is the one of
-  // its first recorded step.
-  void flush_modules() {
+  // One step in seq order. Modules (modules.h): a forward op reading a parameter belongs to
+  // its module and the forward ops after it inherit it; a backward op belongs to the module
+  // of the forward op that made its autograd node (the same "sn"), else the same rule within
+  // the backward. An op's module is the one of its first recorded step.
+  void flush_step() {
     std::stable_sort(pending_.begin(), pending_.end(),
                      [](const Pending& a, const Pending& b) { return a.seq < b.seq; });
-    std::string current;
+    std::unordered_map<int64_t, std::string> node_module;  // sn -> module of its forward op
+    std::string forward, backward;
     for (Pending& p : pending_) {
-      if (p.consumed) current = std::move(*p.consumed);
-      if (p.name.empty()) continue;
-      OpAccumulator& acc = accs_[index_.at(p.name)];
-      if (!acc_has_module_[p.name]) {
-        acc.op.module = current;
-        acc_has_module_[p.name] = true;
+      std::string* current = p.dir == Direction::kBackward ? &backward : &forward;
+      if (p.consumed) *current = std::move(*p.consumed);
+      std::string module = *current;
+      if (p.dir == Direction::kForward && p.sn >= 0) {
+        node_module.try_emplace(p.sn, module);
+      } else if (p.dir == Direction::kBackward && p.sn >= 0) {
+        auto it = node_module.find(p.sn);
+        if (it != node_module.end()) module = it->second;
+      }
+      for (const Gradient& g : p.gradients) {
+        gradients_.add(g.range, g.abs_max);
+        if (std::isfinite(g.abs_max)) step_amax_[step_] = std::max(step_amax_[step_], g.abs_max);
+      }
+      auto it = p.name.empty() ? index_.end() : index_.find(p.name);
+      if (it == index_.end()) continue;
+      OpAccumulator& acc = accs_[it->second];
+      if (!acc.has_module) {
+        acc.op.module = std::move(module);
+        acc.has_module = true;
       }
     }
     pending_.clear();
@@ -357,8 +407,10 @@ class PrecisionBuilder {
       unscaled[it->second].add(acc.unscaled);
       scaled[it->second].add(acc.scaled);
       if (verdict_rank(acc.op.verdict) > verdict_rank(m.verdict)) m.verdict = acc.op.verdict;
-      m.keep_fp32 |=
-          tensor ? acc.op.verdict == PrecisionVerdict::kKeepFp32 : !acc.op.fits_at_loss_scale;
+      // Ops before any parameter (data preparation) are no module one can keep in fp32.
+      if (!acc.op.module.empty())
+        m.keep_fp32 |=
+            tensor ? acc.op.verdict == PrecisionVerdict::kKeepFp32 : !acc.op.fits_at_loss_scale;
     }
     for (size_t i = 0; i < out_.modules.size(); ++i) {
       out_.modules[i].elements = unscaled[i].elements;
@@ -385,7 +437,7 @@ class PrecisionBuilder {
   PrecisionResult& out_;
   std::vector<OpAccumulator> accs_;
   std::unordered_map<std::string, size_t> index_;
-  std::unordered_map<std::string, bool> acc_has_module_;
+  std::set<std::string> passing_on_;
   std::vector<Pending> pending_;
   bool module_step_ = false;
   int rank_ = 0;
@@ -481,6 +533,7 @@ nlohmann::json PrecisionResult::to_json() const {
   j["tensors_with_range"] = tensors_with_range;
   j["tensors_without_range"] = tensors_without_range;
   j["ops_outside_graph"] = ops_outside_graph;
+  j["ops_passing_on"] = ops_passing_on;
   j["notes"] = notes;
   return j;
 }

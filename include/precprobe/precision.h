@@ -26,13 +26,19 @@ struct FloatFormat {
   double max = 0;                  ///< largest finite value
   int min_normal_exponent = 0;     ///< 2^min_normal_exponent is the smallest normal value
   int min_subnormal_exponent = 0;  ///< 2^min_subnormal_exponent is the smallest subnormal
-  /// |x| at or above this rounds beyond `max` (to Inf; to NaN in e4m3, which has no Inf):
-  /// max plus half a unit in the last place.
+  /// |x| above this rounds beyond `max` (to Inf; to NaN in e4m3, which has no Inf): max plus
+  /// half a unit in the last place. At it exactly, the tie goes to the even code:
   double overflow_threshold = 0;
+  /// beyond max when max's code is odd (fp16, bf16, e5m2), to max when it is even (e4m3).
+  bool tie_overflows = true;
 
   /// fp16 (max 65504, 2^-14, 2^-24), bf16 (max 3.39e38, 2^-126, 2^-133), e4m3 (OCP FP8
   /// E4M3FN: max 448, 2^-6, 2^-9), e5m2 (max 57344, 2^-14, 2^-16); nullptr for other names.
   static const FloatFormat* find(std::string_view name) noexcept;
+  /// Whether |x| = a (finite, >= 0) rounds beyond max.
+  bool overflows(double a) const noexcept {
+    return a > overflow_threshold || (tie_overflows && !(a < overflow_threshold));
+  }
 };
 
 /// How values are scaled into the format before the cast.
@@ -51,8 +57,9 @@ std::string_view to_string(PrecisionVerdict v) noexcept;
 
 /// Shares of finite non-zero elements (fractions in [0, 1]).
 struct PrecisionShares {
-  /// At or above the overflow threshold. Exact except inside the threshold's own binade,
-  /// counted whole once the tensor's |max| reaches the threshold (an upper bound there).
+  /// At or above the overflow threshold: the binades wholly above it, and, inside the
+  /// threshold's own binade, the tensor's |max| when it reaches the threshold (a lower bound
+  /// there; whether anything overflows is exact).
   double overflow = 0;
   double subnormal = 0;      ///< rounded to a non-zero subnormal of the format
   double flush_to_zero = 0;  ///< below half the smallest subnormal: rounded to zero

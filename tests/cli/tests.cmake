@@ -14,7 +14,9 @@
 # version 1 (test_cli's "every command reads format_version 1 and 2 alike" rewrites them at
 # version 2 and compares every command's output). The generator now writes version 2, so
 # regenerating replaces them with version 2 dumps: keep the version 1 ones (e.g. generate
-# into another directory) unless the version 1 tests move elsewhere.
+# into another directory) unless the version 1 tests move elsewhere. tests/data/cli/range (range
+# statistics, format_version 2; `precprobe precision` in test_cli_precision and docs/cli.md) is
+# written alone: build/tests/precprobe_make_golden_dumps tests/data/cli range
 if(TARGET precprobe::precprobe)
   add_executable(precprobe_make_golden_dumps ${CMAKE_CURRENT_LIST_DIR}/make_golden_dumps.cpp)
   target_link_libraries(precprobe_make_golden_dumps PRIVATE precprobe::precprobe)
@@ -24,7 +26,8 @@ endif()
 
 if(TARGET precprobe_cli)
   # One executable per topic (test_cli.cpp says which); helpers in cli_test_util.h.
-  foreach(_t test_cli test_cli_compare test_cli_history_export test_cli_report_check)
+  foreach(_t test_cli test_cli_compare test_cli_history_export test_cli_report_check
+             test_cli_precision)
     precprobe_add_test(${CMAKE_CURRENT_LIST_DIR}/${_t}.cpp nlohmann_json::nlohmann_json
                        precprobe::core)
     add_dependencies(${_t} precprobe_cli)

@@ -60,7 +60,10 @@ std::vector<std::pair<double, bool>> values_of(const Layout& l) {
 double round_to(double x, const std::vector<std::pair<double, bool>>& values, double step_above) {
   const double a = std::fabs(x);
   const double max = values.back().first;
-  if (a >= max + step_above / 2) return HUGE_VAL;
+  // Past the largest value: the next code (NaN or Inf) where it is nearer, or on the tie
+  // when the largest value's code is odd (ties go to the even code).
+  const double tie = max + step_above / 2;
+  if (a > tie || (a == tie && !values.back().second)) return HUGE_VAL;
   auto hi = std::lower_bound(values.begin(), values.end(), std::make_pair(a, false));
   if (hi == values.end()) return max;
   if (hi->first == a || hi == values.begin()) return hi->first;
@@ -142,6 +145,8 @@ TEST_CASE("precision: the formats' ranges follow from their bit layouts", "[prec
     CHECK(f->max == max);
     const int max_exp = static_cast<int>(std::floor(std::log2(max)));
     CHECK(f->overflow_threshold == max + std::ldexp(1.0, max_exp - l.mantissa_bits - 1));
+    // The tie rounds to the even code: away (overflow) when the largest value's code is odd.
+    CHECK(f->tie_overflows == !values.back().second);
     CHECK(std::ldexp(1.0, f->min_subnormal_exponent) == values[1].first);
     CHECK(f->min_normal_exponent == 1 - l.bias);
   }
@@ -181,18 +186,24 @@ TEST_CASE("precision: the histogram model counts what rounding every value does"
     CHECK(c.overflow == r.overflow);
     CHECK(c.overflow == 500);
     CHECK(c.any_overflow);
-    // Inside the threshold's binade only |max| tells: the whole binade is counted once the
-    // maximum reaches the threshold (an upper bound), nothing when it does not.
+    // Inside the threshold's binade only |max| tells: it is counted once it reaches the
+    // threshold (a lower bound there), nothing when it does not.
     const double t = f.overflow_threshold;
     const std::vector<double> edge = {std::ldexp(1.0, top) * 1.01, t * 0.999, std::ldexp(1.0, top)};
+    const double first_over = f.tie_overflows ? t : t * 1.0001;
     c = classify_range(range_of(edge), abs_max(edge), 0, f);
     CHECK(c.overflow == 0);
     std::vector<double> over = edge;
-    over.push_back(t);
+    over.push_back(first_over);
     c = classify_range(range_of(over), abs_max(over), 0, f);
     r = round_all(over, l, f);
     CHECK(r.overflow == 1);
-    CHECK(c.overflow == 4);
+    CHECK(c.overflow == 1);
+    over.push_back(t * 1.001);
+    r = round_all(over, l, f);
+    c = classify_range(range_of(over), abs_max(over), 0, f);
+    CHECK(r.overflow == 2);
+    CHECK(c.overflow == 1);  // the lower bound
     CHECK(c.any_overflow);
   }
 }

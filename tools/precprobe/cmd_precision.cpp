@@ -45,9 +45,10 @@ std::string module_name(const std::string& m) { return m.empty() ? "(before any 
 void print_header(const PrecisionResult& r, const FloatFormat& f, const Terminal& term) {
   std::cout << paint(term, Tone::kBold,
                      fmt::format("precision     {} ({}): max {}, smallest normal 2^{}, smallest "
-                                 "subnormal 2^{}; overflow at |x| >= {}",
+                                 "subnormal 2^{}; overflow at |x| {} {}",
                                  f.name, f.long_name, num(f.max), f.min_normal_exponent,
-                                 f.min_subnormal_exponent, num(f.overflow_threshold)))
+                                 f.min_subnormal_exponent, f.tie_overflows ? ">=" : ">",
+                                 num(f.overflow_threshold)))
             << '\n';
   std::cout << fmt::format(
       "dump          {}: steps {}..{}, {} op records, {} output tensors with range statistics{}\n",
@@ -189,8 +190,9 @@ void add_precision_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--top", args->top, "ops shown in the table")->capture_default_str();
   cmd->add_flag("--json", args->json, "print the result as JSON");
   cmd->footer(
-      "Exit status: 0 every op fits, 1 some op fits only with scaling or must stay in fp32, 2 "
-      "usage or input error (also: a dump without range statistics).\n\n"
+      "Exit status: 0 the plan keeps no module in fp32 and a loss scale exists, 1 it keeps "
+      "some (or no loss scale suits the gradients), 2 usage or input error (also: a dump "
+      "without range statistics).\n\n"
       "Example:\n  precprobe precision ./precprobe_dump --to bf16\n"
       "  precprobe precision ./precprobe_dump --to e4m3 --scaling tensor --json | jq '.modules'");
   cmd->callback([args, &exit_code] {
@@ -216,9 +218,9 @@ void add_precision_command(CLI::App& app, int& exit_code) {
       print_loss_scale(r, term);
       print_plan(r, term);
     }
-    bool all_fit = true;
-    for (const OpPrecision& o : r.ops) all_fit &= o.verdict == PrecisionVerdict::kFits;
-    exit_code = all_fit ? kExitClean : kExitFound;
+    const bool fits =
+        r.keep_fp32_modules().empty() && (!r.loss_scale.available || r.loss_scale.feasible);
+    exit_code = fits ? kExitClean : kExitFound;
   });
 }
 

@@ -31,10 +31,12 @@ constexpr int kMinScaleExp = -64, kMaxScaleExp = 64;
 const FloatFormat kFormats[] = {
     // max + half an ulp of the top binade: 65504 + 16, (2 - 2^-7) 2^127 + 2^119, 448 + 16,
     // 57344 + 4096.
-    {"fp16", "IEEE binary16", 65504.0, -14, -24, 65520.0},
-    {"bf16", "bfloat16", 0x1.fep127, -126, -133, 0x1.ffp127},
-    {"e4m3", "OCP FP8 E4M3FN", 448.0, -6, -9, 464.0},
-    {"e5m2", "OCP FP8 E5M2", 57344.0, -14, -16, 61440.0},
+    // The largest codes: fp16 0x7bff, bf16 0x7f7f, e5m2 0x7b are odd (a tie at the threshold
+    // rounds to Inf); e4m3's 0x7e is even (0x7f is NaN: a tie rounds down to 448).
+    {"fp16", "IEEE binary16", 65504.0, -14, -24, 65520.0, true},
+    {"bf16", "bfloat16", 0x1.fep127, -126, -133, 0x1.ffp127, true},
+    {"e4m3", "OCP FP8 E4M3FN", 448.0, -6, -9, 464.0, false},
+    {"e5m2", "OCP FP8 E5M2", 57344.0, -14, -16, 61440.0, true},
 };
 
 // floor(log2(x)) for a positive finite x.
@@ -74,11 +76,11 @@ RangeCounts classify_range(const std::vector<std::pair<int32_t, int64_t>>& range
   const int flush_below = format.min_subnormal_exponent - 1;
   const double scaled_max = std::ldexp(abs_max, shift);
   c.any_overflow =
-      std::isfinite(scaled_max) ? scaled_max >= format.overflow_threshold : std::isinf(scaled_max);
+      std::isfinite(scaled_max) ? format.overflows(scaled_max) : std::isinf(scaled_max);
   for (const auto& [exponent, count] : range) {
     const int e = exponent + shift;
     c.elements += count;
-    if (e > top || (e == top && c.any_overflow)) {
+    if (e > top) {
       c.overflow += count;
     } else if (e < flush_below) {
       c.flush_to_zero += count;
@@ -86,6 +88,8 @@ RangeCounts classify_range(const std::vector<std::pair<int32_t, int64_t>>& range
       c.subnormal += count;
     }
   }
+  // Inside the threshold's own binade only |max| is known: at least it overflows.
+  if (c.any_overflow && c.overflow == 0) c.overflow = 1;
   return c;
 }
 
@@ -356,7 +360,7 @@ class PrecisionBuilder {
     double scale = initial;
     int64_t good = 0;
     for (const auto& [step, amax] : step_amax_) {
-      if (scale * amax >= format_.overflow_threshold) {
+      if (format_.overflows(scale * amax)) {
         ++r.skipped_steps;
         if (!r.first_skipped_step) r.first_skipped_step = step;
         scale *= 0.5;

@@ -49,6 +49,17 @@ if(TARGET precprobe_cli AND TARGET train_fashion_mnist)
   endforeach()
 endif()
 
+# precision on a real run of the example: its fp32 dump predicts that everything fits bf16,
+# and its --bf16 run (CPU autocast) confirms: no NaN/Inf, no skipped step.
+if(TARGET precprobe_cli AND TARGET train_fashion_mnist)
+  add_test(NAME precision_e2e
+           COMMAND ${CMAKE_COMMAND} -DEXAMPLE=$<TARGET_FILE:train_fashion_mnist>
+                   -DCLI=$<TARGET_FILE:precprobe_cli> -DSTEPS=50
+                   -DDUMP=${CMAKE_CURRENT_BINARY_DIR}/precision_e2e
+                   -P ${CMAKE_CURRENT_LIST_DIR}/run_precision_e2e.cmake)
+  set_tests_properties(precision_e2e PROPERTIES TIMEOUT 300 LABELS "cli;e2e")
+endif()
+
 # The replayed-anomaly side of the CLI (summary's "anomalies", `precprobe repro`) on a dump
 # written by hand (anomaly_dump.h); torch-free.
 if(TARGET precprobe_cli)

@@ -118,10 +118,13 @@ void print_loss_scale(const PrecisionResult& r, const Terminal& term) {
     std::cout << "loss scale    no backward op with range statistics: nothing to say\n";
     return;
   }
+  // 2^-64 and 2^64 are the limits considered.
+  const std::string low = pow2(ls.low) + (ls.low <= 0x1p-64 ? " or less" : "");
+  const std::string high = pow2(ls.high) + (ls.high >= 0x1p64 ? " or more" : "");
   std::cout << fmt::format(
       "loss scale    gradients neither overflow nor flush more than 0.1% of their non-zero "
       "elements for scales {} .. {}{}\n",
-      pow2(ls.low), pow2(ls.high), ls.feasible ? "" : " (empty: no scale does both)");
+      low, high, ls.feasible ? "" : " (empty: no scale does both)");
   std::cout << paint(term, ls.feasible ? Tone::kGreen : Tone::kRed,
                      fmt::format("              recommended initial scale {}: flushes {} of "
                                  "gradient elements, {} skipped steps over this run",

@@ -109,7 +109,9 @@ struct LossScaleAdvice {
   double low = 0;          ///< smallest scale flushing at most 0.1 % of gradient elements
   double high = 0;         ///< largest scale under which no gradient overflows
   bool feasible = false;   ///< low <= high
-  double recommended = 0;  ///< 2^floor((log2 low + log2 high) / 2); `high` when infeasible
+  /// max(low, high / 8): headroom of 8 against overflow, never below `low`; `high` when
+  /// infeasible (an overflow skips a step; a flushed gradient only loses that value)
+  double recommended = 0;
   double flush_at_recommended = 0;
   ScalerReplay at_recommended;  ///< GradScaler started at `recommended`
   ScalerReplay default_65536;   ///< GradScaler's default start, 65536

@@ -291,13 +291,13 @@ TEST_CASE("precision: verdicts, modules, loss scale and GradScaler's default on 
   CHECK(op_named(r, "aten::mm.1.backward").module == "fc2");
   CHECK(op_named(r, "aten::mm.1.backward").verdict == PrecisionVerdict::kFits);
   // Gradients: binades -30, -29, -29, -31 and 2, 0. Nothing may flush (12 elements, 0.1 %):
-  // -31 + k >= -25 needs k >= 6; 4 * 2^k < 65520 needs k <= 13; middle 9.
+  // -31 + k >= -25 needs k >= 6; 4 * 2^k < 65520 needs k <= 13; 8x below that: 10.
   const LossScaleAdvice& ls = r.loss_scale;
   REQUIRE(ls.available);
   CHECK(ls.low == 64);
   CHECK(ls.high == 8192);
   CHECK(ls.feasible);
-  CHECK(ls.recommended == 512);
+  CHECK(ls.recommended == 1024);
   CHECK(ls.flush_at_recommended == 0);
   CHECK(ls.at_recommended.skipped_steps == 0);
   // 65536 * 4 overflows at step 0 (-> 32768) and step 1 (-> 16384).
@@ -345,7 +345,7 @@ TEST_CASE("precision: --json has the documented keys", "[precision]") {
   CHECK(j["ops"][0]["overflow"] == 0.25);
   for (const char* k : {"recommended", "low", "high", "default_65536"})
     CHECK(j["loss_scale"].contains(k));
-  CHECK(j["loss_scale"]["recommended"] == 512);
+  CHECK(j["loss_scale"]["recommended"] == 1024);
   CHECK(j["loss_scale"]["default_65536"]["skipped_steps"] == 2);
   CHECK(j["modules"][0]["keep_fp32"] == true);
 }

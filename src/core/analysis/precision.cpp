@@ -25,6 +25,8 @@ namespace {
 
 constexpr double kMaxFlushShare = 0.001;  // "lose no more than 0.1 % of non-zero elements"
 constexpr int kBins = kRangeMaxExponent - kRangeMinExponent + 1;
+// The recommended loss scale stays this many binades below the largest that does not overflow.
+constexpr int kHeadroomBinades = 3;
 // Loss scales considered: 2^-64 .. 2^64.
 constexpr int kMinScaleExp = -64, kMaxScaleExp = 64;
 
@@ -344,7 +346,9 @@ class PrecisionBuilder {
     ls.low = std::ldexp(1.0, low);
     ls.high = std::ldexp(1.0, high);
     ls.feasible = low <= high;
-    recommended_shift_ = ls.feasible ? static_cast<int>(std::floor((low + high) / 2.0)) : high;
+    // 8x headroom below the overflow limit (gradients grow and shrink while training;
+    // GradScaler grows the scale back), but never below the flush limit.
+    recommended_shift_ = ls.feasible ? std::max(low, high - kHeadroomBinades) : high;
     ls.recommended = std::ldexp(1.0, recommended_shift_);
     const RangeCounts at = gradients_.at_shift(recommended_shift_, format_);
     ls.flush_at_recommended = at.elements ? double(at.flush_to_zero) / double(at.elements) : 0;

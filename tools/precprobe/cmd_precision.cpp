@@ -114,6 +114,12 @@ void print_modules(const PrecisionResult& r, const Terminal& term) {
 
 void print_loss_scale(const PrecisionResult& r, const Terminal& term) {
   const LossScaleAdvice& ls = r.loss_scale;
+  if (r.scaling == PrecisionScaling::kTensor) {
+    std::cout
+        << "loss scale    none needed with per-tensor scaling (each gradient tensor is scaled "
+           "on its own; --scaling none for loss scaling)\n";
+    return;
+  }
   if (!ls.available) {
     std::cout << "loss scale    no backward op with range statistics: nothing to say\n";
     return;
@@ -160,6 +166,13 @@ void print_plan(const PrecisionResult& r, const Terminal& term) {
   }
   std::string names;
   for (const std::string& m : keep) names += (names.empty() ? "" : ", ") + module_name(m);
+  if (r.format == "e4m3" || r.format == "e5m2") {  // autocast has no fp8
+    std::cout << paint(term, Tone::kRed,
+                       fmt::format("plan          keep out of {} (in fp32 or bf16): {}", r.format,
+                                   names))
+              << '\n';
+    return;
+  }
   std::cout << paint(term, Tone::kRed, "plan          keep in fp32 under autocast: " + names)
             << '\n';
   std::cout
@@ -193,9 +206,9 @@ void add_precision_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--top", args->top, "ops shown in the table")->capture_default_str();
   cmd->add_flag("--json", args->json, "print the result as JSON");
   cmd->footer(
-      "Exit status: 0 the plan keeps no module in fp32 and a loss scale exists, 1 it keeps "
-      "some (or no loss scale suits the gradients), 2 usage or input error (also: a dump "
-      "without range statistics).\n\n"
+      "Exit status: 0 the plan keeps no module in fp32 and (without per-tensor scaling) a loss "
+      "scale suits the gradients, 1 otherwise, 2 usage or input error (also: a dump without "
+      "range statistics).\n\n"
       "Example:\n  precprobe precision ./precprobe_dump --to bf16\n"
       "  precprobe precision ./precprobe_dump --to e4m3 --scaling tensor --json | jq '.modules'");
   cmd->callback([args, &exit_code] {
@@ -222,7 +235,8 @@ void add_precision_command(CLI::App& app, int& exit_code) {
       print_plan(r, term);
     }
     const bool fits =
-        r.keep_fp32_modules().empty() && (!r.loss_scale.available || r.loss_scale.feasible);
+        r.keep_fp32_modules().empty() && (r.scaling == PrecisionScaling::kTensor ||
+                                          !r.loss_scale.available || r.loss_scale.feasible);
     exit_code = fits ? kExitClean : kExitFound;
   });
 }

@@ -12,10 +12,10 @@
 //
 //     bench_debugger [--h 256,1024] [--steps 30] [--rounds 5] [--warmup 5]
 //                    [--only VARIANT] [--fixed-only 1] [--records N [--task T]]
-// --only runs one variant (and "no debugger"), e.g. "L1 statistics (async)", for
-// profiling; --fixed-only 1 runs only the fixed cost per record. --records N runs N
-// aten::add of 4 floats under a started debugger (async, L1; --task overflow_check or
-// "none" for no debugger) and nothing else: the difference of two runs under
+// --only runs some variants (and "no debugger"), e.g. "L1 statistics (async),L1 + range
+// (async)" (comma-separated), for profiling; --fixed-only 1 runs only the fixed cost per record.
+// --records N runs N aten::add of 4 floats under a started debugger (async, L1; --task
+// overflow_check or "none" for no debugger) and nothing else: the difference of two runs under
 // `valgrind --tool=callgrind` gives instructions per record, independent of load.
 #include <dlfcn.h>
 #include <time.h>
@@ -88,6 +88,17 @@ struct Trainer {
   torch::Tensor x, y;
 };
 
+// Whether `name` is one of the comma-separated variant names of --only.
+bool selected(const std::string& only, const std::string& name) {
+  size_t at = 0;
+  while (at <= only.size()) {
+    const size_t end = std::min(only.find(',', at), only.size());
+    if (only.compare(at, end - at, name) == 0) return true;
+    at = end + 1;
+  }
+  return false;
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -117,6 +128,7 @@ struct Variant {
   precprobe::Task task = precprobe::Task::kStatistics;
   bool unselected = false;  // "step" selects none of the steps run ("1000000-2000000/100")
   bool on_anomaly = false;  // "record": "on_anomaly", start(model, opt) + run_step
+  bool range = false;       // "statistics": {"range": true}
 };
 
 double cpu_ms(clockid_t clock) {
@@ -149,6 +161,7 @@ void run_variant(Trainer& tr, const Variant& v, int steps, int warmup, const std
     if (v.on_anomaly) o.record = precprobe::RecordMode::kOnAnomaly;
     o.task = v.task;
     o.overflow_nums = -1;
+    o.range_stats = v.range ? precprobe::RangeStats::kTraining : precprobe::RangeStats::kOff;
     if (v.unselected) o.step.add_every(1000000, 2000000, 100);
     dbg = std::make_unique<precprobe::PrecisionDebugger>(o);
     if (v.start && v.on_anomaly) {
@@ -300,6 +313,10 @@ int main(int argc, char** argv) {
       {"constructed, not started", true, false},
       {"L1 statistics (async)", true, true, precprobe::Level::kL1, true},
       {"L1 statistics (sync)", true, true, precprobe::Level::kL1, false},
+      {"L1 + range (async)", true, true, precprobe::Level::kL1, true, false,
+       precprobe::Task::kStatistics, false, false, true},
+      {"L1 + range (sync)", true, true, precprobe::Level::kL1, false, false,
+       precprobe::Task::kStatistics, false, false, true},
       {"L2 statistics (async)", true, true, precprobe::Level::kL2, true},
       {"L1 + gradient monitor", true, true, precprobe::Level::kL1, true, true},
       {"on_anomaly (healthy steps)", true, true, precprobe::Level::kL2, true, false,
@@ -315,7 +332,7 @@ int main(int argc, char** argv) {
     std::map<std::string, RunResult> res;
     for (int r = 0; r < rounds; ++r)
       for (const auto& v : variants)
-        if (only.empty() || v.name == only || v.name == "no debugger")
+        if (only.empty() || selected(only, v.name) || v.name == "no debugger")
           run_variant(tr, v, steps, warmup, dump, res[v.name]);
     const double base = median(res["no debugger"].step_ms);
     const double base_cpu = median(res["no debugger"].thread_ms);

@@ -84,6 +84,53 @@ BENCHMARK_CAPTURE(BM_Summarize, bf16, at::kBFloat16, false)->Unit(benchmark::kMi
 BENCHMARK_CAPTURE(BM_Summarize, f16, at::kHalf, false)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Summarize, f64, at::kDouble, false)->Unit(benchmark::kMillisecond);
 
+// Range statistics (the exponent histogram) on top of the statistics: float32 of
+// state.range(0) elements (32768 = an activation of the reference model at h=256, in L2;
+// 16M = 64 MB, from memory), state.range(1) = 1 with range, and the 64 MB bf16 tensor.
+void BM_SummarizeRange(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const at::Tensor t = big(at::kFloat).slice(0, 0, n);
+  const bool with_range = state.range(1) != 0;
+  precprobe::TensorStats s;
+  for (auto _ : state) {
+    precprobe::detail::summarize(t, s, false, with_range);
+    benchmark::DoNotOptimize(s.mean);
+  }
+  set_bytes(state, n * 4);
+  state.counters["Melem/s"] = benchmark::Counter(static_cast<double>(state.iterations() * n) / 1e6,
+                                                 benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_SummarizeRange)
+    ->Args({32768, 0})
+    ->Args({32768, 1})
+    ->Args({kBytes / 4, 0})
+    ->Args({kBytes / 4, 1});
+
+// Values spread over many binades, as an optimizer's second moment: (randn^2 * 1e-3)^2, 32768.
+void BM_SummarizeRangeWide(benchmark::State& state) {
+  const at::Tensor t = at::randn({32768}).square().mul(1e-3).square();
+  const bool with_range = state.range(0) != 0;
+  precprobe::TensorStats s;
+  for (auto _ : state) {
+    precprobe::detail::summarize(t, s, false, with_range);
+    benchmark::DoNotOptimize(s.mean);
+  }
+  set_bytes(state, t.numel() * 4);
+}
+BENCHMARK(BM_SummarizeRangeWide)->Arg(0)->Arg(1);
+
+void BM_SummarizeRangeBf16(benchmark::State& state) {
+  const at::Tensor& t = big(at::kBFloat16);
+  const bool with_range = state.range(0) != 0;
+  precprobe::TensorStats s;
+  for (auto _ : state) {
+    precprobe::detail::summarize(t, s, false, with_range);
+    benchmark::DoNotOptimize(s.mean);
+  }
+  set_bytes(state, t.numel() * 2);
+}
+BENCHMARK(BM_SummarizeRangeBf16)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+
 // Same 64 MB float32 with NaN in every block: the careful pass runs everywhere.
 void BM_SummarizeAllBlocksNaN(benchmark::State& state) {
   at::Tensor t = big(at::kFloat).clone();

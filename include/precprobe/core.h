@@ -9,6 +9,7 @@
 #include "precprobe/error.h"
 #include "precprobe/lr_range.h"
 #include "precprobe/options.h"
+#include "precprobe/precision.h"
 #include "precprobe/reader.h"
 #include "precprobe/records.h"
 #include "precprobe/report.h"

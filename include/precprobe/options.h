@@ -44,6 +44,15 @@ enum class SummaryMode : uint8_t {
   kHash,        ///< "hash" (alias "md5"): statistics plus an XXH3-64 hash of the values
 };
 
+/// "<task>.range": which ops' floating tensors get range statistics (TensorStats::range).
+enum class RangeStats : uint8_t {
+  kOff,       ///< false: none
+  kTraining,  ///< true: ops run with grad mode on (the model's forward in training) and every
+              ///< op of the backward; not the optimizer step, clip_grad_norm_ or evaluation
+              ///< under no_grad, which AMP keeps in fp32 anyway
+  kAll,       ///< "all": every recorded op
+};
+
 /// "record": which steps write op records.
 enum class RecordMode : uint8_t {
   kAlways,     ///< "always": every step "step" selects (default)
@@ -127,6 +136,10 @@ struct DebuggerOptions {
   bool dump_outputs = true;
   /// "<task>.summary_mode"
   SummaryMode summary_mode = SummaryMode::kStatistics;
+  /// "<task>.range": also count, per floating tensor, the binary exponents of its finite
+  /// non-zero values (TensorStats::range), from which `precprobe precision` tells what
+  /// would overflow or flush to zero in fp16, bf16 or fp8. Cost: docs/config.md.
+  RangeStats range_stats = RangeStats::kOff;
   /// "overflow_check.overflow_nums": stop after this many overflow records; -1 = unlimited.
   int64_t overflow_nums = 1;
 

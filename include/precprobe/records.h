@@ -30,6 +30,11 @@ inline constexpr size_t kHistogramBins = 256;
 /// large index tensors, e.g. max_pool's, would cost a second pass for nothing).
 inline constexpr int64_t kHistogramMaxNumel = int64_t(1) << 16;
 
+/// The binary exponents a TensorStats::range bin may have: every finite non-zero double lies
+/// in [2^kRangeMinExponent, 2^(kRangeMaxExponent + 1)) (subnormals included).
+inline constexpr int32_t kRangeMinExponent = -1074;
+inline constexpr int32_t kRangeMaxExponent = 1023;
+
 /// Health and statistics of one tensor. Counts are exact; min/max/mean/norm are over the
 /// finite values only (NaN when there are none) and accumulated in float64.
 struct TensorStats {
@@ -56,6 +61,15 @@ struct TensorStats {
   /// kHistogramMaxNumel elements whose values span fewer than kHistogramSpan consecutive
   /// integers and take at most kHistogramBins values, else empty (and not written).
   std::vector<std::pair<int64_t, int64_t>> hist;
+  /// "range": where the finite non-zero magnitudes lie (config "statistics": {"range": true}):
+  /// for each binary exponent e, the number of elements with 2^e <= |x| < 2^(e+1), as (e,
+  /// count) pairs in ascending e, empty bins left out (float32 values span e = -149..127).
+  /// Recorded for floating tensors (complex: their components) when has_range is true.
+  std::vector<std::pair<int32_t, int64_t>> range;
+  /// Whether "range" was recorded. False in dumps written without the switch or before it
+  /// existed, and for non-floating tensors: a reader then has no range statistics (which is
+  /// not the same as a recorded, empty `range`: no finite non-zero element).
+  bool has_range = false;
 
   int64_t non_finite() const noexcept { return nan + pinf + ninf; }
   bool all_finite() const noexcept { return non_finite() == 0; }

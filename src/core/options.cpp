@@ -315,6 +315,11 @@ ordered_json DebuggerOptions::to_json_value() const {
   section["list"] = list;
   section["data_mode"] = data_mode_json(*this);
   section["summary_mode"] = detail::summary_mode_name(summary_mode);
+  if (range_stats == RangeStats::kAll) {
+    section["range"] = "all";
+  } else {
+    section["range"] = range_stats == RangeStats::kTraining;
+  }
   if (task == Task::kOverflowCheck) section["overflow_nums"] = overflow_nums;
   j[detail::task_name(task)] = std::move(section);
   j["keep_dropout"] = keep_dropout;

@@ -347,6 +347,17 @@ const KeySpec kTopKeys[] = {
      }},
 };
 
+// "range": false | true | "all".
+void parse_range_stats(const json& v, const std::string& k, DebuggerOptions& o) {
+  if (v.is_boolean()) {
+    o.range_stats = v.get<bool>() ? RangeStats::kTraining : RangeStats::kOff;
+  } else if (v.is_string() && v.get<std::string>() == "all") {
+    o.range_stats = RangeStats::kAll;
+  } else {
+    fail_expected(k, v, "true (ops under grad mode and the backward), \"all\" (every op) or false");
+  }
+}
+
 // Keys of every task section; the section-specific ones follow.
 const KeySpec kSectionKeys[] = {
     {"scope",
@@ -367,6 +378,7 @@ const KeySpec kSectionKeys[] = {
                             ? SummaryMode::kStatistics
                             : SummaryMode::kHash;
      }},
+    {"range", parse_range_stats},
 };
 
 const KeySpec kStatisticsKeys[] = {

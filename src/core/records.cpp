@@ -105,6 +105,23 @@ void stat_field(TextOut& o, std::string_view key, double v) {
   if (std::isinf(v)) nonfinite_sibling(o, key, v);
 }
 
+// ,"range":[[e,count],...] (docs/dump-format.md): present, possibly empty, when recorded.
+void append_range(const std::vector<std::pair<int32_t, int64_t>>& range, TextOut& o) {
+  o.reserve(12);
+  o.lit(",\"range\":[");
+  for (size_t i = 0; i < range.size(); ++i) {
+    o.reserve(2 * TextOut::kMaxNumber + 4);  // ",[e,count]"
+    if (i > 0) o.put(',');
+    o.put('[');
+    o.int64(range[i].first);
+    o.put(',');
+    o.int64(range[i].second);
+    o.put(']');
+  }
+  o.reserve(1);
+  o.put(']');
+}
+
 void append_tensor(const TensorStats& t, TextOut& o) {
   o.reserve(40 + TextOut::string_bound(t.dtype.size()) + TextOut::string_bound(t.device.size()) +
             t.shape.size() * 21 + 16 * kFieldBound + TextOut::string_bound(t.param.size()));
@@ -171,6 +188,7 @@ void append_tensor(const TensorStats& t, TextOut& o) {
     o.reserve(2);
     o.put(']');
   }
+  if (t.has_range) append_range(t.range, o);
   o.reserve(1);
   o.put('}');
 }

@@ -35,6 +35,8 @@ void reset(TensorStats& t) {
   t.param.clear();
   t.list_index = -1;
   t.hist.clear();
+  t.range.clear();
+  t.has_range = false;
 }
 
 bool parse_int_list(Cursor& c, std::vector<int64_t>& v) {
@@ -65,6 +67,30 @@ bool parse_histogram(Cursor& c, std::vector<std::pair<int64_t, int64_t>>& h) {
   });
 }
 
+// [[e, count], ...] ("range"): exponents strictly ascending within the range of a double,
+// counts >= 0; at most one bin per exponent.
+bool parse_range(Cursor& c, std::vector<std::pair<int32_t, int64_t>>& r) {
+  r.clear();
+  constexpr size_t kMaxBins = size_t(kRangeMaxExponent - kRangeMinExponent + 1);
+  return c.array([&] {
+    if (r.size() >= kMaxBins) return c.fail("range has too many bins");
+    int64_t e = 0, count = 0;
+    int at = 0;
+    const bool ok = c.array([&] {
+      if (at >= 2) return c.fail("a range bin is [exponent, count]");
+      return c.int64(at++ == 0 ? e : count);
+    });
+    if (!ok) return false;
+    if (at != 2) return c.fail("a range bin is [exponent, count]");
+    if (e < kRangeMinExponent || e > kRangeMaxExponent || count < 0)
+      return c.fail("a range bin's exponent is outside a double's or its count is negative");
+    if (!r.empty() && e <= r.back().first)
+      return c.fail("range exponents must be strictly ascending");
+    r.emplace_back(static_cast<int32_t>(e), count);
+    return true;
+  });
+}
+
 // Tensor keys in the order the writer emits them (optional ones included).
 enum TensorKey : int {
   kDtype,
@@ -86,12 +112,13 @@ enum TensorKey : int {
   kParam,
   kLi,
   kHist,
+  kRange,
   kTensorKeys,
   kUnknownKey = kTensorKeys
 };
 constexpr std::string_view kTensorKeyNames[kTensorKeys] = {
     "dtype", "shape", "device", "rg",   "numel", "nan",  "pinf",  "ninf", "zero", "neg",
-    "pos",   "min",   "max",    "mean", "norm",  "hash", "param", "li",   "hist"};
+    "pos",   "min",   "max",    "mean", "norm",  "hash", "param", "li",   "hist", "range"};
 
 constexpr json::KeyLiteral kTensorKeyLiterals[kTensorKeys] = {
     json::KeyLiteral("dtype"), json::KeyLiteral("shape"), json::KeyLiteral("device"),
@@ -100,7 +127,7 @@ constexpr json::KeyLiteral kTensorKeyLiterals[kTensorKeys] = {
     json::KeyLiteral("neg"),   json::KeyLiteral("pos"),   json::KeyLiteral("min"),
     json::KeyLiteral("max"),   json::KeyLiteral("mean"),  json::KeyLiteral("norm"),
     json::KeyLiteral("hash"),  json::KeyLiteral("param"), json::KeyLiteral("li"),
-    json::KeyLiteral("hist")};
+    json::KeyLiteral("hist"),  json::KeyLiteral("range")};
 
 int tensor_key_id(std::string_view k) {
   for (int i = 0; i < kTensorKeys; ++i) {
@@ -168,6 +195,9 @@ bool tensor_value(Cursor& c, int id, TensorStats& t) {
       return c.int64(t.list_index);
     case kHist:
       return parse_histogram(c, t.hist);
+    case kRange:
+      t.has_range = true;
+      return parse_range(c, t.range);
     default:
       return c.skip_value(2);
   }
@@ -219,6 +249,12 @@ bool parse_tensor_fast(Cursor& c, TensorStats& t) {
     if (!parse_histogram(c, t.hist)) return false;
   } else {
     t.hist.clear();
+  }
+  t.has_range = c.token(",\"range\":");
+  if (t.has_range) {
+    if (!parse_range(c, t.range)) return false;
+  } else {
+    t.range.clear();
   }
   return c.token("}");
 }

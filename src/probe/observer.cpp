@@ -29,6 +29,7 @@ struct OpContext final : at::ObserverContext {
   bool writes = false;          // the op writes one of its arguments
   bool below_autograd = false;  // the op runs inside another op's kernel
   bool alias_unread = false;    // a view or alias of uninitialized memory: so is the output
+  bool range = false;           // its tensors get range statistics (Observer::range_for)
   bool save = false;
   std::string name;                        // full name, when saving tensors
   const char* origin = "(autograd node)";  // process-lifetime op name, for diagnostics
@@ -250,10 +251,12 @@ std::unique_ptr<at::ObserverContext> Observer::on_op_start(const at::RecordFunct
         if (dir == Direction::kForward && grad_on && any_requires_grad(inputs))
           h.seqnr = fn.seqNr();
         ctx->writes = !info.write_args.empty();
+        ctx->range = range_for(dir, grad_on);
         ctx->below_autograd = depth > 0 && below_ad_inplace_or_view();
         if (options_.dump_inputs || options_.task == Task::kOverflowCheck) {
           CaptureOptions how;
           how.untracked = ctx->below_autograd;
+          how.range = ctx->range;
           // Outside kernels, statistics taken inside one are not trusted: it may have
           // written the tensor after them.
           if (!ctx->below_autograd) how.reuse_before = 0;
@@ -332,8 +335,12 @@ std::unique_ptr<at::ObserverContext> Observer::on_node_start(const at::RecordFun
     ctx->op = op;
     ctx->save = sel.save;
     ctx->name = std::move(sel.name);
-    if (options_.dump_inputs || options_.task == Task::kOverflowCheck)
-      capture_args(fn.inputs(), op->in, *op, sel.save ? &ctx->name : nullptr, true, {}, nullptr);
+    ctx->range = range_for(Direction::kBackward, false);
+    if (options_.dump_inputs || options_.task == Task::kOverflowCheck) {
+      CaptureOptions how;
+      how.range = ctx->range;
+      capture_args(fn.inputs(), op->in, *op, sel.save ? &ctx->name : nullptr, true, how, nullptr);
+    }
     return ctx;
   } catch (const std::exception& e) {
     errors_.fetch_add(1, std::memory_order_relaxed);
@@ -368,6 +375,7 @@ void Observer::on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
       how.fresh = c->writes;
       how.reuse_before = c->serial_after_inputs;
       how.unread = c->alias_unread;
+      how.range = c->range;
       capture_args(c10::ArrayRef<const c10::IValue>(outs.data(), outs.size()), op.out, op,
                    c->save ? &c->name : nullptr, false, how, nullptr);
     }

@@ -141,6 +141,13 @@ class Observer {
   std::string tensor_path(const std::string& name, bool input, size_t index) const;
   void emit(PendingOp& op);
   bool keep_overflow(const OpRecord& r);
+  /// Whether an op's tensors get range statistics ("range": true: ops under grad mode and
+  /// the backward; "all": every op). `grad_on`: the caller's grad mode at the op's start.
+  bool range_for(Direction dir, bool grad_on) const noexcept {
+    return options_.range_stats == RangeStats::kAll ||
+           (options_.range_stats == RangeStats::kTraining &&
+            (dir == Direction::kBackward || grad_on));
+  }
   uint32_t thread_index();
   void maybe_run_grad_hook(c10::ArrayRef<const c10::IValue> inputs, const OpInfo& info);
   /// Before `t` is written: nothing queued reads it after, no cached statistics of its

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "precprobe/error.h"
+#include "stats_internal.h"
 #include "stats_kernels.h"
 #include "tensor_hasher.h"
 
@@ -110,11 +111,41 @@ struct Totals {
   }
 };
 
+// The range bins of an element type (stats_kernels.h): floating types have them, integers
+// and bool have none.
+template <typename T>
+struct RangeLayout {
+  static constexpr int kBins = 0, kMinExp = 0;
+};
+template <>
+struct RangeLayout<float> {
+  static constexpr int kBins = kFloatRangeBins, kMinExp = kFloatRangeMinExp;
+};
+template <>
+struct RangeLayout<c10::BFloat16> : RangeLayout<float> {};
+template <>
+struct RangeLayout<c10::Half> : RangeLayout<float> {};
+template <>
+struct RangeLayout<double> {
+  static constexpr int kBins = kDoubleRangeBins, kMinExp = kDoubleRangeMinExp;
+};
+
+// One block's statistics and, with range != nullptr (floating types), its exponent counts.
+template <typename T>
+void block(const T* p, int64_t n, BlockStats& b, int64_t* range) {
+  if constexpr (RangeLayout<T>::kBins > 0) {
+    block_stats(p, n, b, range);
+  } else {
+    block_stats(p, n, b);
+  }
+}
+
 // Receives the elements of a view in walk order and summarises (and/or hashes) them.
 template <typename T, bool kStats>
 class BlockSink {
  public:
-  explicit BlockSink(TensorHasher* hasher) : hasher_(hasher) {}
+  explicit BlockSink(TensorHasher* hasher, int64_t* range = nullptr)
+      : hasher_(hasher), range_(range) {}
 
   void run(const T* p, int64_t n) {
     if (n >= kDirectRun) {
@@ -152,13 +183,14 @@ class BlockSink {
   void process(const T* p, int64_t n) {
     if (kStats) {
       BlockStats b;
-      block_stats(p, n, b);
+      block(p, n, b, range_);
       totals_.add(b);
     }
     if (hasher_) hasher_->update(p, static_cast<size_t>(n) * sizeof(T));
   }
 
   TensorHasher* hasher_;
+  int64_t* range_;
   Totals totals_;
   int64_t fill_ = 0;
   T buf_[kStatsBlock];
@@ -269,11 +301,24 @@ void fill_stats(const Totals& s, int64_t repeat, TensorStats& out) {
 }
 
 // `view` holds the values (for complex: view_as_real of the tensor); `hasher` has already
-// received the header of the original tensor.
+// received the header of the original tensor. With `with_range` (and out != nullptr) a
+// floating view also gets its range statistics, counted in the same pass.
 template <typename T>
-void summarize_cpu(const at::Tensor& view, TensorStats* out, TensorHasher* hasher) {
+void summarize_cpu(const at::Tensor& view, TensorStats* out, TensorHasher* hasher,
+                   bool with_range) {
+  using Range = RangeLayout<T>;
   const T* base = static_cast<const T*>(view.data_ptr());
   const int64_t n = view.numel();
+  int64_t bins[Range::kBins > 0 ? Range::kBins : 1];  // zeroed only when used
+  int64_t* range = nullptr;
+  if (Range::kBins > 0 && with_range && out != nullptr) {
+    std::fill_n(bins, Range::kBins, int64_t{0});
+    range = bins;
+  }
+  const auto finish = [&](const Totals& s, int64_t repeat) {
+    fill_stats(s, repeat, *out);
+    if (range != nullptr) fill_range(range, Range::kBins, Range::kMinExp, repeat, *out);
+  };
   if (view.is_contiguous()) {  // the common case: blocks straight from memory
     if (out == nullptr) {
       hasher->update(base, static_cast<size_t>(n) * sizeof(T));
@@ -283,18 +328,18 @@ void summarize_cpu(const at::Tensor& view, TensorStats* out, TensorHasher* hashe
     for (int64_t i = 0; i < n; i += kStatsBlock) {
       const int64_t m = std::min(kStatsBlock, n - i);
       BlockStats b;
-      block_stats(base + i, m, b);
+      block(base + i, m, b, range);
       s.add(b);
       if (hasher) hasher->update(base + i, static_cast<size_t>(m) * sizeof(T));
     }
-    fill_stats(s, 1, *out);
+    finish(s, 1);
     return;
   }
   if (hasher == nullptr) {  // statistics only: any order will do
     const Geometry g = memory_geometry(view);
-    BlockSink<T, true> sink(nullptr);
+    BlockSink<T, true> sink(nullptr, range);
     walk(base, g, sink);
-    fill_stats(sink.totals(), g.repeat, *out);
+    finish(sink.totals(), g.repeat);
     return;
   }
   const Geometry g = logical_geometry(view);
@@ -303,75 +348,47 @@ void summarize_cpu(const at::Tensor& view, TensorStats* out, TensorHasher* hashe
     walk_logical(base, g, sink);
     return;
   }
-  BlockSink<T, true> sink(hasher);
+  BlockSink<T, true> sink(hasher, range);
   walk_logical(base, g, sink);
-  fill_stats(sink.totals(), g.repeat, *out);
+  finish(sink.totals(), g.repeat);
 }
 
 // Calls summarize_cpu<T> for the C++ type T of the view's dtype; false if unsupported.
-bool dispatch_cpu(const at::Tensor& view, TensorStats* out, TensorHasher* hasher) {
+bool dispatch_cpu(const at::Tensor& view, TensorStats* out, TensorHasher* hasher, bool with_range) {
   switch (view.scalar_type()) {
     case at::kFloat:
-      summarize_cpu<float>(view, out, hasher);
+      summarize_cpu<float>(view, out, hasher, with_range);
       return true;
     case at::kDouble:
-      summarize_cpu<double>(view, out, hasher);
+      summarize_cpu<double>(view, out, hasher, with_range);
       return true;
     case at::kBFloat16:
-      summarize_cpu<c10::BFloat16>(view, out, hasher);
+      summarize_cpu<c10::BFloat16>(view, out, hasher, with_range);
       return true;
     case at::kHalf:
-      summarize_cpu<c10::Half>(view, out, hasher);
+      summarize_cpu<c10::Half>(view, out, hasher, with_range);
       return true;
     case at::kByte:
-      summarize_cpu<uint8_t>(view, out, hasher);
+      summarize_cpu<uint8_t>(view, out, hasher, with_range);
       return true;
     case at::kChar:
-      summarize_cpu<int8_t>(view, out, hasher);
+      summarize_cpu<int8_t>(view, out, hasher, with_range);
       return true;
     case at::kShort:
-      summarize_cpu<int16_t>(view, out, hasher);
+      summarize_cpu<int16_t>(view, out, hasher, with_range);
       return true;
     case at::kInt:
-      summarize_cpu<int32_t>(view, out, hasher);
+      summarize_cpu<int32_t>(view, out, hasher, with_range);
       return true;
     case at::kLong:
-      summarize_cpu<int64_t>(view, out, hasher);
+      summarize_cpu<int64_t>(view, out, hasher, with_range);
       return true;
     case at::kBool:
-      summarize_cpu<bool>(view, out, hasher);
+      summarize_cpu<bool>(view, out, hasher, with_range);
       return true;
     default:
       return false;
   }
-}
-
-const char* layout_name(c10::Layout layout) {
-  switch (layout) {
-    case c10::kStrided:
-      return "Strided";
-    case c10::kSparse:
-      return "Sparse";
-    case c10::kSparseCsr:
-      return "SparseCsr";
-    case c10::kSparseCsc:
-      return "SparseCsc";
-    case c10::kSparseBsr:
-      return "SparseBsr";
-    case c10::kSparseBsc:
-      return "SparseBsc";
-    case c10::kMkldnn:
-      return "Mkldnn";
-    default:
-      return "Unknown";
-  }
-}
-
-std::string dtype_name(const at::Tensor& t) {
-  if (!t.defined()) return "undefined";
-  std::string name = c10::toString(t.scalar_type());
-  if (t.layout() != c10::kStrided) name.append(":").append(layout_name(t.layout()));
-  return name;
 }
 
 // Whether the values can be read through data_ptr() and strides on this thread.
@@ -380,42 +397,16 @@ bool readable_on_cpu(const at::Tensor& t) {
          !t.is_nested() && t.has_storage();
 }
 
-// Everything but the statistics; statistics set to "no values".
-void fill_header(const at::Tensor& t, TensorStats& out) {
-  out.dtype = dtype_name(t);
-  out.shape.clear();
-  out.device = "cpu";
-  out.requires_grad = false;
-  out.numel = 0;
-  out.nan = out.pinf = out.ninf = out.zero = out.neg = out.pos = 0;
-  out.min = out.max = out.mean = out.norm = kNaN;
-  out.hash.reset();
-  if (!t.defined()) return;
-  out.shape.assign(t.sizes().begin(), t.sizes().end());
-  out.device = t.device().str();
-  out.requires_grad = t.requires_grad();
-  out.numel = t.numel();
-}
-
-// The values as a real strided tensor without lazy conj/neg bits (copies only then).
-at::Tensor values_view(const at::Tensor& t) {
-  at::Tensor v = t;
-  if (v.is_conj()) v = v.resolve_conj();
-  if (v.is_neg()) v = v.resolve_neg();
-  if (v.is_complex()) v = at::view_as_real(v);
-  return v;
-}
-
 // Hashes `t` (header included) and, when out != nullptr, summarises it into *out.
 // Returns false when the dtype has no CPU kernel.
-bool run_cpu(const at::Tensor& t, TensorStats* out, TensorHasher* hasher) {
+bool run_cpu(const at::Tensor& t, TensorStats* out, TensorHasher* hasher, bool with_range) {
   if (hasher) hasher->header(dtype_name(t), t.sizes());
   if (t.numel() == 0) return true;
   // A ZeroTensor (autograd's efficient zeros) has no data behind its pointer: rare, so
   // materialise it.
   const at::Tensor values = values_view(t._is_zerotensor() ? at::zeros(t.sizes(), t.options()) : t);
   if (values.data_ptr() == nullptr) return false;
-  return dispatch_cpu(values, out, hasher);
+  return dispatch_cpu(values, out, hasher, with_range);
 }
 
 // Receives the runs of a walk and tests them for NaN/Inf (has_non_finite).
@@ -477,43 +468,7 @@ bool has_non_finite(const at::Tensor& t) noexcept {
   return false;
 }
 
-void summarize_with_aten(const at::Tensor& t, TensorStats& out, bool with_hash) {
-  out.hist.clear();
-  fill_header(t, out);
-  if (!t.defined() || t.numel() == 0 || t.layout() != c10::kStrided || t.is_meta()) {
-    if (with_hash) out.hash = hash_tensor(t);
-    return;
-  }
-  at::NoGradGuard no_grad;
-  // float64 holds every value of every real dtype but int64 beyond 2^53; the device does
-  // all the work and one 10-element tensor comes back.
-  const at::Tensor x = values_view(t.detach()).to(at::kDouble);
-  const at::Tensor finite = at::isfinite(x);
-  const at::Tensor v = x.masked_fill(finite.logical_not(), 0.0);
-  const at::Tensor r =
-      at::stack({x.isnan().sum().to(at::kDouble), at::isposinf(x).sum().to(at::kDouble),
-                 at::isneginf(x).sum().to(at::kDouble), x.eq(0).sum().to(at::kDouble),
-                 v.lt(0).sum().to(at::kDouble), v.gt(0).sum().to(at::kDouble), v.sum(),
-                 v.mul(v).sum(), x.masked_fill(finite.logical_not(), kInf).min(),
-                 x.masked_fill(finite.logical_not(), -kInf).max()})
-          .cpu();
-  const double* q = r.data_ptr<double>();
-  Totals s;
-  s.nan = static_cast<int64_t>(q[0]);
-  s.pinf = static_cast<int64_t>(q[1]);
-  s.ninf = static_cast<int64_t>(q[2]);
-  s.zero = static_cast<int64_t>(q[3]);
-  s.neg = static_cast<int64_t>(q[4]);
-  s.pos = static_cast<int64_t>(q[5]);
-  s.sum = q[6];
-  s.sumsq = q[7];
-  s.min = q[8];
-  s.max = q[9];
-  fill_stats(s, 1, out);
-  if (with_hash) out.hash = hash_tensor(t);
-}
-
-void summarize(const at::Tensor& t, TensorStats& out, bool with_hash) noexcept {
+void summarize(const at::Tensor& t, TensorStats& out, bool with_hash, bool with_range) noexcept {
   try {
     out.hist.clear();
     fill_header(t, out);
@@ -523,14 +478,17 @@ void summarize(const at::Tensor& t, TensorStats& out, bool with_hash) noexcept {
     }
     if (!readable_on_cpu(t)) {
       if (t.layout() == c10::kStrided && !t.is_quantized() && !t.is_nested()) {
-        summarize_with_aten(t, out, with_hash);  // CUDA and other devices
+        summarize_with_aten(t, out, with_hash, with_range);  // CUDA and other devices
       } else if (with_hash) {
         out.hash = hash_tensor(t);
       }
       return;
     }
     TensorHasher hasher;
-    run_cpu(t, &out, with_hash ? &hasher : nullptr);
+    run_cpu(t, &out, with_hash ? &hasher : nullptr, with_range);
+    if (with_range && t.numel() == 0 &&
+        (at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type())))
+      out.has_range = true;                     // recorded: no finite non-zero element
     if (with_hash) out.hash = hasher.digest();  // as hash_tensor(t), header only if unread
     if (c10::isIntegralType(t.scalar_type(), /*includeBool=*/false)) add_histogram(t, out);
   } catch (const std::exception& e) {
@@ -550,48 +508,8 @@ uint64_t hash_tensor(const at::Tensor& t) {
     return hasher.digest();
   }
   if (!t.device().is_cpu()) return hash_tensor(t.detach().cpu());
-  run_cpu(t, nullptr, &hasher);
+  run_cpu(t, nullptr, &hasher, false);
   return hasher.digest();
-}
-
-TensorKey make_key(const at::Tensor& t) noexcept {
-  TensorKey k;
-  if (!t.defined()) return k;
-  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
-  k.dtype = static_cast<int8_t>(t.scalar_type());
-  if (impl->has_storage()) {
-    k.storage = t.storage().unsafeGetStorageImpl();
-    k.offset = impl->storage_offset();
-  }
-  // splitmix64 finalizer over (ndim, sizes, strides): cheap and well mixed.
-  auto mix = [](uint64_t h, uint64_t v) {
-    h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-    h ^= h >> 30;
-    h *= 0xbf58476d1ce4e5b9ULL;
-    h ^= h >> 27;
-    h *= 0x94d049bb133111ebULL;
-    return h ^ (h >> 31);
-  };
-  uint64_t h = mix(0, static_cast<uint64_t>(impl->dim()));
-  if (impl->layout() == c10::kStrided) {
-    for (int64_t s : impl->sizes()) h = mix(h, static_cast<uint64_t>(s));
-    for (int64_t s : impl->strides()) h = mix(h, static_cast<uint64_t>(s));
-  }
-  k.geometry = h;
-  const auto& vc = impl->version_counter();
-  // Without a storage the key cannot tell two tensors apart (sparse, nested...).
-  k.versioned = vc.enabled() && k.storage != nullptr;
-  k.version = k.versioned ? vc.current_version() : 0;
-  return k;
-}
-
-size_t TensorKeyHash::operator()(const TensorKey& k) const noexcept {
-  uint64_t h = reinterpret_cast<uintptr_t>(k.storage);
-  h = h * 0x9e3779b97f4a7c15ULL ^ static_cast<uint64_t>(k.offset);
-  h = h * 0x9e3779b97f4a7c15ULL ^ k.geometry;
-  h = h * 0x9e3779b97f4a7c15ULL ^
-      (static_cast<uint64_t>(k.version) << 8 | static_cast<uint8_t>(k.dtype));
-  return static_cast<size_t>(h ^ (h >> 29));
 }
 
 }  // namespace detail

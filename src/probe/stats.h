@@ -25,6 +25,8 @@ namespace detail {
 /// Fills `out` from `t` (all fields except `param` and `list_index`, which are left as
 /// they are). Never throws: a tensor whose data cannot be read (meta, sparse, mkldnn,
 /// nested, quantized) gets its dtype, shape and device, zero counts and NaN statistics.
+/// With `with_range`, floating and complex tensors also get their range statistics
+/// (TensorStats::range, has_range), counted in the same pass over the memory.
 ///
 /// Per dtype:
 /// - floating types (Float, Double, Half, BFloat16): as TensorStats documents.
@@ -37,7 +39,8 @@ namespace detail {
 /// The dtype string is c10's name ("Float", "BFloat16", "ComplexFloat"...); for a
 /// non-strided layout it is followed by the layout, e.g. "Float:Sparse"; an undefined
 /// tensor gives "undefined".
-void summarize(const at::Tensor& t, TensorStats& out, bool with_hash) noexcept;
+void summarize(const at::Tensor& t, TensorStats& out, bool with_hash,
+               bool with_range = false) noexcept;
 
 /// Sets out.hist for an integer CPU tensor `t` whose min/max are already in `out` (a
 /// second pass; see TensorStats::hist for when it is kept), else clears it. May throw
@@ -46,7 +49,8 @@ void add_histogram(const at::Tensor& t, TensorStats& out);
 
 /// The ATen-reduction path used for tensors not on the CPU (exposed so that tests can run
 /// it on CPU tensors and compare it with the single-pass kernel). May throw c10::Error.
-void summarize_with_aten(const at::Tensor& t, TensorStats& out, bool with_hash);
+void summarize_with_aten(const at::Tensor& t, TensorStats& out, bool with_hash,
+                         bool with_range = false);
 
 /// Whether `t` holds a NaN or an Inf, read once at memory speed (overflow_check's fast
 /// path): a vectorised test of the exponent bits, nothing counted or written. Integer and

@@ -104,6 +104,8 @@ void fill_from_reduce(const at::Tensor& t, const ReduceStats& r, int64_t repeat,
   out.numel = t.numel();
   out.hash.reset();
   out.hist.clear();
+  out.range.clear();  // the device kernel counts no exponents (docs/cuda.md)
+  out.has_range = false;
   const auto n = [repeat](unsigned long long v) { return static_cast<int64_t>(v) * repeat; };
   out.nan = n(r.nan);
   out.pinf = n(r.pinf);

@@ -132,6 +132,7 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, const CaptureOpt
   // which may not have written it yet: a nested as_strided of sum's out= buffer).
   s->unread = how.unread || (how.unread_if_new && (cached == nullptr || (*cached)->unread));
   s->untracked = how.untracked;
+  s->range = how.range;
   s->serial = serial_++;
   if (key.versioned) s->counter = t.unsafeGetTensorImpl()->version_counter();
   if (key.storage)
@@ -166,7 +167,7 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, const CaptureOpt
     lk.unlock();
     s->tensor = t;
 #if PRECPROBE_WITH_CUDA
-    if (cfg_.async && defer_device_stats(s, cfg_.with_hash)) return s;  // no sync here
+    if (cfg_.async && defer_device_stats(s, cfg_.with_hash || s->range)) return s;  // no sync here
 #endif
     compute(*s);
     return s;
@@ -254,7 +255,7 @@ void StatsEngine::compute(Slot& s) {
       s.stats.numel = t.numel();
       s.stats.requires_grad = t.requires_grad();
     } else {
-      summarize(t, s.stats, cfg_.with_hash);
+      summarize(t, s.stats, cfg_.with_hash, s.range);
       s.stats.requires_grad = s.requires_grad;  // a borrow has no autograd metadata
     }
     if (s.counter && s.counter->current_version() != s.key.version) {
@@ -278,7 +279,9 @@ void StatsEngine::run_claimed(const std::shared_ptr<Slot>& s, std::unique_lock<s
   running_.push_back(s.get());
   lk.unlock();
 #if PRECPROBE_WITH_CUDA
-  if (!(cfg_.async && defer_device_stats(s, cfg_.with_hash)))  // launched: the worker completes it
+  // Launched: the worker completes it. The device kernel counts no exponents: range
+  // statistics take the ATen path.
+  if (!(cfg_.async && defer_device_stats(s, cfg_.with_hash || s->range)))
 #endif
     compute(*s);
   lk.lock();

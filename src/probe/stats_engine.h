@@ -71,6 +71,8 @@ struct Slot {
   /// are 0 and statistics NaN, so garbage never reads as NaN/Inf, here or where the same
   /// tensor is a later op's input (a cache hit).
   bool unread = false;
+  /// Also count the range statistics (TensorStats::range) of a floating tensor.
+  bool range = false;
   /// Captured below the ADInplaceOrView dispatch key, i.e. inside another op's kernel:
   /// that kernel may still write the tensor without bumping its version counter, so the
   /// slot must not stand for the tensor once the kernel returns (see CaptureOptions).
@@ -111,6 +113,8 @@ struct CaptureOptions {
   bool fresh = false;
   /// The capture happens inside another op's kernel (Slot::untracked).
   bool untracked = false;
+  /// A new slot also gets range statistics (Slot::range). A cached one is reused as it is.
+  bool range = false;
   /// An untracked slot created at or after this serial is not reused: the op now ending
   /// ran (or contained) the kernel that may have written the tensor since.
   uint64_t reuse_before = UINT64_MAX;

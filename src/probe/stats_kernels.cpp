@@ -96,6 +96,9 @@ PRECPROBE_INLINE void float_block(const F* p, int n, BlockStats& out) {
   }
 }
 
+// The block's largest finite |x| (-inf when it has no finite value).
+PRECPROBE_INLINE double abs_max(const BlockStats& b) { return std::fmax(-b.min, b.max); }
+
 template <typename I>
 PRECPROBE_INLINE void int_block(const I* __restrict p, int n, BlockStats& out) {
   double sum = 0, sumsq = 0;
@@ -166,12 +169,17 @@ PRECPROBE_INLINE void widen(const c10::Half* __restrict p, int n, float* __restr
   for (int i = 0; i < n; ++i) out[i] = c10::detail::fp16_ieee_to_fp32_value(bits[i]);
 }
 
+// GCC cannot see that widen() (through the F16C clone) writes buf[0..n): no warning for it.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 template <typename H>
-PRECPROBE_INLINE void half_block(const H* p, int n, BlockStats& out) {
+PRECPROBE_INLINE void half_block(const H* p, int n, BlockStats& out, int64_t* range) {
   alignas(64) float buf[kStatsBlock];
-  widen(p, n, buf);
+  widen(p, n, buf);  // exact: half and bfloat16 values keep their binade in float32
   float_block(buf, n, out);
+  if (range != nullptr) float_exponent_counts(buf, n, out.zero, abs_max(out), range);
 }
+#pragma GCC diagnostic pop
 
 }  // namespace
 
@@ -182,10 +190,29 @@ PRECPROBE_CLONES void block_stats(const double* p, int64_t n, BlockStats& out) n
   float_block(p, static_cast<int>(n), out);
 }
 PRECPROBE_CLONES void block_stats(const c10::BFloat16* p, int64_t n, BlockStats& out) noexcept {
-  half_block(p, static_cast<int>(n), out);
+  half_block(p, static_cast<int>(n), out, nullptr);
 }
 PRECPROBE_CLONES void block_stats(const c10::Half* p, int64_t n, BlockStats& out) noexcept {
-  half_block(p, static_cast<int>(n), out);
+  half_block(p, static_cast<int>(n), out, nullptr);
+}
+PRECPROBE_CLONES void block_stats(const float* p, int64_t n, BlockStats& out,
+                                  int64_t* range) noexcept {
+  float_block(p, static_cast<int>(n), out);
+  if (range != nullptr)
+    float_exponent_counts(p, static_cast<int>(n), out.zero, abs_max(out), range);
+}
+PRECPROBE_CLONES void block_stats(const double* p, int64_t n, BlockStats& out,
+                                  int64_t* range) noexcept {
+  float_block(p, static_cast<int>(n), out);
+  if (range != nullptr) double_exponent_counts(p, static_cast<int>(n), range);
+}
+PRECPROBE_CLONES void block_stats(const c10::BFloat16* p, int64_t n, BlockStats& out,
+                                  int64_t* range) noexcept {
+  half_block(p, static_cast<int>(n), out, range);
+}
+PRECPROBE_CLONES void block_stats(const c10::Half* p, int64_t n, BlockStats& out,
+                                  int64_t* range) noexcept {
+  half_block(p, static_cast<int>(n), out, range);
 }
 PRECPROBE_CLONES void block_stats(const uint8_t* p, int64_t n, BlockStats& out) noexcept {
   int_block(p, static_cast<int>(n), out);

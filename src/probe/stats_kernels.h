@@ -30,6 +30,14 @@ struct BlockStats {
   int64_t ninf = 0;
 };
 
+/// Binary exponents of finite non-zero values, for range statistics (TensorStats::range):
+/// bin[e - kFloatRangeMinExp] counts the values with 2^e <= |x| < 2^(e+1). Float32 (and the
+/// half types, widened exactly) span e = -149..127; float64 spans e = -1074..1023.
+inline constexpr int kFloatRangeMinExp = -149;
+inline constexpr int kFloatRangeBins = 127 - kFloatRangeMinExp + 1;  // 277
+inline constexpr int kDoubleRangeMinExp = -1074;
+inline constexpr int kDoubleRangeBins = 1023 - kDoubleRangeMinExp + 1;  // 2098
+
 // Each kernel summarises p[0..n), n <= kStatsBlock, into a fresh `out`.
 // Floating kernels run a vectorised pass assuming every value is finite and, only when the
 // block's sum or sum of squares comes out non-finite, a masked pass that classifies NaN and
@@ -38,12 +46,26 @@ void block_stats(const float* p, int64_t n, BlockStats& out) noexcept;
 void block_stats(const double* p, int64_t n, BlockStats& out) noexcept;
 void block_stats(const c10::BFloat16* p, int64_t n, BlockStats& out) noexcept;
 void block_stats(const c10::Half* p, int64_t n, BlockStats& out) noexcept;
+// The same, and with `range` != nullptr also adds the block's exponent counts to range[]
+// (kFloatRangeBins entries; kDoubleRangeBins for double), in the same pass over the block.
+void block_stats(const float* p, int64_t n, BlockStats& out, int64_t* range) noexcept;
+void block_stats(const double* p, int64_t n, BlockStats& out, int64_t* range) noexcept;
+void block_stats(const c10::BFloat16* p, int64_t n, BlockStats& out, int64_t* range) noexcept;
+void block_stats(const c10::Half* p, int64_t n, BlockStats& out, int64_t* range) noexcept;
 void block_stats(const uint8_t* p, int64_t n, BlockStats& out) noexcept;
 void block_stats(const int8_t* p, int64_t n, BlockStats& out) noexcept;
 void block_stats(const int16_t* p, int64_t n, BlockStats& out) noexcept;
 void block_stats(const int32_t* p, int64_t n, BlockStats& out) noexcept;
 void block_stats(const int64_t* p, int64_t n, BlockStats& out) noexcept;
 void block_stats(const bool* p, int64_t n, BlockStats& out) noexcept;
+
+// Range statistics of one block (called by the block_stats overloads with `range`): adds
+// to range[] the exponent counts of p[0..n), n <= kStatsBlock, given the block's number of
+// zeros and its largest finite |x| from its statistics (float32 bits; the half types are
+// widened first). Exact for every value, subnormals included; Inf and NaN are not counted.
+void float_exponent_counts(const float* p, int n, int64_t zero, double abs_max,
+                           int64_t* range) noexcept;
+void double_exponent_counts(const double* p, int n, int64_t* range) noexcept;
 
 // Whether p[0..n) (any n) holds a NaN or an Inf: an OR over the exponent bits, vectorised,
 // reading each element once and writing nothing (overflow_check's fast path).

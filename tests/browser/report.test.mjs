@@ -56,6 +56,7 @@ const golden = process.env.PRECPROBE_GOLDEN;
 run(cli, ["report", path.join(golden, "overflow"), "-o", "golden_overflow.html"]);
 run(cli, ["report", path.join(golden, "diverged_1pct"), "--compare", path.join(golden, "clean"), "-o", "golden_compare.html"]);
 run(cli, ["report", path.join(golden, "truncated"), "-o", "golden_truncated.html"]);
+run(cli, ["report", path.join(golden, "range"), "-o", "golden_range.html"]);
 run(cli, ["report", "run_empty", "-o", "report_empty.html"]);
 fs.rmSync(path.join(out, "run_anomaly"), { recursive: true, force: true });
 run(process.env.PRECPROBE_MAKE_ANOMALY_DUMP, [path.join(out, "run_anomaly")]);
@@ -233,6 +234,23 @@ const uplotPoints = (page, id, series) =>
   const { page, close } = await open("golden_truncated.html");
   const run = await page.$eval("#run", (e) => e.textContent);
   check(/truncated frame/.test(run), "golden truncated: the truncation is reported in the run header");
+  await close();
+}
+
+{
+  // Range statistics: the module x format view of precprobe precision (test_cli_precision has
+  // the figures: fc1's aten::mul and fc2's aten::linear pass fp16's 65504).
+  const { page, close } = await open("golden_range.html");
+  const rows = await page.$$eval("#table-precision tr", (trs) => trs.map((t) => t.textContent));
+  check(rows.length === 5 && /^modulefp16bf16e4m3e5m2/.test(rows[0]), "golden range: module x format table, 3 modules");
+  check(rows.some((r) => r.startsWith("fc1fits_with_scaling \u2022fits")),
+        "golden range: fc1 fits fp16 only with scaling, the plan keeps it in fp32, fits bf16");
+  check((await page.$$eval("#precision", (s) => s.length)) === 1, "golden range: precision section present");
+  await close();
+}
+{
+  const { page, close } = await open("golden_overflow.html");
+  check((await page.$$eval("#precision", (s) => s.length)) === 0, "golden overflow: no range statistics, no precision section");
   await close();
 }
 

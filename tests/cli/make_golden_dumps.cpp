@@ -22,6 +22,12 @@
 //   truncated       a copy of clean whose ops stream lost its last 7 bytes (mid-frame).
 //   corrupt_meta    meta.json cut short.
 //   future_version  meta.json with format_version 99.
+//   range           act_scale 4e4 at step 2 (a large activation, up to 1e5: beyond fp16's
+//                   65504, well inside bf16), recorded at level L1 with range statistics
+//                   ("statistics": {"range": true}), without GradScaler (enabled: false) and
+//                   summary_mode "statistics": the dump of `precprobe precision` in
+//                   docs/cli.md. Written alone with `precprobe_make_golden_dumps <dir> range`
+//                   (format_version 2; the others stay as they are).
 #include <precprobe/checklist_probe.h>
 #include <precprobe/precprobe.h>
 #include <torch/torch.h>
@@ -82,6 +88,7 @@ TORCH_MODULE(Mlp);
 struct Variant {
   double act_scale_step1 = 1.0;  ///< act_scale at step 1 (1 at steps 0 and 2)
   bool extra_op = false;         ///< x * ones at step 0
+  bool range = false;            ///< L1, range statistics, no hash, GradScaler disabled
 };
 
 constexpr int kSteps = 3;
@@ -124,16 +131,23 @@ void train(const fs::path& dump, const Variant& v, int rank, int world) {
   o.is_deterministic = true;
   o.async_stats = false;  // records in a fixed order
   o.overwrite = true;
+  if (v.range) {
+    o.level = precprobe::Level::kL1;
+    o.summary_mode = precprobe::SummaryMode::kStatistics;
+    o.range_stats = precprobe::RangeStats::kTraining;
+  }
   precprobe::PrecisionDebugger dbg(o);
   precprobe::GradScalerOptions so;
   so.growth_interval = 2;
+  so.enabled = !v.range;
   precprobe::GradScaler scaler(so);
   dbg.start(model);
   for (int step = 0; step < kSteps; ++step) {
     auto [x, y] = batches[static_cast<size_t>(step)];
     if (v.extra_op && step == 0) x = x * ones;
     precprobe::observe_batch(dbg, *model, x, y);
-    const double act_scale = step == 1 ? v.act_scale_step1 : 1.0;
+    // range: the last step, so that no update spreads the large values further.
+    const double act_scale = step == (v.range ? kSteps - 1 : 1) ? v.act_scale_step1 : 1.0;
     auto loss = torch::nn::functional::cross_entropy(model->forward(x, act_scale), y);
     opt.zero_grad();
     scaler.scale(loss).backward();
@@ -155,11 +169,17 @@ void write_text(const fs::path& file, const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::cerr << "usage: precprobe_make_golden_dumps <out dir>\n";
+  if (argc != 2 && !(argc == 3 && std::string(argv[2]) == "range")) {
+    std::cerr << "usage: precprobe_make_golden_dumps <out dir> [range]\n";
     return 2;
   }
   const fs::path out = argv[1];
+  if (argc == 3) {  // the range dump alone
+    fs::remove_all(out / "range");
+    train(out / "range", Variant{4e4, false, true}, 0, 1);
+    std::cout << "wrote " << (out / "range").string() << '\n';
+    return 0;
+  }
   for (const char* name : {"clean", "overflow", "diverged_1pct", "extra_op", "truncated",
                            "corrupt_meta", "future_version"}) {
     fs::remove_all(out / name);

@@ -14,7 +14,9 @@
 # version 1 (test_cli's "every command reads format_version 1 and 2 alike" rewrites them at
 # version 2 and compares every command's output). The generator now writes version 2, so
 # regenerating replaces them with version 2 dumps: keep the version 1 ones (e.g. generate
-# into another directory) unless the version 1 tests move elsewhere.
+# into another directory) unless the version 1 tests move elsewhere. tests/data/cli/range (range
+# statistics, format_version 2; `precprobe precision` in test_cli_precision and docs/cli.md) is
+# written alone: build/tests/precprobe_make_golden_dumps tests/data/cli range
 if(TARGET precprobe::precprobe)
   add_executable(precprobe_make_golden_dumps ${CMAKE_CURRENT_LIST_DIR}/make_golden_dumps.cpp)
   target_link_libraries(precprobe_make_golden_dumps PRIVATE precprobe::precprobe)
@@ -25,7 +27,8 @@ endif()
 if(TARGET precprobe_cli)
   # One executable per topic (test_cli.cpp says which); helpers in cli_test_util.h.
   foreach(_t test_cli test_cli_compare test_cli_history_export test_cli_report_check
-             test_cli_summary_verdict)
+             test_cli_summary_verdict
+             test_cli_precision)
     precprobe_add_test(${CMAKE_CURRENT_LIST_DIR}/${_t}.cpp nlohmann_json::nlohmann_json
                        precprobe::core)
     add_dependencies(${_t} precprobe_cli)
@@ -45,6 +48,17 @@ if(TARGET precprobe_cli AND TARGET train_fashion_mnist)
                      -P ${CMAKE_CURRENT_LIST_DIR}/run_compare_e2e.cmake)
     set_tests_properties(compare_e2e_${mode} PROPERTIES TIMEOUT 300 LABELS "cli;e2e")
   endforeach()
+endif()
+
+# precision on a real run of the example: its fp32 dump predicts that everything fits bf16,
+# and its --bf16 run (CPU autocast) confirms: no NaN/Inf, no skipped step.
+if(TARGET precprobe_cli AND TARGET train_fashion_mnist)
+  add_test(NAME precision_e2e
+           COMMAND ${CMAKE_COMMAND} -DEXAMPLE=$<TARGET_FILE:train_fashion_mnist>
+                   -DCLI=$<TARGET_FILE:precprobe_cli> -DSTEPS=50
+                   -DDUMP=${CMAKE_CURRENT_BINARY_DIR}/precision_e2e
+                   -P ${CMAKE_CURRENT_LIST_DIR}/run_precision_e2e.cmake)
+  set_tests_properties(precision_e2e PROPERTIES TIMEOUT 300 LABELS "cli;e2e")
 endif()
 
 # The replayed-anomaly side of the CLI (summary's "anomalies", `precprobe repro`) on a dump

@@ -40,6 +40,7 @@ inline std::string diff(const TensorStats& a, const TensorStats& b) {
   if (a.param != b.param) return "param";
   if (a.list_index != b.list_index) return "li";
   if (a.hist != b.hist) return "hist";
+  if (a.has_range != b.has_range || a.range != b.range) return "range";
   return {};
 }
 

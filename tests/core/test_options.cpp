@@ -24,6 +24,7 @@ using precprobe::IntSet;
 using precprobe::Level;
 using precprobe::NameMatcher;
 using precprobe::OverflowPolicy;
+using precprobe::RangeStats;
 using precprobe::SummaryMode;
 using precprobe::Task;
 
@@ -318,6 +319,32 @@ TEST_CASE("msprobe's example config.json is accepted", "[options]") {
   const DebuggerOptions t = DebuggerOptions::from_json(j.dump());
   CHECK(t.task == Task::kTensor);
   CHECK(t.list == std::vector<std::string>{"addmm"});
+}
+
+TEST_CASE("range: false, true (training ops) or \"all\", in any task section", "[options]") {
+  CHECK(DebuggerOptions::from_json("{}").range_stats == RangeStats::kOff);
+  CHECK(DebuggerOptions::from_json(R"({"statistics": {"range": true}})").range_stats ==
+        RangeStats::kTraining);
+  CHECK(DebuggerOptions::from_json(R"({"statistics": {"range": "all"}})").range_stats ==
+        RangeStats::kAll);
+  CHECK(DebuggerOptions::from_json(R"({"statistics": {"range": false}})").range_stats ==
+        RangeStats::kOff);
+  CHECK(DebuggerOptions::from_json(R"({"task": "tensor", "tensor": {"list": ["relu"],
+                                      "range": true}})")
+            .range_stats == RangeStats::kTraining);
+  for (RangeStats r : {RangeStats::kOff, RangeStats::kTraining, RangeStats::kAll}) {
+    DebuggerOptions o;
+    o.range_stats = r;
+    CHECK(DebuggerOptions::from_json(o.to_json()).range_stats == r);
+  }
+  for (const char* bad :
+       {R"({"statistics": {"range": 1}})", R"({"statistics": {"range": "on"}})"}) {
+    INFO(bad);
+    CHECK_THROWS_WITH(DebuggerOptions::from_json(bad),
+                      Catch::Matchers::ContainsSubstring("'statistics.range'"));
+  }
+  CHECK_THROWS_WITH(DebuggerOptions::from_json(R"({"range": true})"),
+                    Catch::Matchers::ContainsSubstring("inside the section named like the task"));
 }
 
 TEST_CASE("to_json round-trips through from_json", "[options]") {

@@ -155,9 +155,10 @@ TEST_CASE("unknown keys get a suggestion and the list of valid keys", "[options]
   m = parse_error(R"({"statistics": {"data_modes": ["all"]}})");
   CHECK_THAT(m, Catch::Matchers::ContainsSubstring("'statistics.data_modes'"));
   CHECK_THAT(m, Catch::Matchers::ContainsSubstring("did you mean 'data_mode'?"));
-  CHECK_THAT(m,
-             Catch::Matchers::ContainsSubstring(
-                 "Valid keys in 'statistics': scope, list, data_mode, summary_mode, tensor_list"));
+  CHECK_THAT(
+      m,
+      Catch::Matchers::ContainsSubstring(
+          "Valid keys in 'statistics': scope, list, data_mode, summary_mode, range, tensor_list"));
 
   // Case and swapped letters count as small edits.
   CHECK_THAT(parse_error(R"({"Task": "tensor"})"),

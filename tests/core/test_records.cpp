@@ -389,6 +389,10 @@ TEST_CASE("the fast paths and the general parser read the same records", "[recor
         if (i % 23 == 0) t.max = kInf;
         if (i % 29 == 0) t.dtype = "BFloat16";
         if (i % 31 == 0) t.hist = {{-100, 3}, {0, int64_t(i)}, {9, 1}};
+        if (i % 3 == 1) {
+          t.has_range = true;
+          if (i % 9 != 1) t.range = {{-1074, 1}, {-20, int64_t(i)}, {0, 5}, {1023, 2}};
+        }
       }
     }
     std::string line;
@@ -402,6 +406,42 @@ TEST_CASE("the fast paths and the general parser read the same records", "[recor
     CHECK(diff(r, x).empty());
     REQUIRE(parse_record(line, x));
     CHECK(diff(r, x).empty());
+  }
+}
+
+TEST_CASE("range statistics: exact text, round trip, absent is not recorded, bad bins fail",
+          "[records][range]") {
+  OpRecord r;
+  r.op = "aten::mul";
+  TensorStats t = tensor("Float", {4});
+  t.numel = 4;
+  t.pos = 3;
+  t.zero = 1;
+  t.has_range = true;
+  t.range = {{-149, 1}, {-3, 1}, {15, 1}};
+  TensorStats empty = tensor("Float", {1});
+  empty.numel = 1;
+  empty.zero = 1;
+  empty.has_range = true;  // recorded: no finite non-zero element
+  r.outputs = {Arg{t, {}}, Arg{empty, {}}, Arg{tensor("Float", {}), {}}};
+  std::string line;
+  append_json(r, line);
+  CHECK(line.find(R"("norm":0,"range":[[-149,1],[-3,1],[15,1]]})") != std::string::npos);
+  CHECK(line.find(R"("norm":0,"range":[]})") != std::string::npos);
+  OpRecord back = round_trip(r);
+  CHECK(diff(r, back).empty());
+  CHECK(back.outputs[1].tensor->has_range);
+  CHECK_FALSE(back.outputs[2].tensor->has_range);  // an older dump's tensor: no range
+  // The general parser (blanks, other key orders) reads it too.
+  REQUIRE(parse_record(R"({"op":"a","out":[{"range": [[0, 2]], "dtype": "Float"}]})", back));
+  CHECK(back.outputs[0].tensor->has_range);
+  CHECK(back.outputs[0].tensor->range == std::vector<std::pair<int32_t, int64_t>>{{0, 2}});
+  for (const char* bad : {R"([[1,2],[1,3]])", R"([[2,1],[1,1]])", R"([[1024,1]])", R"([[-1075,1]])",
+                          R"([[0,-1]])", R"([[0]])", R"([[0,1,2]])", R"([0,1])", R"({"0":1})"}) {
+    INFO(bad);
+    const std::string text =
+        std::string(R"({"op":"a","out":[{"dtype":"Float","range":)") + bad + "}]}";
+    CHECK_FALSE(parse_record(text, back));
   }
 }
 

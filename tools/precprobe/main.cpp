@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
     add_report_command(app, exit_code);
     add_check_command(app, exit_code);
     add_repro_command(app, exit_code);
+    add_precision_command(app, exit_code);
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -7,6 +7,7 @@
 
 #include "precprobe/analysis.h"
 #include "precprobe/checklist.h"
+#include "precprobe/precision.h"
 #include "report/downsample.h"
 #include "report/report_internal.h"
 
@@ -138,12 +139,46 @@ json compare_json(const ReportOptions& o, DumpReader& a, json& data) {
   return c;
 }
 
+// The module x format view of `precprobe precision` (scaling none): per module and format the
+// worst verdict of its ops and whether the plan keeps it in fp32; per format the loss scale.
+// null for a dump without range statistics.
+json precision_json(DumpReader& reader) {
+  json formats = json::object(), modules = json::array();
+  std::vector<std::string> order;
+  for (const char* name : {"fp16", "bf16", "e4m3", "e5m2"}) {
+    PrecisionOptions o;
+    o.format = FloatFormat::find(name);
+    PrecisionResult r;
+    try {
+      r = analyse_precision(reader, o);
+    } catch (const Error&) {
+      return nullptr;  // no range statistics: the first format tells
+    }
+    json cells = json::object();
+    for (const ModulePrecision& m : r.modules) {
+      if (std::find(order.begin(), order.end(), m.module) == order.end()) order.push_back(m.module);
+      cells[m.module.empty() ? "(before any parameter)" : m.module] = {
+          {"verdict", to_string(m.verdict)},
+          {"keep_fp32", m.keep_fp32},
+          {"overflow", m.unscaled.overflow},
+          {"flush_to_zero", m.unscaled.flush_to_zero}};
+    }
+    const json full = r.to_json();
+    formats[name] = {{"modules", cells},
+                     {"loss_scale", full["loss_scale"]},
+                     {"keep_fp32", r.keep_fp32_modules()}};
+  }
+  for (const std::string& m : order) modules.push_back(m.empty() ? "(before any parameter)" : m);
+  return {{"formats", formats}, {"modules", modules}};
+}
+
 }  // namespace
 
 void add_analyses(const ReportOptions& options, DumpReader& reader, nlohmann::json& data) {
   data["runs"][0]["summary"] = summary_json(reader);
   data["overflow"] = find_overflow(reader).to_json();
   data["checklist"] = run_checklist(reader).to_json();
+  data["precision"] = precision_json(reader);
   data["compare"] = options.compare.empty() ? json(nullptr) : compare_json(options, reader, data);
 }
 

@@ -558,8 +558,37 @@
     }
   }
 
+  // Module x format (precprobe precision, scaling none): the worst verdict of a module's ops
+  // in each format, and whether the plan keeps it in fp32.
+  function renderPrecision() {
+    const P = D.precision;
+    if (!P) return;
+    const s = section("precision", "Precision readiness");
+    const names = ["fp16", "bf16", "e4m3", "e5m2"].filter((f) => P.formats[f]);
+    s.appendChild(note("From the run's range statistics (precprobe precision DIR --to FORMAT): per module, the worst " +
+      "verdict of its ops in each format without scaling (fits, fits_with_scaling: only with per-tensor scaling, " +
+      "keep_fp32), and \u2022 where the plan keeps it in fp32 (backward ops judged at the recommended loss scale)."));
+    const t = el("table", { id: "table-precision", class: "kv" });
+    t.appendChild(el("tr", {}, el("th", { text: "module" }), ...names.map((f) => el("th", { text: f }))));
+    for (const m of P.modules) {
+      const cells = names.map((f) => {
+        const c = P.formats[f].modules[m];
+        if (!c) return el("td", { text: "-" });
+        const cls = c.verdict === "keep_fp32" ? "bad" : c.verdict === "fits" ? "" : "warn";
+        return el("td", { class: cls, text: c.verdict + (c.keep_fp32 ? " \u2022" : "") });
+      });
+      t.appendChild(el("tr", {}, el("th", { text: m }), ...cells));
+    }
+    const ls = el("tr", {}, el("th", { text: "loss scale" }), ...names.map((f) => {
+      const L = P.formats[f].loss_scale;
+      return el("td", { text: L ? `${fmt(L.recommended)} (${fmt(L.low)}..${fmt(L.high)})` : "-" });
+    }));
+    t.appendChild(ls);
+    s.appendChild(t);
+  }
+
   const steps = [renderVerdict, renderLoss, renderGrads, renderActivations, renderScalars, renderScale, renderNonFinite,
-                 renderCompare, renderTopOps, renderHeader];
+                 renderCompare, renderTopOps, renderPrecision, renderHeader];
   document.getElementById("loading").remove();
   for (const f of steps) {
     try { f(); } catch (e) {

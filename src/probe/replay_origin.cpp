@@ -21,6 +21,7 @@ namespace detail {
 namespace {
 
 constexpr size_t kMaxCandidates = 16;
+constexpr size_t kMaxZeroOutputs = 4096;  // outputs whose zeros are underflows, per replay
 
 // In-place ops that overwrite all of `self` without reading it (as `precprobe overflow`
 // treats them, src/core/analysis/overflow.cpp): input 0 may be uninitialized garbage.
@@ -85,6 +86,73 @@ std::string dtype_text(at::ScalarType s) {
     default:
       return c10::toString(s);
   }
+}
+
+// The smallest normal magnitude of a format narrower than float64 (0 for others).
+double min_normal(at::ScalarType s) {
+  switch (s) {
+    case at::ScalarType::Half:
+      return 6.103515625e-05;
+    case at::ScalarType::BFloat16:
+    case at::ScalarType::Float:
+      return static_cast<double>(std::numeric_limits<float>::min());
+    default:
+      return 0.0;
+  }
+}
+
+// Ops that draw random numbers: a re-run would advance the generator the replay uses.
+bool draws_random(const std::string& op) {
+  for (const char* w : {"rand", "dropout", "bernoulli", "normal", "uniform", "multinomial",
+                        "exponential", "cauchy", "geometric", "poisson"})
+    if (op.find(w) != std::string::npos) return true;
+  return false;
+}
+
+// Runs op.overload through the dispatcher on float64 copies of `inputs` (never the tensors
+// themselves: an in-place op writes its copy), callbacks, autograd and autocast off; the
+// floating-point exceptions it raised in *raised. Returns its outputs. Throws c10::Error.
+std::vector<c10::IValue> rerun_in_float64(const std::string& op, const std::string& overload,
+                                          const std::vector<c10::IValue>& inputs, int* raised) {
+  auto handle = c10::Dispatcher::singleton().findSchema({op, overload});
+  if (!handle) return {};
+  at::RecordFunctionGuard no_callbacks(false);
+  at::NoGradGuard no_grad;
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(
+      c10::DispatchKeySet({c10::DispatchKey::AutocastCPU, c10::DispatchKey::AutocastCUDA}));
+  std::vector<c10::IValue> stack;
+  for (const c10::IValue& in : inputs) {
+    stack.push_back(map_tensors(in, [](const at::Tensor& t) {
+      if (!t.defined()) return t;
+      if (at::isComplexType(t.scalar_type()))
+        return t.to(at::kComplexDouble, /*non_blocking=*/false, /*copy=*/true);
+      return at::isFloatingType(t.scalar_type())
+                 ? t.to(at::kDouble, /*non_blocking=*/false, /*copy=*/true)
+                 : t.clone();
+    }));
+  }
+  // IEEE 754 tells overflow, divide-by-zero and invalid apart by the exceptions the
+  // arithmetic raises; the float64 re-run's flags say which, read right after it.
+  std::feclearexcept(FE_ALL_EXCEPT);
+  handle->callBoxed(&stack);
+  if (raised != nullptr) *raised = std::fetestexcept(FE_OVERFLOW | FE_DIVBYZERO | FE_INVALID);
+  return stack;
+}
+
+// Ops that copy values without arithmetic.
+bool passes_values_on(const std::string& op) {
+  for (const char* o :
+       {"aten::_to_copy", "aten::to", "aten::copy_", "aten::clone", "aten::contiguous", "aten::cat",
+        "aten::stack", "aten::index", "aten::index_select", "aten::gather", "aten::_unsafe_view",
+        "aten::reshape", "aten::flatten", "aten::repeat"})
+    if (op == o) return true;
+  return false;
+}
+
+// A floating tensor narrower than float64 that holds an exact zero, read here.
+bool narrow_with_zeros(const at::Tensor& t) {
+  return t.defined() && t.numel() > 0 && min_normal(t.scalar_type()) > 0 && !t.is_inference() &&
+         t.layout() == c10::kStrided && t.eq(0).any().item<bool>();
 }
 
 }  // namespace
@@ -160,12 +228,16 @@ void OriginTracker::on_end(Call& call, const std::vector<c10::IValue>& outputs) 
         }
       });
     }
-    if (!bad) return;
+    if (!bad) {
+      note_underflow(call, outputs);
+      return;
+    }
     Candidate c;
     c.seq = call.seq;
     c.op = call.info->name;
     c.overload = call.info->overload;
     c.out_dtype = dtype;
+    c.underflow = underflow_input(call);
     c.inputs.reserve(call.inputs.size());
     for (size_t i = 0; i < call.inputs.size(); ++i)
       c.inputs.push_back(call.copied[i] ? call.inputs[i] : map_tensors(call.inputs[i], deep_copy));
@@ -180,6 +252,87 @@ void OriginTracker::on_end(Call& call, const std::vector<c10::IValue>& outputs) 
     report_error(std::string("precprobe: replay: tracking ") + call.info->name +
                  " failed: " + e.what());
   }
+}
+
+void OriginTracker::note_underflow(const Call& call, const std::vector<c10::IValue>& outputs) {
+  if (draws_random(call.info->name)) return;
+  bool zeros = false;
+  for (const c10::IValue& v : outputs)
+    if (v.isTensor()) zeros = zeros || narrow_with_zeros(v.toTensor());
+  if (!zeros) return;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (zeros_.size() >= kMaxZeroOutputs) return;
+  }
+  auto remember = [this](const at::Tensor& t, const Candidate::Underflow& what) {
+    Zeros z;
+    z.version = static_cast<uint32_t>(t._version());
+    z.alive = t.unsafeGetTensorImpl()->unsafe_storage().getWeakStorageImpl();
+    z.what = what;
+    std::lock_guard<std::mutex> lk(mu_);
+    zeros_.insert_or_assign(storage_of(t), std::move(z));
+  };
+  // A copy (a cast, autocast's included, a concatenation, a gather) hands underflowed zeros
+  // on: its output's zeros are the same underflow. (Views share the storage already.)
+  if (passes_values_on(call.info->name)) {
+    if (const auto from = underflow_input(call)) {
+      for (const c10::IValue& v : outputs)
+        if (v.isTensor() && narrow_with_zeros(v.toTensor())) remember(v.toTensor(), *from);
+      return;
+    }
+  }
+  std::vector<c10::IValue> again;
+  try {
+    again = rerun_in_float64(call.info->name, call.info->overload, call.inputs, nullptr);
+  } catch (const std::exception&) {
+    return;  // an op without a float64 kernel: its zeros stay unexplained, nothing is wrong
+  }
+  for (size_t i = 0; i < outputs.size() && i < again.size(); ++i) {
+    if (!outputs[i].isTensor() || !again[i].isTensor()) continue;
+    const at::Tensor& t = outputs[i].toTensor();
+    const at::Tensor& y = again[i].toTensor();
+    if (!narrow_with_zeros(t) || !y.defined() || y.sizes() != t.sizes() ||
+        !at::isFloatingType(y.scalar_type()))
+      continue;
+    const at::Tensor yd = y.to(at::kDouble).abs();
+    // Zero here, non-zero in float64 and too small for the dtype: rounded to zero (or
+    // flushed, when the program flushes subnormals).
+    const at::Tensor lost =
+        t.eq(0).logical_and(yd.ne(0)).logical_and(yd.lt(min_normal(t.scalar_type())));
+    const int64_t n = lost.sum().item<int64_t>();
+    if (n == 0) continue;
+    Candidate::Underflow what;
+    what.seq = call.seq;
+    what.op = call.info->name;
+    what.zeros = n;
+    what.example = yd.masked_select(lost).max().item<double>();
+    what.dtype = t.scalar_type();
+    remember(t, what);
+  }
+}
+
+std::optional<OriginTracker::Candidate::Underflow> OriginTracker::underflow_input(
+    const Call& call) {
+  for (size_t i = 0; i < call.inputs.size(); ++i) {
+    if (call.copied[i] || !call.inputs[i].isTensor()) continue;
+    const at::Tensor& t = call.inputs[i].toTensor();
+    const void* storage = storage_of(t);
+    if (storage == nullptr || t.is_inference()) continue;
+    std::optional<Candidate::Underflow> found;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      auto it = zeros_.find(storage);
+      // The weak reference keeps the address from being reused by another storage; the
+      // version says nothing wrote it since.
+      if (it != zeros_.end() && it->second.version == static_cast<uint32_t>(t._version()))
+        found = it->second.what;
+    }
+    if (found && t.eq(0).any().item<bool>()) {
+      found->input = i;
+      return found;
+    }
+  }
+  return std::nullopt;
 }
 
 const OriginTracker::Candidate* OriginTracker::find(int64_t seq) const {
@@ -231,15 +384,6 @@ constexpr int64_t kOneThreadNumel = 32768;
 OriginVerdict classify_origin(const OriginTracker::Candidate& c) {
   OriginVerdict v{"unknown", ""};
   try {
-    auto handle = c10::Dispatcher::singleton().findSchema({c.op, c.overload});
-    if (!handle) {
-      v.why = "the op " + c.op + "." + c.overload + " has no schema to re-run it with";
-      return v;
-    }
-    at::RecordFunctionGuard no_callbacks(false);
-    at::NoGradGuard no_grad;
-    c10::impl::ExcludeDispatchKeyGuard no_autocast(
-        c10::DispatchKeySet({c10::DispatchKey::AutocastCPU, c10::DispatchKey::AutocastCUDA}));
     for (const c10::IValue& in : c.inputs) {
       if (in.isScalar() && !in.toScalar().isComplex() && !std::isfinite(in.toScalar().toDouble())) {
         v.classification = "inherited";
@@ -249,19 +393,12 @@ OriginVerdict classify_origin(const OriginTracker::Candidate& c) {
         return v;
       }
     }
-    std::vector<c10::IValue> stack;
-    for (const c10::IValue& in : c.inputs) {
-      stack.push_back(map_tensors(in, [](const at::Tensor& t) {
-        if (!t.defined()) return t;
-        if (at::isComplexType(t.scalar_type())) return t.to(at::kComplexDouble);
-        return at::isFloatingType(t.scalar_type()) ? t.to(at::kDouble) : t.clone();
-      }));
+    if (!c10::Dispatcher::singleton().findSchema({c.op, c.overload})) {
+      v.why = "the op " + c.op + "." + c.overload + " has no schema to re-run it with";
+      return v;
     }
-    // IEEE 754 tells overflow, divide-by-zero and invalid apart by the exceptions the
-    // arithmetic raises; the float64 re-run's flags say which, read right after it.
-    std::feclearexcept(FE_ALL_EXCEPT);
-    handle->callBoxed(&stack);
-    const int raised = std::fetestexcept(FE_OVERFLOW | FE_DIVBYZERO | FE_INVALID);
+    int raised = 0;
+    const std::vector<c10::IValue> stack = rerun_in_float64(c.op, c.overload, c.inputs, &raised);
     int64_t nan = 0, inf = 0, largest_numel = 0;
     double abs_max = 0;
     bool on_cpu = true;
@@ -316,6 +453,20 @@ OriginVerdict classify_origin(const OriginTracker::Candidate& c) {
           "float64 result is finite and stays within {}'s range (max |x| {:.3g} <= {:.3g}): an "
           "intermediate value inside the op overflowed in {}",
           name, abs_max, dtype_max(c.out_dtype), name);
+    }
+    // A zero that an earlier op produced by underflow: the exception to name is that op's.
+    const bool from_zero = v.classification == "divide_by_zero" ||
+                           (v.classification == "invalid" && can_divide_by_zero(c.op));
+    if (from_zero && c.underflow) {
+      const auto& u = *c.underflow;
+      v.why = fmt::format(
+          "input {} holds {} where {} (op {} of the step) underflowed: its float64 re-run "
+          "gives non-zero values there (up to {:.3g}), below {}'s smallest normal {:.3g}, "
+          "which it rounded to zero; this op's {} follows from that zero",
+          u.input, u.zeros == 1 ? std::string("a zero") : fmt::format("{} zeros", u.zeros), u.op,
+          u.seq, u.example, dtype_text(u.dtype), min_normal(u.dtype),
+          v.classification == "invalid" ? "0/0" : "division by zero");
+      v.classification = "underflow";
     }
   } catch (const std::exception& e) {
     v.classification = "unknown";

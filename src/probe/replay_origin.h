@@ -2,8 +2,11 @@
 // for every recorded op whose inputs are finite and whose outputs turn NaN/Inf (the
 // candidates of `precprobe overflow`), a deep copy of the op's boxed inputs, so that the
 // origin can be run again in float64 and classified (classify_origin), and its inputs saved
-// as the "tensor" task saves them. The Observer calls it only while a replay runs; nothing
-// of it runs on healthy steps.
+// as the "tensor" task saves them. It also re-runs in float64 every op whose float32 /
+// bfloat16 / float16 output holds exact zeros, and remembers the outputs whose zeros are
+// underflows (non-zero in float64), so that a division by such a zero is classified
+// "underflow" with the op that underflowed. The Observer calls it only while a replay runs;
+// nothing of it runs on healthy steps.
 //
 // Threads: on_start/on_end from any thread that runs ops (autograd threads included);
 // the rest from the controlling thread after the replay.
@@ -15,7 +18,9 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "precprobe/records.h"
@@ -35,6 +40,17 @@ class OriginTracker {
     std::string op, overload;
     std::vector<c10::IValue> inputs;                   ///< deep copies, original dtypes
     at::ScalarType out_dtype = at::ScalarType::Float;  ///< of the first non-finite output
+    /// An input holding exact zeros that an earlier op of the replay produced by underflow:
+    /// its float64 re-run gives non-zero values there, too small for its dtype.
+    struct Underflow {
+      size_t input = 0;  ///< position among the op's arguments
+      int64_t seq = 0;   ///< the op that underflowed, and its name
+      std::string op;
+      int64_t zeros = 0;   ///< its output elements that are 0 where float64's are not
+      double example = 0;  ///< the largest |float64 value| among them
+      at::ScalarType dtype = at::ScalarType::Float;  ///< of that output
+    };
+    std::optional<Underflow> underflow;
   };
 
   /// At an op's start (inside the observer's callback): nullptr when the op cannot be a
@@ -53,9 +69,18 @@ class OriginTracker {
   uint64_t errors() const noexcept { return errors_; }
 
  private:
+  struct Zeros {  // an output with zeros born of underflow, while its storage is unchanged
+    uint32_t version = 0;
+    std::optional<c10::weak_intrusive_ptr<c10::StorageImpl>> alive;  // pins its address
+    Candidate::Underflow what;
+  };
+  void note_underflow(const Call& call, const std::vector<c10::IValue>& outputs);
+  std::optional<Candidate::Underflow> underflow_input(const Call& call);
+
   mutable std::mutex mu_;
   std::vector<Candidate> candidates_;
-  std::vector<int64_t> bad_inputs_;  // seqs, ascending per thread
+  std::unordered_map<const void*, Zeros> zeros_;  // by StorageImpl
+  std::vector<int64_t> bad_inputs_;               // seqs, ascending per thread
   uint64_t errors_ = 0;
 };
 
@@ -63,7 +88,8 @@ class OriginTracker {
 struct OriginVerdict {
   /// By the IEEE 754 exception of the float64 re-run: "range" (overflow of the op's dtype
   /// only: finite in float64), "overflow" (beyond float64 too), "divide_by_zero",
-  /// "invalid" (NaN from finite inputs), or "unknown".
+  /// "invalid" (NaN from finite inputs), "underflow" (a division by, or 0/0 of, a zero that
+  /// an earlier op produced by underflow: Candidate::underflow), or "unknown".
   std::string classification;
   std::string why;
 };

@@ -21,7 +21,8 @@ bool count_values(const at::Tensor& contiguous, int64_t lo, std::vector<int64_t>
   const uint64_t size = counts.size();
   for (int64_t i = 0; i < n; ++i) {
     // Two's-complement distance from lo, without signed overflow (v - lo can exceed int64).
-    const uint64_t d = static_cast<uint64_t>(static_cast<int64_t>(p[i])) - static_cast<uint64_t>(lo);
+    const uint64_t d =
+        static_cast<uint64_t>(static_cast<int64_t>(p[i])) - static_cast<uint64_t>(lo);
     if (d >= size) return false;
     ++counts[d];
   }

@@ -376,6 +376,45 @@ TEST_CASE("on_anomaly: division of a finite value by an exact zero is divide_by_
   CHECK(e["classification"] == "divide_by_zero");
 }
 
+// A zero that an earlier op rounded from a value too small for its dtype: the division by
+// it is an underflow, and the event names the op that underflowed. (relu's exact zeros above
+// stay divide_by_zero: relu gives 0 in float64 too.)
+TEST_CASE("on_anomaly: log of an exp that underflowed float32 is classified underflow",
+          "[replay]") {
+  TempDir dir("replay_underflow");
+  // exp(fc(x) - 200) ~ 1e-87: zero in float32 (smallest subnormal 1.4e-45), not in float64.
+  Plant net([](const torch::Tensor& t) { return torch::log(torch::exp(t)); });
+  const PlantRun r = run_plant(dir, net, 17, -200.0);
+  check_only_step(r, 17);
+  const auto& e = r.events[0];
+  CHECK(e["reproduced"] == true);
+  CHECK(e["origin"] == "aten::log");
+  CHECK(e["classification"] == "underflow");
+  const std::string why = e["why"].get<std::string>();
+  CHECK_THAT(why, Catch::Matchers::ContainsSubstring("where aten::exp"));
+  CHECK_THAT(why, Catch::Matchers::ContainsSubstring("16 zeros"));  // the whole batch
+  CHECK_THAT(why, Catch::Matchers::ContainsSubstring("below float32's smallest normal"));
+  CHECK_THAT(why, Catch::Matchers::ContainsSubstring("division by zero"));
+}
+
+TEST_CASE("on_anomaly: a division by a bfloat16 exp that underflowed is classified underflow",
+          "[replay]") {
+  TempDir dir("replay_underflow_bf16");
+  Plant net([](const torch::Tensor& t) {
+    return (torch::ones_like(t) / torch::exp(t.to(torch::kBFloat16)).to(torch::kFloat));
+  });
+  const PlantRun r = run_plant(dir, net, 12, -120.0);  // exp(-120) ~ 8e-53
+  check_only_step(r, 12);
+  const auto& e = r.events[0];
+  CHECK(e["origin"] == "aten::div");
+  CHECK(e["classification"] == "underflow");
+  const std::string why = e["why"].get<std::string>();
+  // The zero reached the division through a cast to float32 (as autocast's casts hand
+  // values on): the op named is the exp that underflowed, in bfloat16.
+  CHECK_THAT(why, Catch::Matchers::ContainsSubstring("where aten::exp"));
+  CHECK_THAT(why, Catch::Matchers::ContainsSubstring("bfloat16"));
+}
+
 TEST_CASE("on_anomaly: NaN in the input batch is classified inherited", "[replay]") {
   TempDir dir("replay_inherited");
   Plant net([](const torch::Tensor& t) { return torch::tanh(t); });

@@ -260,7 +260,7 @@ struct OpCompare {
   // Noise model (docs/cli.md "Noise model"): errors relative to the scale of the computation.
   double error = 0;      ///< output error / scale S of the worst output
   double inherited = 0;  ///< sum over inputs of kappa * input error / input scale
-  double bound = 0;      ///< rounding allowance gamma_n(u) of the worst output
+  double bound = 0;      ///< rounding allowance of the worst output (OutputBound::bound)
   double ratio = 0;      ///< error / (bound + inherited_weight * inherited); inf when both are 0
   int64_t terms = 1;     ///< n: summands per element of the worst output
   /// "match" (bitwise or statistically identical), "noise" (within --noise-factor times the
@@ -277,6 +277,10 @@ struct OpCompare {
   /// The rounding model alone would call this op divergent; it is downstream of a flip,
   /// whose moved elements the statistics cannot bound, so it is classified "noise".
   bool excused = false;
+  /// A backward op of a step whose loss scales differ (a GradScaler in one run, or another
+  /// scale): A's loss scale over B's, by which A's gradient arguments were divided before
+  /// they were compared (their notes say which); 1 otherwise.
+  double loss_scale = 1;
 
   nlohmann::json to_json() const;
 };
@@ -393,6 +397,13 @@ std::vector<std::pair<int64_t, int64_t>> align_sequences(const std::vector<std::
 double unit_roundoff(std::string_view dtype) noexcept;
 /// Higham's gamma_n = n u / (1 - n u); infinity when n u >= 1.
 double gamma_n(double n, double u) noexcept;
+/// The probability with which gamma_tilde may fail for one sum (Higham & Mary 2019).
+inline constexpr double kRoundingFailure = 1e-9;
+/// The probabilistic bound of a sum of n terms (Higham & Mary, SIAM J. Sci. Comput. 41(5),
+/// 2019, Theorems 2.4 and 3.1): exp(lambda sqrt(n) u + n u^2 / (1 - u)) - 1 with lambda =
+/// sqrt(2 ln(2 n / kRoundingFailure)) / (1 - u), never above gamma_n. It grows as sqrt(n) u
+/// where gamma_n grows as n u: rounding errors of independent sign cancel.
+double gamma_tilde(double n, double u) noexcept;
 /// A number written as JSON text ("0.5", "-3", "1e-7"); nullopt otherwise.
 std::optional<double> numeric_value(const std::string& json);
 
@@ -401,7 +412,9 @@ struct OutputBound {
   double scale = 0;  ///< S: the magnitude its error is measured against
   double terms = 1;  ///< n: summands per output element (1: one rounding)
   double u = 0;      ///< unit roundoff of the output
-  double bound = 0;  ///< gamma_n(n, u) plus the statistics' float32 storage, relative to S
+  /// gamma_tilde(n, u) (a 16-bit output of a sum: u + gamma_tilde(n, float32's u)) plus the
+  /// statistics' float32 storage, relative to S
+  double bound = 0;
 };
 
 /// The noise model of one op pair (A's and B's records; magnitudes over both).

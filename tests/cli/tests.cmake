@@ -48,6 +48,12 @@ if(TARGET precprobe_cli AND TARGET train_fashion_mnist)
                      -P ${CMAKE_CURRENT_LIST_DIR}/run_compare_e2e.cmake)
     set_tests_properties(compare_e2e_${mode} PROPERTIES TIMEOUT 300 LABELS "cli;e2e")
   endforeach()
+  add_test(NAME compare_e2e_bf16
+           COMMAND ${CMAKE_COMMAND} -DEXAMPLE=$<TARGET_FILE:train_fashion_mnist>
+                   -DCLI=$<TARGET_FILE:precprobe_cli> -DMODE=bf16 -DSTEPS=100
+                   -DDUMP=${CMAKE_CURRENT_BINARY_DIR}/compare_e2e_bf16
+                   -P ${CMAKE_CURRENT_LIST_DIR}/run_compare_e2e.cmake)
+  set_tests_properties(compare_e2e_bf16 PROPERTIES TIMEOUT 600 LABELS "cli;e2e")
 endif()
 
 # precision on a real run of the example: its fp32 dump predicts that everything fits bf16,

@@ -158,6 +158,105 @@ TEST_CASE("unit roundoff and Higham's gamma_n", "[analysis][compare][noise]") {
   CHECK(std::isinf(gamma_n(256, std::ldexp(1.0, -8))));  // n u = 1: no bound
 }
 
+TEST_CASE("Higham and Mary's probabilistic bound gamma_tilde", "[analysis][compare][noise]") {
+  const double u = std::ldexp(1.0, -24);
+  // lambda = sqrt(2 ln(2 n / 1e-9)) / (1 - u); exp(lambda sqrt(n) u + n u^2 / (1 - u)) - 1,
+  // computed with mpmath at 40 digits: n = 200: lambda 7.3095463017479693,
+  // 6.1615065058087644e-6; n = 1024: 7.5296597801543891, 1.4361793054762225e-5; n = 50176:
+  // 8.0299077160935197, 1.0721676009430402e-4 (gamma_n: 3.0e-3, 28 times wider).
+  CHECK(gamma_tilde(200, u) == Approx(6.1615065058087644e-6).epsilon(1e-12));
+  CHECK(gamma_tilde(1024, u) == Approx(1.4361793054762225e-5).epsilon(1e-12));
+  CHECK(gamma_tilde(50176, u) == Approx(1.0721676009430402e-4).epsilon(1e-12));
+  CHECK(gamma_n(50176, u) / gamma_tilde(50176, u) > 27);
+  // Few terms: lambda sqrt(n) > n, the worst case is the tighter one and is kept.
+  CHECK(gamma_tilde(25, u) == gamma_n(25, u));
+  CHECK(gamma_tilde(1, u) == gamma_n(1, u));
+  CHECK(gamma_tilde(1, std::ldexp(1.0, -8)) == gamma_n(1, std::ldexp(1.0, -8)));
+  // bf16, n = 1024: n u = 4, gamma_n has no bound; sqrt(n) u lambda = 0.94 does.
+  CHECK(std::isinf(gamma_n(1024, std::ldexp(1.0, -8))));
+  CHECK(std::isfinite(gamma_tilde(1024, std::ldexp(1.0, -8))));
+}
+
+TEST_CASE("noise model: a 16-bit reduction sums in float32 and rounds once",
+          "[analysis][compare][noise]") {
+  // mm of [4, 400] x [400, 4] in bfloat16 against float32: n = 400 summands, accumulated in
+  // float (ATen's opmath type, oneDNN), the result rounded to bfloat16 once: 2^-8 +
+  // gamma_tilde(400, 2^-24) = 0.0039150760180786408 (mpmath), where gamma_n(400, 2^-8) is
+  // infinite (n u = 1.56) and no error could ever be told from rounding.
+  std::vector<double> ones(1600, 1.0);
+  Arg x = targ(ones), w = targ(ones);
+  x.tensor->shape = {4, 400};
+  w.tensor->shape = {400, 4};
+  Arg y = targ(std::vector<double>(16, 400.0));
+  y.tensor->shape = {4, 4};
+  OpRecord a = make_op(0, 0, {"aten::mm", 0, {x, w}, {y}});
+  OpRecord b = a;
+  for (Arg* t : {&a.inputs[0], &a.inputs[1], &a.outputs[0]}) t->tensor->dtype = "BFloat16";
+  const OpNoise nz = op_noise(a, b);
+  REQUIRE(nz.outputs.size() == 1);
+  CHECK(nz.outputs[0].terms == 400);
+  CHECK(nz.outputs[0].u == std::ldexp(1.0, -8));
+  // S = max(400, 400 * 1 * 1); the statistics' storage adds 2^-23 * 400 / 400.
+  CHECK(nz.outputs[0].bound == Approx(0.0039150760180786408 + std::ldexp(1.0, -23)).epsilon(1e-12));
+
+  // Under autocast the record holds the float32 inputs the op casts inside (a float32
+  // weight into a bf16 linear): each of the two is rounded to bf16, which moves a sum by at
+  // most 2^-8 of S each.
+  OpRecord autocast = b;
+  autocast.outputs[0].tensor->dtype = "BFloat16";
+  const OpNoise an = op_noise(autocast, b);
+  CHECK(an.outputs[0].bound ==
+        Approx(0.0039150760180786408 + 2 * std::ldexp(1.0, -8) + std::ldexp(1.0, -23))
+            .epsilon(1e-12));
+}
+
+TEST_CASE("compare: gradients of a scaled loss are compared with the loss scale divided out",
+          "[analysis][compare][noise]") {
+  // The backward of y = x w (mm) in an AMP run whose GradScaler scaled the loss by 65536,
+  // against an fp32 run without: grad_output and grad_input are 65536 times B's, the saved
+  // input x is not. Step 0's scaler record says the scale.
+  const Arg x = targ({0.5, -1.0, 2.0, 0.25});
+  const Arg g = targ({0.1, -0.2, 0.05, 0.3});
+  const Arg gi = targ({0.02, -0.04, 0.01, 0.06});
+  DumpData a, b;
+  add_step(
+      a, 0, 0,
+      {{"aten::mm", 0, {scaled(g, 65536), x}, {scaled(gi, 65536)}, 0, 0, Direction::kBackward}});
+  add_step(b, 0, 0, {{"aten::mm", 0, {g, x}, {gi}, 0, 0, Direction::kBackward}});
+  ScalerRecord sr;
+  sr.step = 0;
+  sr.scale_before = sr.scale_after = 65536;
+  a.scaler.push_back(sr);
+  CompareOptions first;
+  first.first = true;
+  const CompareResult r = compare_dumps(a, b, first);
+  REQUIRE(r.ops.size() == 1);
+  CHECK(r.ops[0].loss_scale == 65536);
+  CHECK(r.ops[0].classification != "divergent");
+  CHECK_FALSE(r.found);
+  REQUIRE(r.ops[0].args.size() == 3);
+  CHECK(r.ops[0].args[0].note.find("loss scale 65536") != std::string::npos);  // the gradient
+  CHECK(r.ops[0].args[1].note.find("loss scale") == std::string::npos);        // x: not scaled
+  CHECK(r.ops[0].args[2].abs_error == 0);  // 65536 is a power of two: divided out exactly
+
+  // Without the scaler record the gradients are compared as they are, 65536-fold apart
+  // (the op inherits that from its input: the difference starts where the loss is scaled).
+  DumpData bare = a;
+  bare.scaler.clear();
+  const CompareResult raw = compare_dumps(bare, b, first);
+  REQUIRE(raw.ops.size() == 1);
+  CHECK(raw.ops[0].loss_scale == 1);
+  CHECK(raw.ops[0].args[2].abs_error == Approx(0.06 * 65535));
+
+  // A real error in the scaled gradient is still one: grad_input 10 % off.
+  DumpData wrong = a;
+  wrong.ops[0].outputs[0] = scaled(gi, 65536 * 1.1);
+  const CompareResult w = compare_dumps(wrong, b, first);
+  REQUIRE(w.found);
+  CHECK(w.first->op == "aten::mm");
+  CHECK(w.first->loss_scale == 65536);
+}
+
 TEST_CASE("noise model: the bound of mm and convolution_backward by hand",
           "[analysis][compare][noise]") {
   // C = A B, A 2x3 = {1..6}, B 3x2 = {1, -1, 2, -2, 0.5, 0.5}: C = {6.5, -3.5, 16.5, -11.5}.
@@ -202,8 +301,9 @@ TEST_CASE("noise model: the bound of mm and convolution_backward by hand",
   CHECK(bn.outputs[1].scale == Approx(200 * 0.5 * 2));  // 200
   CHECK(bn.outputs[2].terms == 200);
   CHECK(bn.outputs[2].scale == Approx(200 * 0.5));  // 100, not the 1e-7 it summed to
+  // gamma_tilde(200, 2^-24) = 6.1615065058087644e-6 (mpmath; gamma_n would be 1.19e-5).
   CHECK(bn.outputs[2].bound ==
-        Approx(gamma_n(200, std::ldexp(1.0, -24)) + std::ldexp(1.0, -23) * 1e-7 / 100));
+        Approx(6.1615065058087644e-6 + std::ldexp(1.0, -23) * 1e-7 / 100).epsilon(1e-12));
 }
 
 TEST_CASE("noise model: a bias gradient that cancels to ~1e-7 is noise",
@@ -250,9 +350,10 @@ TEST_CASE("noise model: a bias gradient that cancels to ~1e-7 is noise",
   CHECK(o.terms == 1024);
   CHECK(o.error == Approx(d / (32 * norm)).epsilon(1e-6));
   CHECK(o.inherited == 0);
-  const double bound =
-      gamma_n(1024, std::ldexp(1.0, -24)) +
-      std::ldexp(1.0, -23) * std::max(std::fabs(one), std::fabs(two)) / (32 * norm);
+  // gamma_tilde(1024, 2^-24) = 1.4361793054762225e-5 (mpmath; gamma_n: 6.10e-5).
+  const double bound = 1.4361793054762225e-5 + std::ldexp(1.0, -23) *
+                                                   std::max(std::fabs(one), std::fabs(two)) /
+                                                   (32 * norm);
   CHECK(o.bound == Approx(bound).epsilon(1e-9));
   CHECK(o.ratio == Approx(o.error / bound).epsilon(1e-9));
   CHECK(o.ratio < 1);  // within the bound itself, not only within 10 times it

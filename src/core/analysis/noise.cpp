@@ -18,6 +18,7 @@ namespace precprobe {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+const double kFloatU = std::ldexp(1.0, -24);
 
 // Magnitudes of one argument over both runs.
 struct Mag {
@@ -83,6 +84,20 @@ double unit_roundoff(std::string_view dtype) noexcept {
 double gamma_n(double n, double u) noexcept {
   const double nu = n * u;
   return nu >= 1 ? kInf : nu / (1 - nu);
+}
+
+double gamma_tilde(double n, double u) noexcept {
+  const double worst = gamma_n(n, u);
+  if (!(n > 1) || !(u > 0)) return worst;
+  // Higham & Mary, "A new approach to probabilistic rounding error analysis", SIAM J. Sci.
+  // Comput. 41(5), 2019: with rounding errors independent and of mean zero, Theorem 2.4's
+  // |theta_n| <= exp(lambda sqrt(n) u + n u^2 / (1 - u)) - 1 holds with probability at
+  // least 1 - 2 exp(-lambda^2 (1 - u)^2 / 2), and an inner product of n terms (Theorem 3.1)
+  // with probability at least 1 - n times the complement. lambda is chosen so that the
+  // latter fails with probability kRoundingFailure.
+  const double lambda = std::sqrt(2 * std::log(2 * n / kRoundingFailure)) / (1 - u);
+  const double likely = std::expm1(lambda * std::sqrt(n) * u + n * u * u / (1 - u));
+  return std::min(worst, likely);
 }
 
 std::optional<double> numeric_value(const std::string& json) {
@@ -304,9 +319,33 @@ OpNoise op_noise(const OpRecord& a, const OpRecord& b) {
       nz.input_kappa[i] = std::max(nz.input_kappa[i], std::max(1.0, in[i].mag));
   }
 
+  // Inputs an op rounds to its output's narrower format before computing (autocast's casts
+  // run inside the op its record describes: a float32 weight into a bf16 linear): each
+  // element to within u_out relative, which moves a sum by at most u_out times the scale of
+  // its summands, and an element-wise result by kappa u_out.
+  double rounded_inputs = 0;
+  for (const OpRecord* r : {&a, &b}) {
+    double u_out = 0;
+    for (const Arg& o : r->outputs)
+      if (o.is_tensor()) u_out = std::max(u_out, unit_roundoff(o.tensor->dtype));
+    for (size_t i = 0; i < r->inputs.size() && i < n_in; ++i) {
+      const Arg& x = r->inputs[i];
+      if (!x.is_tensor()) continue;
+      const double u_in = unit_roundoff(x.tensor->dtype);
+      if (u_in > 0 && u_in < u_out) rounded_inputs += nz.input_kappa[i] * u_out;
+    }
+  }
   for (size_t k = 0; k < n_out; ++k) {
     OutputBound& ob = nz.outputs[k];
-    ob.bound = gamma_n(ob.terms, ob.u);
+    // ATen sums Half and BFloat16 in float (at::opmath_type / acc_type, CPU and CUDA), as
+    // oneDNN and cuBLAS do by default: a reduction with a 16-bit output makes float32's
+    // rounding in its sums and one rounding of the result, at most u |y| <= u max|y|.
+    if (ob.terms > 1 && ob.u > kFloatU)
+      ob.bound = gamma_tilde(ob.terms, kFloatU) +
+                 (ob.scale > 0 ? ob.u * std::min(1.0, out[k].mag / ob.scale) : ob.u);
+    else
+      ob.bound = gamma_tilde(ob.terms, ob.u);
+    ob.bound += rounded_inputs;
     if (out[k].tensor && ob.scale > 0) ob.bound += u_stats * out[k].mag / ob.scale;
   }
   return nz;

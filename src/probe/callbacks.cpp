@@ -104,6 +104,7 @@ std::unique_ptr<at::ObserverContext> start_cb(const at::RecordFunction& fn) {
     return nullptr;  // other events (user scopes...) are transparent
   }
   const int32_t depth = ts.depth++;
+  if (info->outputs_uninitialized && ts.uninitialized_depth < 0) ts.uninitialized_depth = depth;
   Inside in;
   Observer* o = g_observer.load(std::memory_order_acquire);
   return o ? o->on_op_start(fn, *info, depth) : nullptr;
@@ -122,6 +123,7 @@ void end_cb(const at::RecordFunction& fn, at::ObserverContext* ctx) {
       ts.nodes.back().seqnr = fn.seqNr();
   } else if (lookup_op(fn) != nullptr) {
     --ts.depth;
+    if (ts.uninitialized_depth == ts.depth) ts.uninitialized_depth = -1;
   } else if (engine_node_name(fn) != nullptr) {
     if (!ts.nodes.empty() && ts.nodes.back().engine) {
       ts.depth = ts.nodes.back().saved_depth;

@@ -263,9 +263,13 @@ std::unique_ptr<at::ObserverContext> Observer::on_op_start(const at::RecordFunct
           // Inside a kernel, a buffer this op overwrites or hands back unread (copy_'s
           // destination, resolve_conj's self) may be the kernel's own output, not written
           // yet: garbage that must not be read (it can hold NaN/Inf bit patterns).
+          // So may the fresh allocation of an enclosing aten::empty* (2.x's deterministic
+          // mode fills it with NaN through fill_, inside empty).
+          const ThreadState& ts = thread_state();
+          const bool in_empty = ts.uninitialized_depth >= 0 && depth > ts.uninitialized_depth;
           AliasCapture alias;
           alias.positions = &info.alias_args;
-          alias.unread_if_new = ctx->below_autograd;
+          alias.unread_if_new = ctx->below_autograd || in_empty;
           capture_args(inputs, op->in, *op, sel.save ? &ctx->name : nullptr, true, how, &alias);
           // A view (as_strided, transpose, resolve_conj...) of memory not written yet reads
           // the same garbage; an op that writes it makes it defined.

@@ -95,7 +95,12 @@ struct NodeFrame {
 };
 
 struct ThreadState {
-  int32_t depth = 0;             ///< enclosing dispatcher ops (since the current node)
+  int32_t depth = 0;  ///< enclosing dispatcher ops (since the current node)
+  /// The depth of the innermost enclosing op whose outputs are uninitialized memory
+  /// (aten::empty*), -1 outside one: what an op nested in it overwrites or hands back is
+  /// that fresh allocation, garbage until written (LibTorch 2.x's deterministic mode runs
+  /// fill_(NaN) inside empty).
+  int32_t uninitialized_depth = -1;
   std::vector<NodeFrame> nodes;  ///< autograd nodes being run, innermost last
   uint64_t generation = 0;       ///< Observer generation `index` belongs to
   uint32_t index = 0;            ///< small thread index for that Observer

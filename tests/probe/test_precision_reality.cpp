@@ -213,6 +213,24 @@ std::pair<std::set<std::string>, std::set<std::string>> sets(const PrecisionResu
   return {p, q};
 }
 
+// Per op of the prediction: its predicted flush-to-zero share and what the emulated run saw
+// (for the message of a failed check).
+std::string flush_text(const PrecisionResult& r, const EmulatedRun& e) {
+  std::string s;
+  for (const OpPrecision& op : r.ops) {
+    auto it = e.facts.find(op.op);
+    s += op.op + ": predicted " + std::to_string(op.unscaled.flush_to_zero) + ", real " +
+         (it == e.facts.end()
+              ? std::string("(no such op)")
+              : std::to_string(it->second.flushed) + " of " + std::to_string(it->second.elements)) +
+         "\n";
+  }
+  for (const auto& [name, f] : e.facts)
+    s += "  emulated: " + name + " " + std::to_string(f.flushed) + " of " +
+         std::to_string(f.elements) + "\n";
+  return s;
+}
+
 }  // namespace
 
 TEST_CASE("round_fp8 picks the nearest E4M3FN / E5M2 value, ties to even", "[precision]") {
@@ -301,6 +319,7 @@ TEST_CASE(
   const auto [predicted, happened] = sets(
       p, unscaled, "", [](const OpPrecision& op) { return op.unscaled.flush_to_zero > 0.001; },
       [](const OpFacts& f) { return f.flushed > 0.001 * static_cast<double>(f.elements); });
+  INFO(flush_text(p, unscaled));
   CHECK(predicted == happened);
   CHECK(predicted.count("aten::mul.1.backward") == 1);  // the gradient through the 1e-5
   for (const std::string& name : predicted) CHECK(name.find(".backward") != std::string::npos);

@@ -1,7 +1,9 @@
 // A run in a low-precision format on the CPU, for the proof tests of `precprobe precision`:
 // every op's floating inputs and outputs are rounded through fp16, bf16, fp8 E4M3FN or fp8
 // E5M2, forward and backward, and each op reports whether it turned finite inputs into
-// Inf/NaN or non-zero values into zeros.
+// Inf/NaN or non-zero values into zeros. Only the outermost dispatcher calls (depth 0, the
+// ops the debugger records at L1) round: an op that calls others computes inside in float
+// and rounds its result once, as a low-precision kernel does.
 //
 // How: a boxed fallback on the dispatcher's TESTING_ONLY_GenericMode key (in LibTorch 1.13
 // and 2.x), switched on for a thread with FormatEmulation::Active. The fallback rounds the
@@ -161,7 +163,11 @@ inline void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
     const int64_t call = st.calls[{schema.name(), dir}]++;
     name = schema.name() + "." + std::to_string(call) + (dir ? ".backward" : ".forward");
   }
-  const bool round = st.rounding && !aliases(schema);
+  // Only the ops the debugger records at L1 (depth 0) round, inputs and outputs, as a
+  // low-precision kernel computes in float and rounds its result once: an op that calls
+  // others (2.x's mul.Scalar calls mul.Tensor) would otherwise have its result rounded, and
+  // its zeros made, inside, where its own count does not see them.
+  const bool round = st.rounding && !aliases(schema) && top;
   const size_t num_args = schema.arguments().size();
   bool inputs_finite = true;
   {

@@ -96,7 +96,7 @@ struct NodeFrame {
 
 struct ThreadState {
   int32_t depth = 0;  ///< enclosing dispatcher ops (since the current node)
-  /// The depth of the innermost enclosing op whose outputs are uninitialized memory
+  /// The depth of the outermost enclosing op whose outputs are uninitialized memory
   /// (aten::empty*), -1 outside one: what an op nested in it overwrites or hands back is
   /// that fresh allocation, garbage until written (LibTorch 2.x's deterministic mode runs
   /// fill_(NaN) inside empty).

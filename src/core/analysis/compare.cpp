@@ -6,7 +6,6 @@
 // ops of one run only are reported (unmatched, sequence_diffs), never compared.
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <limits>
 #include <map>
 #include <tuple>
@@ -14,6 +13,7 @@
 
 #include "flips.h"
 #include "json_util.h"
+#include "loss_scale.h"
 #include "modules.h"
 #include "nesting.h"
 #include "pairing.h"
@@ -28,76 +28,42 @@ using Groups = std::map<GroupKey, std::vector<OpRecord>>;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
+// One run's records to compare: its op records per (step, rank), and its loss scales.
+struct Side {
+  Groups groups;
+  analysis_detail::LossScales scales;
+};
+
 // `side` 0 is A, 1 is B: with opt.ranks each side keeps its own rank, and B's records are
 // relabelled as A's rank so the two ranks' ops pair up.
-Groups load(RecordSource& src, const CompareOptions& opt, int side) {
+Side load(RecordSource& src, const CompareOptions& opt, int side) {
   std::optional<int> rank = opt.rank;
   if (opt.ranks) rank = side == 0 ? opt.ranks->first : opt.ranks->second;
-  Groups g;
+  // The (step, rank) group of a record, or nullopt for one not compared.
+  auto group = [&](int64_t step, int r) -> std::optional<GroupKey> {
+    if ((opt.step && step != *opt.step) || (rank && r != *rank)) return std::nullopt;
+    return GroupKey{step, opt.ranks ? opt.ranks->first : r};
+  };
+  Side s;
   src.ops([&](const OpRecord& r) {
-    if ((opt.step && r.step != *opt.step) || (rank && r.rank != *rank)) return true;
-    const int label = opt.ranks ? opt.ranks->first : r.rank;
-    auto& ops = g[{r.step, label}];
-    ops.push_back(r);
-    ops.back().rank = label;
+    if (auto key = group(r.step, r.rank)) {
+      auto& ops = s.groups[*key];
+      ops.push_back(r);
+      ops.back().rank = key->second;
+    }
     return true;
   });
-  for (auto& [key, ops] : g) {
+  for (auto& [key, ops] : s.groups) {
     std::stable_sort(ops.begin(), ops.end(),
                      [](const OpRecord& x, const OpRecord& y) { return x.seq < y.seq; });
   }
-  return g;
-}
-
-// The loss scale of each (step, rank) of one run: the scale its GradScaler multiplied the
-// loss by in that step (the first scaler record of the step; none: 1). The scaler counts its
-// own updates, one per step of a loop that calls update() every step.
-using Scales = std::map<GroupKey, double>;
-Scales load_scales(RecordSource& src, const CompareOptions& opt, int side) {
-  std::optional<int> rank = opt.rank;
-  if (opt.ranks) rank = side == 0 ? opt.ranks->first : opt.ranks->second;
-  Scales s;
   src.scaler([&](const ScalerRecord& r) {
-    if ((opt.step && r.step != *opt.step) || (rank && r.rank != *rank)) return true;
-    const int label = opt.ranks ? opt.ranks->first : r.rank;
-    if (std::isfinite(r.scale_before) && r.scale_before > 0)
-      s.emplace(GroupKey{r.step, label}, r.scale_before);
+    if (auto key = group(r.step, r.rank))
+      if (std::isfinite(r.scale_before) && r.scale_before > 0)
+        s.scales.emplace(*key, r.scale_before);
     return true;
   });
   return s;
-}
-
-double scale_of(const Scales& s, const GroupKey& key) {
-  auto it = s.find(key);
-  return it == s.end() ? 1.0 : it->second;
-}
-
-// A's record of a backward op with the gradients it carries divided by `factor`, A's loss
-// scale over B's: the arguments whose magnitude, A's over B's, is nearer to the factor than
-// to 1 (in ratio) are gradients of the scaled loss; the others (saved activations, weights)
-// are left as they are. Their indices go to `scaled` (inputs, then outputs).
-OpRecord unscaled(const OpRecord& a, const OpRecord& b, double factor,
-                  std::vector<std::pair<bool, size_t>>& scaled) {
-  OpRecord r = a;
-  auto fix = [&](std::vector<Arg>& xs, const std::vector<Arg>& ys, bool output) {
-    for (size_t i = 0; i < xs.size() && i < ys.size(); ++i) {
-      if (!xs[i].is_tensor() || !ys[i].is_tensor()) continue;
-      TensorStats& t = *xs[i].tensor;
-      const double ma = t.abs_max(), mb = ys[i].tensor->abs_max();
-      if (!(ma > 0) || !(mb > 0) || !std::isfinite(ma) || !std::isfinite(mb)) continue;
-      const double ratio = std::fabs(std::log(ma / mb));
-      if (!(std::fabs(std::log(ma / mb / factor)) < ratio)) continue;
-      t.min /= factor;
-      t.max /= factor;
-      t.mean /= factor;
-      t.norm /= factor;
-      t.hash.reset();
-      scaled.emplace_back(output, i);
-    }
-  };
-  fix(r.inputs, b.inputs, false);
-  fix(r.outputs, b.outputs, true);
-  return r;
 }
 
 // One side's arguments against the other's; returns the largest tensor error and sets
@@ -169,9 +135,10 @@ Verdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareOptio
                      double loss_scale = 1) {
   // Gradients of a loss scaled by a GradScaler (fp16/bf16 AMP) against a run that scales
   // it otherwise (an fp32 reference): compared as gradients of the same loss.
-  std::vector<std::pair<bool, size_t>> scaled;
+  analysis_detail::ScaledArgs scaled;
   const bool rescale = std::fabs(loss_scale - 1) > 0 && a_in.dir == Direction::kBackward;
-  const OpRecord a_copy = rescale ? unscaled(a_in, b, loss_scale, scaled) : OpRecord{};
+  const OpRecord a_copy =
+      rescale ? analysis_detail::unscaled(a_in, b, loss_scale, scaled) : OpRecord{};
   const OpRecord& a = rescale ? a_copy : a_in;
   Verdict v;
   OpCompare& oc = v.oc;
@@ -188,15 +155,7 @@ Verdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareOptio
   bool in_value = false, out_value = false;
   oc.input_error = compare_args(a.inputs, b.inputs, "input", oc, in_value);
   oc.output_error = compare_args(a.outputs, b.outputs, "output", oc, out_value);
-  for (const auto& [output, index] : scaled) {
-    for (ArgCompare& ac : oc.args) {
-      if ((ac.io == "output") == output && static_cast<size_t>(ac.index) == index) {
-        char buf[80];
-        std::snprintf(buf, sizeof buf, "a / loss scale %g", loss_scale);
-        ac.note = ac.note.empty() ? buf : ac.note + "; " + buf;
-      }
-    }
-  }
+  analysis_detail::note_unscaled(scaled, loss_scale, oc.args);
   // Error the op added; inf - inf (both sides already broken) is inherited, not added.
   oc.score = std::isinf(oc.output_error) && std::isinf(oc.input_error)
                  ? 0
@@ -330,8 +289,9 @@ void excuse_after_flip(const std::optional<analysis_detail::FlipTracker::Source>
   if (!res.first_excused || earlier(v.oc, *res.first_excused)) res.first_excused = v.oc;
 }
 
-CompareResult compare_groups(const Groups& ga, const Groups& gb, const CompareOptions& opt,
-                             const Scales& scales_a, const Scales& scales_b) {
+CompareResult compare_groups(const Side& sa, const Side& sb, const CompareOptions& opt) {
+  const Groups& ga = sa.groups;
+  const Groups& gb = sb.groups;
   CompareResult res;
   res.first_mode = opt.first;
   res.exact_mode = opt.exact;
@@ -356,7 +316,8 @@ CompareResult compare_groups(const Groups& ga, const Groups& gb, const CompareOp
     std::vector<OpCompare> divergent, inexact;
     std::vector<size_t> divergent_at, inexact_at;
     analysis_detail::FlipTracker flips;
-    const double loss_scale = scale_of(scales_a, key) / scale_of(scales_b, key);
+    const double loss_scale = analysis_detail::loss_scale_of(sa.scales, key) /
+                              analysis_detail::loss_scale_of(sb.scales, key);
     for (const auto& [i, j] : paired.pairs) {
       if (i < 0 || j < 0) {
         res.unmatched.push_back(i < 0 ? unmatched(b[j], "b") : unmatched(a[i], "a"));
@@ -637,10 +598,7 @@ CompareResult compare_dumps(DumpReader& a, DumpReader& b, const CompareOptions& 
     read.filter.ranks = read_b.filter.ranks = {*options.rank};
   }
   analysis_detail::ReaderSource sa(a, read), sb(b, read_b);
-  const Groups ga = load(sa, options, 0);
-  const Groups gb = load(sb, options, 1);
-  CompareResult r =
-      compare_groups(ga, gb, options, load_scales(sa, options, 0), load_scales(sb, options, 1));
+  CompareResult r = compare_groups(load(sa, options, 0), load(sb, options, 1), options);
   r.path_a = a.path();
   r.path_b = b.path();
   return r;
@@ -648,9 +606,7 @@ CompareResult compare_dumps(DumpReader& a, DumpReader& b, const CompareOptions& 
 
 CompareResult compare_dumps(const DumpData& a, const DumpData& b, const CompareOptions& options) {
   analysis_detail::DataSource sa(a), sb(b);
-  const Groups ga = load(sa, options, 0);
-  const Groups gb = load(sb, options, 1);
-  return compare_groups(ga, gb, options, load_scales(sa, options, 0), load_scales(sb, options, 1));
+  return compare_groups(load(sa, options, 0), load(sb, options, 1), options);
 }
 
 }  // namespace precprobe

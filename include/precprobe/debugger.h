@@ -91,12 +91,14 @@ struct DebuggerCounters {
   uint64_t ops_seen = 0;            ///< op calls observed while started
   uint64_t ops_recorded = 0;        ///< op records submitted to the writer
   uint64_t tensors_summarised = 0;  ///< statistics computed (cache misses)
-  uint64_t tensors_cached = 0;      ///< statistics reused from an earlier op this step
-  uint64_t bytes_summarised = 0;    ///< tensor bytes read to compute the statistics
-  uint64_t errors = 0;              ///< problems reported while observing
-  uint64_t replays = 0;             ///< anomalous steps replayed ("record": "on_anomaly")
-  int64_t snapshot_bytes = 0;       ///< tensor bytes of the step snapshot (on_anomaly)
-  WriterCounters writer;            ///< of this rank's writer
+  uint64_t tensors_cached = 0;      ///< statistics reused from an earlier op
+  /// Of tensors_cached: reused from an earlier step ("reuse_across_steps").
+  uint64_t tensors_carried = 0;
+  uint64_t bytes_summarised = 0;  ///< tensor bytes read to compute the statistics
+  uint64_t errors = 0;            ///< problems reported while observing
+  uint64_t replays = 0;           ///< anomalous steps replayed ("record": "on_anomaly")
+  int64_t snapshot_bytes = 0;     ///< tensor bytes of the step snapshot (on_anomaly)
+  WriterCounters writer;          ///< of this rank's writer
 };
 
 class PrecisionDebugger {

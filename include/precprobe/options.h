@@ -176,6 +176,11 @@ struct DebuggerOptions {
   /// "max_calls_per_op": record at most this many calls of each op name (per direction)
   /// per step, the first ones; -1 = all. Later calls cost a callback and a counter.
   int64_t max_calls_per_op = -1;
+  /// "reuse_across_steps": a tensor summarised in an earlier step and unchanged since (same
+  /// storage, version counter, sizes and strides, and the same bytes in a fingerprint of its
+  /// memory) is not read again; its statistics are reused. Only tensors of 16 KiB and more
+  /// of the CPU allocator's memory (not from_blob). false: every tensor is read every step.
+  bool reuse_across_steps = true;
 
   /// Parses config.json text. Throws precprobe::Error (key, value, what is allowed).
   static DebuggerOptions from_json(const std::string& json_text);

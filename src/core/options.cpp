@@ -338,6 +338,7 @@ ordered_json DebuggerOptions::to_json_value() const {
   j["record"] = detail::record_mode_name(record);
   j["on_anomaly"] = detail::on_anomaly_json(on_anomaly);
   j["max_calls_per_op"] = max_calls_per_op;
+  j["reuse_across_steps"] = reuse_across_steps;
   return j;
 }
 

@@ -339,6 +339,8 @@ const KeySpec kTopKeys[] = {
      }},
     {"record", parse_record_mode},
     {"on_anomaly", parse_on_anomaly},
+    {"reuse_across_steps", [](const json& v, const std::string& k,
+                              DebuggerOptions& o) { o.reuse_across_steps = get_bool(v, k); }},
     {"max_calls_per_op",
      [](const json& v, const std::string& k, DebuggerOptions& o) {
        const char* allowed = "-1 (all calls) or an integer >= 1";

@@ -120,6 +120,15 @@ at::Tensor borrow(const at::Tensor& t) {
   return at::Tensor(std::move(view));
 }
 
+bool cpu_allocator_memory(const at::Tensor& t) noexcept {
+  if (!t.defined() || !t.device().is_cpu() || !t.has_storage()) return false;
+  const c10::StorageImpl* storage =
+      t.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
+  if (storage == nullptr) return false;
+  const c10::DeleterFnPtr d = storage->data_ptr().get_deleter();
+  return d == &deferring_delete || cpu_allocator_deleter(d);
+}
+
 BorrowCounts borrow_counts() {
   Table& t = table();
   std::lock_guard<std::mutex> lk(t.mu);

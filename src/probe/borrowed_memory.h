@@ -33,6 +33,10 @@ namespace detail {
 /// result has `t`'s dtype, sizes, strides and storage offset, and no autograd metadata.
 at::Tensor borrow(const at::Tensor& t);
 
+/// Whether `t`'s memory is the CPU allocator's (what borrow() accepts): memory the program
+/// owns (from_blob) is not. Never throws.
+bool cpu_allocator_memory(const at::Tensor& t) noexcept;
+
 /// Outstanding borrows and storages whose free is deferred right now (tests).
 struct BorrowCounts {
   size_t outstanding = 0;

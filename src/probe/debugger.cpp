@@ -233,6 +233,7 @@ DebuggerCounters PrecisionDebugger::Impl::counters() const {
     c.ops_recorded = o.ops_recorded;
     c.tensors_summarised = o.engine.summarised;
     c.tensors_cached = o.engine.cached;
+    c.tensors_carried = o.engine.carried;
     c.bytes_summarised = o.engine.bytes;
     c.errors = o.errors + o.engine.save_errors;
   }
@@ -272,6 +273,7 @@ RunMeta PrecisionDebugger::Impl::run_meta(bool final_meta) const {
     k["ops_recorded"] = c.ops_recorded;
     k["tensors_summarised"] = c.tensors_summarised;
     k["tensors_cached"] = c.tensors_cached;
+    k["tensors_carried"] = c.tensors_carried;
     k["bytes_summarised"] = c.bytes_summarised;
     k["errors"] = c.errors;
     if (observer) {
@@ -280,6 +282,7 @@ RunMeta PrecisionDebugger::Impl::run_meta(bool final_meta) const {
       k["tensors_skipped"] = o.tensors_skipped;
       k["tensors_saved"] = o.engine.saved;
       k["stats_inline"] = o.engine.inline_computed;
+      k["carry_mismatches"] = o.engine.carry_mismatches;
       k["stats_worker"] = o.engine.worker_computed;
       k["claimed_for_write"] = o.engine.claimed_for_write;
       k["waited_for_write"] = o.engine.waited_for_write;

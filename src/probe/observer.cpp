@@ -72,6 +72,7 @@ Observer::Observer(const DebuggerOptions& options, DumpWriter* writer, std::stri
   // summarised on the capturing thread.
   if (const char* v = std::getenv("PRECPROBE_INLINE_NUMEL")) cfg.inline_numel = std::atoll(v);
   cfg.with_hash = options.summary_mode == SummaryMode::kHash;
+  cfg.carry = options.reuse_across_steps;
   const int level = options.zstd_level;
   cfg.save_tensor = [level](const at::Tensor& t, const std::string& path) {
     return write_npy_zst(t, path, level);

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include "borrowed_memory.h"
 #include "own_code.h"
@@ -34,6 +35,46 @@ thread_local const char* tl_origin = "";
 }  // namespace
 
 void set_capture_origin(const char* op) noexcept { tl_origin = op; }
+
+namespace {
+
+// The first byte of `t`'s elements, read without materialising a copy-on-write storage
+// (2.x's data_ptr() would).
+const void* first_byte(const at::Tensor& t) {
+  const c10::StorageImpl* s = t.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
+  const char* base = static_cast<const char*>(s->data_ptr().get());
+  return base == nullptr ? nullptr : base + t.storage_offset() * t.element_size();
+}
+
+}  // namespace
+
+uint64_t memory_fingerprint(const void* p, size_t n) noexcept {
+  constexpr size_t kLine = 64;
+  const auto* bytes = static_cast<const unsigned char*>(p);
+  uint64_t h = 0x9e3779b97f4a7c15ULL ^ n;
+  auto mix_line = [&h](const unsigned char* at) {
+    uint64_t w[kLine / 8];
+    std::memcpy(w, at, kLine);
+    for (uint64_t x : w) {
+      h ^= x;
+      h *= 0xff51afd7ed558ccdULL;
+      h ^= h >> 32;
+    }
+  };
+  if (n < kLine) return h;
+  mix_line(bytes);
+  mix_line(bytes + n - kLine);
+  const size_t lines = n / kLine;
+  const size_t k = std::clamp<size_t>(lines / 16, 16, 256);
+  const size_t stride = lines / k;
+  if (stride == 0) return h;
+  for (size_t i = 0; i < k; ++i) {
+    uint64_t r = (i + 1) * 0x9e3779b97f4a7c15ULL;  // a fixed jitter within each stride
+    r ^= r >> 29;
+    mix_line(bytes + (i * stride + r % stride) * kLine);
+  }
+  return h;
+}
 
 StatsEngine::StatsEngine(EngineConfig config) : cfg_(std::move(config)) {
   if (cfg_.async) worker_ = std::thread([this] { worker_main(); });
@@ -89,6 +130,8 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, const CaptureOpt
   auto usable = [&how](const Slot& hit) {
     return !hit.overwritten && !how.fresh && !(hit.untracked && hit.serial >= how.reuse_before);
   };
+  // A slot carried from an earlier step stands for `t` after a fingerprint check.
+  auto current = [&](Slot& hit) { return hit.epoch == epoch_ || current_locked(hit, t, how); };
   // The hash depends on element order: with it, only the exact key is shared.
   const bool by_memory = cacheable && !cfg_.with_hash && order_free(t);
   std::unique_lock<std::mutex> lk(mu_);
@@ -96,8 +139,8 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, const CaptureOpt
   if (cacheable) {
     auto it = cache_.find(key);
     if (it != cache_.end()) {
-      const Slot& hit = *it->second;
-      if (usable(hit)) {
+      Slot& hit = *it->second;
+      if (usable(hit) && current(hit)) {
         bump(kCached);
         return it->second;
       }
@@ -108,7 +151,7 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, const CaptureOpt
   if (by_memory) {
     memory_key = dense_key(key, t.numel());
     auto it = cache_.find(memory_key);
-    if (it != cache_.end() && usable(*it->second) && cached == nullptr) {
+    if (it != cache_.end() && usable(*it->second) && cached == nullptr && current(*it->second)) {
       auto v = std::make_shared<Slot>();  // a full view of a tensor summarised this step
       v->base = it->second;
       v->key = key;
@@ -116,6 +159,7 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, const CaptureOpt
       v->untracked = v->base->untracked;
       v->unread = v->base->unread;
       v->serial = v->base->serial;
+      v->epoch = epoch_;
       v->stats.shape.assign(t.sizes().begin(), t.sizes().end());
       v->storage_alive = v->base->storage_alive;
       v->state.store(Slot::kDone, std::memory_order_relaxed);
@@ -130,10 +174,18 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, const CaptureOpt
   // unread_if_new: also when this step knows the tensor only as uninitialized memory (an
   // aten::empty* output, retired since by the write of the kernel now running around us,
   // which may not have written it yet: a nested as_strided of sum's out= buffer).
-  s->unread = how.unread || (how.unread_if_new && (cached == nullptr || (*cached)->unread));
+  s->unread =
+      how.unread ||
+      (how.unread_if_new && (cached == nullptr || (*cached)->unread || (*cached)->epoch != epoch_));
   s->untracked = how.untracked;
   s->range = how.range;
   s->serial = serial_++;
+  s->epoch = epoch_;
+  s->carryable = cfg_.carry && cacheable && !s->unread && !s->untracked && t.is_cpu() &&
+                 static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size()) >=
+                     cfg_.carry_bytes &&
+                 t.layout() == c10::kStrided && t.is_non_overlapping_and_dense() &&
+                 cpu_allocator_memory(t);
   if (key.versioned) s->counter = t.unsafeGetTensorImpl()->version_counter();
   if (key.storage)
     s->storage_alive = t.unsafeGetTensorImpl()->unsafe_storage().getWeakStorageImpl();
@@ -257,9 +309,16 @@ void StatsEngine::compute(Slot& s) {
     } else {
       summarize(t, s.stats, cfg_.with_hash, s.range);
       s.stats.requires_grad = s.requires_grad;  // a borrow has no autograd metadata
+      if (s.carryable && t.has_storage() && first_byte(t) != nullptr) {
+        // Before the version check below: a write racing the read makes the slot stale.
+        s.data = first_byte(t);
+        s.fingerprint = memory_fingerprint(s.data, t.numel() * t.element_size());
+        s.fingerprinted = true;
+      }
     }
     if (s.counter && s.counter->current_version() != s.key.version) {
       s.stale = true;
+      s.fingerprinted = false;
       bump(kStale);
       report_error(std::string("precprobe: a tensor captured by ") + s.origin +
                    " changed in place before its statistics were computed (version " +
@@ -358,8 +417,40 @@ void StatsEngine::clear_cache() {
     old.swap(cache_);
     old_index.swap(cached_by_storage_);
     cached_storages_.store(0, std::memory_order_release);
+    ++epoch_;
+    if (!cfg_.carry) return;
+    // Carried: slots not retired by a write whose storage is still alive. A freed
+    // storage's key cannot come back (the weak reference keeps its address), but its entry
+    // would only take room. A slot the worker has not computed yet is carried too; it
+    // serves a later step only once done and fingerprinted (current_locked()).
+    for (auto& [key, slot] : old) {
+      const Slot& c = *slot;
+      if (!c.carryable || c.base || c.overwritten ||
+          (c.state.load(std::memory_order_acquire) == Slot::kDone && !c.fingerprinted) ||
+          !c.storage_alive || c.storage_alive->expired())
+        continue;
+      cache_.emplace(key, slot);
+      index_locked(key);
+    }
   }
 }  // slots freed here, outside the lock
+
+bool StatsEngine::current_locked(Slot& hit, const at::Tensor& t, const CaptureOptions& how) {
+  // Inside a kernel, a buffer this step has not seen may be that kernel's fresh allocation:
+  // it is read as unread memory, never served from an earlier step.
+  if (how.unread_if_new || hit.state.load(std::memory_order_acquire) != Slot::kDone ||
+      !hit.fingerprinted || (how.range && !hit.range))
+    return false;
+  if (hit.data == nullptr || first_byte(t) != hit.data) return false;
+  const size_t n = static_cast<size_t>(t.numel()) * t.element_size();
+  if (memory_fingerprint(hit.data, n) != hit.fingerprint) {
+    bump(kCarryMismatch);
+    return false;
+  }
+  hit.epoch = epoch_;
+  bump(kCarried);
+  return true;
+}
 
 bool StatsEngine::op_ready(const PendingOp& op) const {
   if (op.flush_marker) return true;
@@ -418,6 +509,8 @@ EngineCounters StatsEngine::counters() const {
   c.saved = get(kSaved);
   c.save_errors = get(kSaveErrors);
   c.bytes = get(kBytes);
+  c.carried = get(kCarried);
+  c.carry_mismatches = get(kCarryMismatch);
   return c;
 }
 

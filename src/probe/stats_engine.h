@@ -90,7 +90,26 @@ struct Slot {
   /// do not depend on element order, so they are `base`'s; this slot holds only its own
   /// shape in `stats.shape` and is done at once (see stats_of()).
   std::shared_ptr<Slot> base;
+  /// May stand for its key in later steps (the cache across steps): dense CPU memory of the
+  /// CPU allocator, at least StatsEngine's carry threshold. Set at capture.
+  bool carryable = false;
+  /// memory_fingerprint() of the memory the statistics were computed from, taken by
+  /// compute() when `carryable` (written before `state` becomes kDone).
+  bool fingerprinted = false;
+  uint64_t fingerprint = 0;
+  const void* data = nullptr;  ///< the first byte summarised (carryable slots)
+  /// The cache epoch (one per step, StatsEngine::clear_cache()) in which the slot stands for
+  /// its key as it is; in a later epoch it does so only after its fingerprint matched the
+  /// memory again. Guarded by StatsEngine::mu_.
+  uint64_t epoch = 0;
 };
+
+/// A 64-bit fingerprint of the `n` bytes at `p` (n >= 64): the first and last 64 bytes and
+/// a fixed pseudo-random sample of the 64-byte lines in between (one line in 16, 16 to 256
+/// lines). Two calls sample the same positions for the same n. Changes to memory outside
+/// the sampled lines are not seen: the cache across steps relies on it only to catch
+/// writes made without an op (memcpy into a reused buffer), which change every line.
+uint64_t memory_fingerprint(const void* p, size_t n) noexcept;
 
 /// The statistics a finished slot stands for (its base's, with its own shape).
 inline TensorStats stats_of(const Slot& s) {
@@ -152,6 +171,12 @@ struct EngineConfig {
   bool with_hash = false;
   /// Tensors with fewer elements are summarised inline (cheaper than a handover).
   int64_t inline_numel = 4096;
+  /// The cache across steps ("reuse_across_steps"): statistics of a tensor of at least
+  /// `carry_bytes` whose key (storage, version, geometry) and memory fingerprint are
+  /// unchanged since an earlier step are reused. Smaller tensors are read again (as cheap
+  /// as the check).
+  bool carry = true;
+  int64_t carry_bytes = int64_t{16} << 10;
   /// Bytes held by queued jobs before the capturing thread helps.
   int64_t max_pending_bytes = int64_t{256} << 20;
   /// Write a tensor file; returns "" or an error message. Runs where the slot is computed.
@@ -165,6 +190,9 @@ struct EngineCounters {
   uint64_t claimed_for_write = 0, waited_for_write = 0, backpressure = 0, stale = 0;
   uint64_t saved = 0, save_errors = 0;
   uint64_t bytes = 0;  ///< bytes summarised
+  /// Cache hits served by a slot of an earlier step (its fingerprint matched), and carried
+  /// slots whose fingerprint did not match (memory written without an op).
+  uint64_t carried = 0, carry_mismatches = 0;
 };
 
 class StatsEngine {
@@ -188,7 +216,9 @@ class StatsEngine {
   void push_op(std::shared_ptr<PendingOp> op);
   /// Marks `op` ended (outputs captured); emits inline in sync mode.
   void end_op(PendingOp& op);
-  /// Forgets this step's keys (slots live on in pending ops).
+  /// Ends the cache's step: forgets this step's keys (slots live on in pending ops) but
+  /// those of carryable slots that are done and unchanged, which a later step may reuse
+  /// after checking their fingerprint.
   void clear_cache();
   /// Finishes every job and emits every ended op. Ops that never ended stay queued.
   void drain();
@@ -202,6 +232,10 @@ class StatsEngine {
  private:
   /// Caches `s` under `key` (replacing an entry) and indexes the key by storage.
   void remember_locked(const TensorKey& key, const std::shared_ptr<Slot>& s);
+  /// Whether `hit` (usable otherwise) stands for `t` now: a slot of this epoch does; a
+  /// carried one when `t` is the memory it fingerprinted and still holds the same bytes
+  /// there (it then joins this epoch).
+  bool current_locked(Slot& hit, const at::Tensor& t, const CaptureOptions& how);
   void enqueue_locked(std::shared_ptr<Slot> s, std::unique_lock<std::mutex>& lk);
   void index_locked(const TensorKey& key);
   void retire_storage(const void* storage);
@@ -231,6 +265,7 @@ class StatsEngine {
   std::deque<std::shared_ptr<PendingOp>> ops_;
   int64_t held_bytes_ = 0;
   uint64_t serial_ = 0;
+  uint64_t epoch_ = 0;  // steps of the cache (clear_cache())
   std::atomic<int64_t> pending_jobs_{0};
   bool worker_sleeping_ = false;
   bool worker_idle_ = false;
@@ -247,6 +282,8 @@ class StatsEngine {
     kSaved,
     kSaveErrors,
     kBytes,
+    kCarried,
+    kCarryMismatch,
     kNumCounters
   };
   void bump(Counter c) noexcept { n_[c].fetch_add(1, std::memory_order_relaxed); }

@@ -185,21 +185,26 @@ TEST_CASE("call indices count per op and direction and restart each step", "[deb
   CHECK(ops[3].seq == 0);  // seq restarts with the step
 }
 
-TEST_CASE("statistics are computed once per tensor version per step", "[debugger]") {
+TEST_CASE("statistics are computed once per tensor version", "[debugger]") {
   const bool async = GENERATE(true, false);
+  const bool reuse = GENERATE(true, false);
+  INFO((async ? "async" : "sync") << (reuse ? ", reuse_across_steps" : ""));
   TempDir dir("dbg_cache");
   auto x = torch::randn({100000});
-  PrecisionDebugger dbg(options_in(dir, async));
+  auto o = options_in(dir, async);
+  o.reuse_across_steps = reuse;
+  PrecisionDebugger dbg(o);
   dbg.start();
   auto a = x * 2;  // in: x, out: a           -> x, a summarised
   auto b = a + x;  // in: a, x (hits), out: b -> b
   a.add_(1);       // in: a (hit), out: a v1  -> a v1
   dbg.step();
-  auto c = x * 2;  // new step: x again
+  auto c = x * 2;  // new step: x again (carried from the last step, or read again)
   dbg.stop();
   auto k = dbg.counters();
-  CHECK(k.tensors_summarised == 6);  // x, a, b, a v1 | x, c
-  CHECK(k.tensors_cached == 3);
+  CHECK(k.tensors_summarised == (reuse ? 5 : 6));  // x, a, b, a v1 | (x,) c
+  CHECK(k.tensors_cached == (reuse ? 4 : 3));
+  CHECK(k.tensors_carried == (reuse ? 1 : 0));
   auto ops = read_ops(dir);
   auto add_ = with_name(ops, "aten::add_");
   REQUIRE(add_.size() == 1);

@@ -62,6 +62,10 @@ std::unique_ptr<OpInfo> make_info(const at::RecordFunction& fn) {
       info->write_args.push_back(i);
     if (args[i].alias_info() != nullptr) info->alias_args.push_back(i);
   }
+  const auto& returns = schema->returns();
+  info->returns_view = !returns.empty() && info->write_args.empty();
+  for (const auto& r : returns)
+    info->returns_view = info->returns_view && r.alias_info() != nullptr && !writes(r.alias_info());
   return info;
 }
 

@@ -32,6 +32,10 @@ struct OpInfo {
   std::vector<size_t> alias_args;
   /// aten::empty* (OpRecord::outputs_uninitialized()): the outputs are garbage, unread.
   bool outputs_uninitialized = false;
+  /// Every return is a view of an argument the op does not write (`Tensor(a)`: select,
+  /// slice, view, t, expand, as_strided...): its values are the argument's, so it can hold
+  /// NaN/Inf only if the argument did — never an origin for overflow_check.
+  bool returns_view = false;
 };
 
 /// overflow_check's memory of tensors known to hold no NaN/Inf (an output it tested, or

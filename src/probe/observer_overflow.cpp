@@ -9,7 +9,8 @@
 // before the write, unless FiniteMemo knows it (the output of an earlier tested op, or
 // uninitialized memory): the optimizer's chains of in-place updates read each tensor once.
 // In the rare record, such an argument's values are gone: it keeps dtype and shape, with
-// counts 0 and statistics NaN (as for uninitialized memory).
+// counts 0 and statistics NaN (as for uninitialized memory). Ops that return views of
+// their arguments (OpInfo::returns_view) are not read at all: they cannot be an origin.
 #include <ATen/core/grad_mode.h>
 
 #include <algorithm>
@@ -88,6 +89,8 @@ void Observer::overflow_end(const at::RecordFunction& fn, at::ObserverContext* c
     const std::vector<c10::IValue>& outs = fn.outputs();
     if (c->dir == Direction::kBackward && !param_tensors_.empty() && scaled_grads_window() > 0.0f)
       note_backward_outputs(outs);
+    // A view's NaN/Inf were its argument's: not read (the dataset a select indexes).
+    if (info.returns_view) return;
     bool bad = false;
     for (const c10::IValue& v : outs)
       for_each_tensor(v, [&](const at::Tensor& t) {

@@ -6,6 +6,9 @@
 // when an I/O error stops the writer are counted as dropped, so written + dropped always
 // equals the number of submit() calls once the writer is closed.
 #include <fcntl.h>
+#ifdef __linux__
+#include <pthread.h>
+#endif
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -194,6 +197,9 @@ void DumpWriter::Impl::request_flush(bool wait) noexcept {
 }
 
 void DumpWriter::Impl::run() noexcept {
+#ifdef __linux__
+  pthread_setname_np(pthread_self(), "precprobe-write");  // top -H, perf, gdb
+#endif
   std::deque<Item> batch;
   for (bool last = false; !last;) {
     {

@@ -9,6 +9,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#ifdef __linux__
+#include <pthread.h>
+#endif
 
 #include "borrowed_memory.h"
 #include "own_code.h"
@@ -91,8 +94,9 @@ StatsEngine::~StatsEngine() {
 }
 
 uint64_t StatsEngine::next_serial() const {
-  std::lock_guard<std::mutex> lk(mu_);
-  return serial_;
+  // Written under mu_ by capture(); a relaxed read is enough: the caller compares it with
+  // serials of slots made later on its own thread (or, on other threads, under mu_).
+  return serial_.load(std::memory_order_relaxed);
 }
 
 namespace {
@@ -179,7 +183,7 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, const CaptureOpt
       (how.unread_if_new && (cached == nullptr || (*cached)->unread || (*cached)->epoch != epoch_));
   s->untracked = how.untracked;
   s->range = how.range;
-  s->serial = serial_++;
+  s->serial = serial_.fetch_add(1, std::memory_order_relaxed);
   s->epoch = epoch_;
   s->carryable = cfg_.carry && cacheable && !s->unread && !s->untracked && t.is_cpu() &&
                  static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size()) >=
@@ -515,6 +519,9 @@ EngineCounters StatsEngine::counters() const {
 }
 
 void StatsEngine::worker_main() {
+#ifdef __linux__
+  pthread_setname_np(pthread_self(), "precprobe-stats");  // top -H, perf, gdb
+#endif
   at::RecordFunctionGuard no_callbacks(false);
   at::NoGradGuard no_grad;
   std::unique_lock<std::mutex> lk(mu_);

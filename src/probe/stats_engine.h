@@ -264,8 +264,8 @@ class StatsEngine {
   std::vector<const Slot*> running_;  // claimed jobs being computed outside the lock
   std::deque<std::shared_ptr<PendingOp>> ops_;
   int64_t held_bytes_ = 0;
-  uint64_t serial_ = 0;
-  uint64_t epoch_ = 0;  // steps of the cache (clear_cache())
+  std::atomic<uint64_t> serial_{0};  // written under mu_, read without it
+  uint64_t epoch_ = 0;               // steps of the cache (clear_cache())
   std::atomic<int64_t> pending_jobs_{0};
   bool worker_sleeping_ = false;
   bool worker_idle_ = false;

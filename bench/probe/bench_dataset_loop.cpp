@@ -11,7 +11,8 @@
 // against the same loop without a debugger. Variants are interleaved in rounds.
 //
 //     bench_dataset_loop [--n 60000] [--steps 10] [--rounds 3] [--warmup 2] [--batch 128]
-//                        [--only VARIANT]
+//                        [--only VARIANT] [--malloc tuned|default]
+#include <malloc.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <torch/torch.h>
@@ -54,8 +55,12 @@ struct ResBlockImpl : torch::nn::Module {
     auto skip = down ? down_bn->forward(down->forward(x)) : x;
     return torch::relu(y + skip);
   }
-  torch::nn::Conv2d c1, c2, down{nullptr};
-  torch::nn::BatchNorm2d b1, b2, down_bn{nullptr};
+  torch::nn::Conv2d c1;
+  torch::nn::BatchNorm2d b1;
+  torch::nn::Conv2d c2;
+  torch::nn::BatchNorm2d b2;
+  torch::nn::Conv2d down{nullptr};
+  torch::nn::BatchNorm2d down_bn{nullptr};
 };
 TORCH_MODULE(ResBlock);
 
@@ -89,13 +94,13 @@ struct ResNetImpl : torch::nn::Module {
 TORCH_MODULE(ResNet);
 
 struct Loop {
-  Loop(int64_t n, int64_t batch)
+  Loop(int64_t n, int64_t batch_size)
       : images(torch::rand({n, 3, 32, 32})),
         labels(torch::randint(0, 10, {n})),
         mean(torch::tensor({0.49f, 0.48f, 0.45f}).view({3, 1, 1})),
         std_(torch::tensor({0.25f, 0.24f, 0.26f}).view({3, 1, 1})),
         opt(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9)),
-        batch(batch) {}
+        batch(batch_size) {}
 
   // One sample as the tutorials' transforms make it: pad, random crop, random flip, normalise.
   torch::Tensor sample(int64_t i) {
@@ -159,7 +164,8 @@ struct Result {
   uint64_t records = 0, bytes = 0, carried = 0, steps = 0;
 };
 
-void run(Loop& loop, const Variant& v, int steps, int warmup, const std::string& dump, Result& r) {
+void run(Loop& loop, const Variant& v, int steps, int warmup, const std::string& dump,
+         bool tuned_malloc, Result& r) {
   std::unique_ptr<precprobe::PrecisionDebugger> dbg;
   if (v.debugger) {
     precprobe::DebuggerOptions o;
@@ -168,6 +174,7 @@ void run(Loop& loop, const Variant& v, int steps, int warmup, const std::string&
     o.keep_dropout = true;
     o.reuse_across_steps = v.reuse_across_steps;
     o.async_stats = v.async;
+    o.tune_malloc = tuned_malloc;
     if (v.outputs_only) o.dump_inputs = false;
     dbg = std::make_unique<precprobe::PrecisionDebugger>(o);
     dbg->start(loop.model.ptr());
@@ -201,6 +208,7 @@ int main(int argc, char** argv) {
   int64_t n = 60000, batch = 128;
   int steps = 10, rounds = 3, warmup = 2;
   std::string only;
+  bool tuned = true;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     if (k == "--n") n = std::atoll(argv[i + 1]);
@@ -209,7 +217,14 @@ int main(int argc, char** argv) {
     if (k == "--rounds") rounds = std::atoi(argv[i + 1]);
     if (k == "--warmup") warmup = std::atoi(argv[i + 1]);
     if (k == "--only") only = argv[i + 1];
+    if (k == "--malloc") tuned = std::string(argv[i + 1]) != "default";
   }
+  // As bench_debugger --malloc: "tuned" gives every variant tune_malloc's settings.
+  if (tuned) {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  }
+  std::printf("malloc: %s\n", tuned ? "tuned for every variant" : "glibc's defaults");
   at::set_num_threads(1);
   torch::manual_seed(0);
   const std::string dump = (std::filesystem::temp_directory_path() /
@@ -230,7 +245,7 @@ int main(int argc, char** argv) {
   for (int round = 0; round < rounds; ++round)
     for (size_t v = 0; v < variants.size(); ++v)
       if (only.empty() || v == 0 || variants[v].name == only)
-        run(loop, variants[v], steps, warmup, dump, results[v]);
+        run(loop, variants[v], steps, warmup, dump, tuned, results[v]);
   std::filesystem::remove_all(dump);
   const double base = median(results[0].wall), base_train = median(results[0].train);
   std::printf("(%d rounds x %d timed steps; medians)\n", rounds, steps);

@@ -3,21 +3,24 @@
 // -> Linear(h, 10)), cross-entropy, AdamW, batch 128, one intra-op thread.
 //
 // Prints, per hidden size, the median step time of each variant and its ratio to the run
-// without a debugger; variants are interleaved in rounds so that drift of a shared machine
-// hits them alike. "on_anomaly (healthy steps)" runs every step through run_step() with
-// "record": "on_anomaly" (snapshot + trigger check, no anomaly, nothing recorded); its
-// snapshot's size is printed beside the parameters' and AdamW's state. Also prints the floor (bytes
-// the statistics read per step / memcpy bandwidth), the fixed cost per record, and the compressed
-// bytes per tensor on disk.
+// without a debugger (and the minor page faults per step); variants are interleaved in rounds so
+// that drift of a shared machine hits them alike. "on_anomaly (healthy steps)" runs every step
+// through run_step() with "record": "on_anomaly" (snapshot + trigger check, no anomaly, nothing
+// recorded); its snapshot's size is printed beside the parameters' and AdamW's state. Also prints
+// the floor (bytes the statistics read per step / memcpy bandwidth), the fixed cost per record, and
+// the compressed bytes per tensor on disk.
 //
 //     bench_debugger [--h 256,1024] [--steps 30] [--rounds 5] [--warmup 5]
 //                    [--only VARIANT] [--fixed-only 1] [--records N [--task T]]
+//                    [--malloc tuned|default]
 // --only runs some variants (and "no debugger"), e.g. "L1 statistics (async),L1 + range
 // (async)" (comma-separated), for profiling; --fixed-only 1 runs only the fixed cost per record.
 // --records N runs N aten::add of 4 floats under a started debugger (async, L1; --task
 // overflow_check or "none" for no debugger) and nothing else: the difference of two runs under
 // `valgrind --tool=callgrind` gives instructions per record, independent of load.
 #include <dlfcn.h>
+#include <malloc.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -131,16 +134,40 @@ struct Variant {
   bool range = false;       // "statistics": {"range": true}
 };
 
+// --malloc: "tuned" applies "tune_malloc"'s settings before anything runs, so that every
+// variant (the one without a debugger too) runs with them; "default" leaves glibc's
+// defaults everywhere (tune_malloc false). One process cannot hold both: once set, the
+// settings stay.
+bool g_tuned_malloc = true;
+
+void apply_malloc_mode(const std::string& mode) {
+  g_tuned_malloc = mode != "default";
+  if (g_tuned_malloc) {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  }
+  std::printf("malloc: %s\n", g_tuned_malloc ? "tuned for every variant (M_TRIM_THRESHOLD 1 GiB, "
+                                               "M_MMAP_THRESHOLD 32 MiB: \"tune_malloc\")"
+                                             : "glibc's defaults (\"tune_malloc\": false)");
+}
+
 double cpu_ms(clockid_t clock) {
   timespec ts{};
   ::clock_gettime(clock, &ts);
   return 1e3 * static_cast<double>(ts.tv_sec) + 1e-6 * static_cast<double>(ts.tv_nsec);
 }
 
+long minor_faults() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
+}
+
 struct RunResult {
   std::vector<double> step_ms;     // wall clock
   std::vector<double> thread_ms;   // CPU time of the training thread
   std::vector<double> process_ms;  // CPU time of all threads (worker, writer included)
+  std::vector<double> faults;      // minor page faults of the process
   precprobe::DebuggerCounters counters;
   int64_t steps = 0;
   std::string meta_counters;  // of the last run
@@ -157,6 +184,7 @@ void run_variant(Trainer& tr, const Variant& v, int steps, int warmup, const std
     o.level = v.level;
     o.async_stats = v.async;
     o.keep_dropout = true;  // the same arithmetic in every variant
+    o.tune_malloc = g_tuned_malloc;
     o.grad_monitor = v.monitor;
     if (v.on_anomaly) o.record = precprobe::RecordMode::kOnAnomaly;
     o.task = v.task;
@@ -172,6 +200,7 @@ void run_variant(Trainer& tr, const Variant& v, int steps, int warmup, const std
   }
   for (int i = 0; i < warmup + steps; ++i) {
     const double c0 = cpu_ms(CLOCK_THREAD_CPUTIME_ID), p0 = cpu_ms(CLOCK_PROCESS_CPUTIME_ID);
+    const long f0 = minor_faults();
     auto t0 = Clock::now();
     if (dbg && v.on_anomaly) {
       dbg->run_step([&] { return tr.step(); });
@@ -184,6 +213,7 @@ void run_variant(Trainer& tr, const Variant& v, int steps, int warmup, const std
       res.step_ms.push_back(ms);
       res.thread_ms.push_back(cpu_ms(CLOCK_THREAD_CPUTIME_ID) - c0);
       res.process_ms.push_back(cpu_ms(CLOCK_PROCESS_CPUTIME_ID) - p0);
+      res.faults.push_back(static_cast<double>(minor_faults() - f0));
     }
   }
   if (dbg) {
@@ -267,6 +297,7 @@ int main(int argc, char** argv) {
   bool fixed_only = false;
   int records = -1;
   std::string task = "statistics";
+  std::string malloc_mode = "tuned";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--h") sizes = parse_list(argv[i + 1]);
@@ -277,7 +308,9 @@ int main(int argc, char** argv) {
     if (k == "--fixed-only") fixed_only = std::atoi(argv[i + 1]) != 0;
     if (k == "--records") records = std::atoi(argv[i + 1]);
     if (k == "--task") task = argv[i + 1];
+    if (k == "--malloc") malloc_mode = argv[i + 1];
   }
+  apply_malloc_mode(malloc_mode);
   at::set_num_threads(1);
   set_blas_threads_to_one();
   torch::manual_seed(0);
@@ -344,8 +377,9 @@ int main(int argc, char** argv) {
       const RunResult& x = res[v.name];
       if (x.step_ms.empty()) continue;
       const double m = median(x.step_ms), c = median(x.thread_ms), p = median(x.process_ms);
-      std::printf("  %-26s wall %8.2f ms %6.3fx | train %8.2f ms %6.3fx | all %8.2f ms\n",
-                  v.name.c_str(), m, m / base, c, c / base_cpu, p);
+      std::printf(
+          "  %-26s wall %8.2f ms %6.3fx | train %8.2f ms %6.3fx | all %8.2f ms | %6.0f faults\n",
+          v.name.c_str(), m, m / base, c, c / base_cpu, p, median(x.faults));
       std::printf("  %-26s", "");
       if (x.steps > 0) {
         const double per_step = static_cast<double>(x.counters.ops_recorded) / x.steps;

@@ -181,6 +181,11 @@ struct DebuggerOptions {
   /// memory) is not read again; its statistics are reused. Only tensors of 16 KiB and more
   /// of the CPU allocator's memory (not from_blob). false: every tensor is read every step.
   bool reuse_across_steps = true;
+  /// "tune_malloc": at the first start(), set glibc's M_TRIM_THRESHOLD (1 GiB) and
+  /// M_MMAP_THRESHOLD (32 MiB) for the process, unless the program set its own malloc
+  /// tunables: the probe's allocations otherwise make glibc return freed memory to the kernel
+  /// every step, and the program faults it in again (src/probe/malloc_tuning.h).
+  bool tune_malloc = true;
 
   /// Parses config.json text. Throws precprobe::Error (key, value, what is allowed).
   static DebuggerOptions from_json(const std::string& json_text);

@@ -339,6 +339,7 @@ ordered_json DebuggerOptions::to_json_value() const {
   j["on_anomaly"] = detail::on_anomaly_json(on_anomaly);
   j["max_calls_per_op"] = max_calls_per_op;
   j["reuse_across_steps"] = reuse_across_steps;
+  j["tune_malloc"] = tune_malloc;
   return j;
 }
 

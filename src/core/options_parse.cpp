@@ -341,6 +341,8 @@ const KeySpec kTopKeys[] = {
     {"on_anomaly", parse_on_anomaly},
     {"reuse_across_steps", [](const json& v, const std::string& k,
                               DebuggerOptions& o) { o.reuse_across_steps = get_bool(v, k); }},
+    {"tune_malloc", [](const json& v, const std::string& k,
+                       DebuggerOptions& o) { o.tune_malloc = get_bool(v, k); }},
     {"max_calls_per_op",
      [](const json& v, const std::string& k, DebuggerOptions& o) {
        const char* allowed = "-1 (all calls) or an integer >= 1";

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "debugger_internal.h"
+#include "malloc_tuning.h"
 #include "observer.h"
 #include "own_code.h"
 #include "precprobe/checklist_probe.h"
@@ -80,6 +81,7 @@ struct PrecisionDebugger::Impl {
   int world_size = 1;
   bool rank_selected = true;
   std::string rank_dir;
+  std::string malloc_tuning;  // tune_malloc()'s outcome, for meta.json
 
   std::shared_ptr<DumpWriter> writer;
   std::unique_ptr<detail::Observer> observer;
@@ -274,6 +276,7 @@ RunMeta PrecisionDebugger::Impl::run_meta(bool final_meta) const {
     k["tensors_summarised"] = c.tensors_summarised;
     k["tensors_cached"] = c.tensors_cached;
     k["tensors_carried"] = c.tensors_carried;
+    if (!malloc_tuning.empty()) k["malloc"] = malloc_tuning;
     k["bytes_summarised"] = c.bytes_summarised;
     k["errors"] = c.errors;
     if (observer) {
@@ -427,6 +430,7 @@ void PrecisionDebugger::start(const std::shared_ptr<torch::nn::Module>& model) {
     if (!d.options.keep_dropout && d.options.record == RecordMode::kAlways)
       d.no_dropout = std::make_unique<DropoutGuard>();
 #endif
+    d.malloc_tuning = detail::tune_malloc(d.options.tune_malloc);
     d.started = true;
     d.sync_attachment();
     if (d.writer) d.writer->write_meta(d.run_meta(false));

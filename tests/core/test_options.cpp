@@ -134,6 +134,7 @@ TEST_CASE("an empty config gives the documented defaults", "[options]") {
   CHECK(o.signal_flush);
   CHECK(o.replica_check_every == 0);
   CHECK(o.reuse_across_steps);
+  CHECK(o.tune_malloc);
   CHECK_NOTHROW(DebuggerOptions{}.validate());
 }
 
@@ -148,7 +149,8 @@ TEST_CASE("every key is applied", "[options]") {
     "keep_dropout": true, "overwrite": true, "async_stats": false, "grad_monitor": false,
     "queue_capacity": 16, "overflow_policy": "drop", "flush_every_records": 1,
     "flush_interval_ms": 5, "zstd_level": 19, "fsync": true, "max_tensor_bytes": 0,
-    "signal_flush": false, "replica_check_every": 25, "reuse_across_steps": false})json");
+    "signal_flush": false, "replica_check_every": 25, "reuse_across_steps": false,
+    "tune_malloc": false})json");
   CHECK(o.task == Task::kOverflowCheck);
   CHECK(o.dump_path == "/tmp/d");
   CHECK(o.rank.contains(2));
@@ -179,6 +181,7 @@ TEST_CASE("every key is applied", "[options]") {
   CHECK_FALSE(o.signal_flush);
   CHECK(o.replica_check_every == 25);
   CHECK_FALSE(o.reuse_across_steps);
+  CHECK_FALSE(o.tune_malloc);
 }
 
 TEST_CASE("data_mode entries filter direction and side independently", "[options]") {
@@ -379,6 +382,7 @@ TEST_CASE("to_json round-trips through from_json", "[options]") {
   o.signal_flush = false;
   o.replica_check_every = 3;
   o.reuse_across_steps = false;
+  o.tune_malloc = false;
 
   const std::string text = o.to_json();
   const auto j = nlohmann::json::parse(text);
@@ -418,6 +422,7 @@ TEST_CASE("to_json round-trips through from_json", "[options]") {
   CHECK(b.signal_flush == o.signal_flush);
   CHECK(b.replica_check_every == o.replica_check_every);
   CHECK(b.reuse_across_steps == o.reuse_across_steps);
+  CHECK(b.tune_malloc == o.tune_malloc);
   CHECK(b.to_json() == text);
 
   // Defaults round-trip too, and an unset seed is left out rather than written as null.

@@ -3,12 +3,13 @@
 // -> Linear(h, 10)), cross-entropy, AdamW, batch 128, one intra-op thread.
 //
 // Prints, per hidden size, the median step time of each variant and its ratio to the run
-// without a debugger (and the minor page faults per step); variants are interleaved in rounds so
-// that drift of a shared machine hits them alike. "on_anomaly (healthy steps)" runs every step
-// through run_step() with "record": "on_anomaly" (snapshot + trigger check, no anomaly, nothing
-// recorded); its snapshot's size is printed beside the parameters' and AdamW's state. Also prints
-// the floor (bytes the statistics read per step / memcpy bandwidth), the fixed cost per record, and
-// the compressed bytes per tensor on disk.
+// without a debugger (and the minor page faults per step); variants are interleaved in rounds
+// so that drift of a shared machine hits them alike. "on_anomaly (healthy steps)" runs every
+// step through run_step() with "record": "on_anomaly" (snapshot, its parameter and AdamW copy
+// on the snapshot's helper thread beside forward; trigger check; the step's loss scalar and
+// grads records; no anomaly, no op recorded); its snapshot's size is printed beside the
+// parameters' and AdamW's state. Also prints the floor (bytes the statistics read per step /
+// memcpy bandwidth), the fixed cost per record, and the compressed bytes per tensor on disk.
 //
 //     bench_debugger [--h 256,1024] [--steps 30] [--rounds 5] [--warmup 5]
 //                    [--only VARIANT] [--fixed-only 1] [--records N [--task T]]

@@ -178,8 +178,12 @@ class PrecisionDebugger {
   /// is kept (parameters, buffers, optimizer state, RNG), f runs unobserved, and when a
   /// trigger fires ("on_anomaly" config) the state is put back and f runs again with every
   /// op recorded; the "anomaly" event says what happened and where (docs/debugger.md,
-  /// "Record on anomaly"). Training continues from that second run. Exceptions thrown by f
-  /// propagate unchanged; the debugger's own failures are reported and counted.
+  /// "Record on anomaly"). Training continues from that second run. Every checked step
+  /// writes its loss (scalar "loss") and its gradients' norms (grads records). The parameters
+  /// and optimizer state are copied by a helper thread while f's forward runs: f must not
+  /// change a weight in place before backward (found, and the snapshot falls back to a copy
+  /// before each step) nor through .data() (not found). Exceptions thrown by f propagate
+  /// unchanged; the debugger's own failures are reported and counted.
   ///
   ///     torch::Tensor loss = dbg.run_step([&] {
   ///       opt.zero_grad();

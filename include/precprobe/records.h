@@ -138,16 +138,20 @@ struct ScalerRecord {
   int rank = 0;                         ///< filled by the reader
 };
 
-/// One parameter per step from the gradient monitor (grads.jsonl.zst).
+/// One parameter per step from the gradient monitor, or from the "record": "on_anomaly" watch
+/// for each step it checks (grads.jsonl.zst).
 struct GradRecord {
-  int64_t step = 0;                ///< "step"
-  std::string param;               ///< "param"
-  double grad_norm = 0;            ///< "gn": L2 norm of the gradient (finite part)
-  double grad_abs_max = 0;         ///< "gmax"
-  double grad_abs_mean = 0;        ///< "gmean": mean |g|
-  int64_t grad_nan = 0;            ///< "gnan"
-  int64_t grad_inf = 0;            ///< "ginf"
-  bool has_grad = true;            ///< "has_grad": false when the parameter had no gradient
+  int64_t step = 0;          ///< "step"
+  std::string param;         ///< "param"
+  double grad_norm = 0;      ///< "gn": L2 norm of the gradient (finite part)
+  double grad_abs_max = 0;   ///< "gmax"
+  double grad_abs_mean = 0;  ///< "gmean": mean |g|
+  int64_t grad_nan = 0;      ///< "gnan"
+  int64_t grad_inf = 0;      ///< "ginf"
+  bool has_grad = true;      ///< "has_grad": false when the parameter had no gradient
+  /// false when the weights were not read (the on_anomaly watch's records): "wn" and "ur" are
+  /// absent from the line, and weight_norm and update_ratio are NaN (read back: NaN too).
+  bool has_weight = true;
   double weight_norm = 0;          ///< "wn"
   double update_ratio = 0;         ///< "ur": ||w_t - w_{t-1}|| / ||w_{t-1}|| (0 on the first step)
   std::vector<std::string> watch;  ///< "watch": names of watchpoints hit this step

@@ -375,8 +375,10 @@ void append_json(const GradRecord& r, std::string& out) {
   int_field(o, "\"gnan\":", r.grad_nan);
   int_field(o, "\"ginf\":", r.grad_inf);
   bool_field(o, "\"has_grad\":", r.has_grad);
-  number_field(o, "wn", r.weight_norm);
-  number_field(o, "ur", r.update_ratio);
+  if (r.has_weight) {  // else absent: never a made-up 0
+    number_field(o, "wn", r.weight_norm);
+    number_field(o, "ur", r.update_ratio);
+  }
   string_list(o, "\"watch\":", r.watch);
   end_line(o);
 }

@@ -1,6 +1,7 @@
 // The JSON Lines decoders for the scaler, grads and events streams' records (op records:
 // records_parse.cpp). Same rules: strings and vectors of `out` reused, unknown keys
 // skipped, a known key of the wrong type fails the line; input is untrusted.
+#include <limits>
 #include <string>
 
 #include "precprobe/records.h"
@@ -46,15 +47,21 @@ bool parse_record(std::string_view line, ScalerRecord& out, std::string* error) 
 
 bool parse_record(std::string_view line, GradRecord& out, std::string* error) {
   out = GradRecord{};
-  bool has_param = false;
+  bool has_param = false, has_wn = false, has_ur = false;
   Named named;
   bool ok = parse_line(line, error, [&](Cursor& c, std::string_view k) {
     if (ends_nonfinite(k)) {
       if (k == "gn_nonfinite") return named.read(c, out.grad_norm);
       if (k == "gmax_nonfinite") return named.read(c, out.grad_abs_max);
       if (k == "gmean_nonfinite") return named.read(c, out.grad_abs_mean);
-      if (k == "wn_nonfinite") return named.read(c, out.weight_norm);
-      if (k == "ur_nonfinite") return named.read(c, out.update_ratio);
+      if (k == "wn_nonfinite") {
+        has_wn = true;
+        return named.read(c, out.weight_norm);
+      }
+      if (k == "ur_nonfinite") {
+        has_ur = true;
+        return named.read(c, out.update_ratio);
+      }
     }
     if (k == "step") return c.int64(out.step);
     if (k == "param") {
@@ -67,12 +74,24 @@ bool parse_record(std::string_view line, GradRecord& out, std::string* error) {
     if (k == "gnan") return c.int64(out.grad_nan);
     if (k == "ginf") return c.int64(out.grad_inf);
     if (k == "has_grad") return c.boolean(out.has_grad);
-    if (k == "wn") return c.number(out.weight_norm);
-    if (k == "ur") return c.number(out.update_ratio);
+    if (k == "wn") {
+      has_wn = true;
+      return c.number(out.weight_norm);
+    }
+    if (k == "ur") {
+      has_ur = true;
+      return c.number(out.update_ratio);
+    }
     if (k == "watch") return parse_string_list(c, out.watch);
     return c.skip_value(1);
   });
   named.apply();
+  // No "wn": the weights were not read (the on_anomaly watch's records); an absent "ur" alone
+  // is unknown too. Not 0: absent.
+  constexpr double kAbsent = std::numeric_limits<double>::quiet_NaN();
+  out.has_weight = has_wn;
+  if (!has_wn) out.weight_norm = kAbsent;
+  if (!has_ur) out.update_ratio = kAbsent;
   if (ok && !has_param) return missing(error, "grad record without \"param\"");
   return ok;
 }

@@ -1,5 +1,5 @@
-// Single-pass CPU loops over gradients and weights, shared by GradScaler (check + unscale)
-// and GradMonitor (gradient statistics, weight update norms).
+// Single-pass CPU loops over gradients and weights, shared by GradScaler (check + unscale),
+// GradMonitor (gradient statistics, weight update norms) and AnomalyWatch (gradient norms).
 //
 // Each loop reads every element once and does all its work in that pass: six ATen
 // reductions cost ~35x more on this LibTorch (see libtorch-internals.md). Accumulation is in
@@ -152,6 +152,39 @@ void grad_stats_span(const T* p, int64_t n, int64_t stride, GradAcc& acc) {
   acc.inf += inf;
   acc.zero += zero;
   acc.finite += n - nan - inf;
+}
+
+// ---- AnomalyWatch: the healthy-step pass ----
+
+/// Sum of squares, sum and max of |x| in float64 over every element, NaN/Inf included: no
+/// test per element, so a non-finite element shows only as a non-finite sumsq (a float32,
+/// bfloat16 or float16 square cannot overflow float64; a float64 one can). Where sumsq is
+/// not finite, grad_stats_span gives the finite part and the counts.
+struct NormAcc {
+  double sumsq = 0;
+  double abs_sum = 0;
+  double abs_max = 0;
+};
+
+/// float and double: compiled for AVX-512, AVX2 and the baseline, chosen at load time on x86-64
+/// (grad_loops.cpp): the baseline's SSE2 runs this loop ~5x slower than AVX-512, longer than
+/// ATen's own (dispatched) float64 sum.
+void norm_span(const float* p, int64_t n, int64_t stride, NormAcc& acc) noexcept;
+void norm_span(const double* p, int64_t n, int64_t stride, NormAcc& acc) noexcept;
+
+template <typename T>
+void norm_span(const T* p, int64_t n, int64_t stride, NormAcc& acc) noexcept {
+  double ss = 0, as = 0, am = 0;
+#pragma omp simd reduction(+ : ss, as) reduction(max : am)
+  for (int64_t i = 0; i < n; ++i) {
+    const double a = std::fabs(static_cast<double>(p[i * stride]));
+    ss += a * a;
+    as += a;
+    am = a > am ? a : am;
+  }
+  acc.sumsq += ss;
+  acc.abs_sum += as;
+  acc.abs_max = std::max(acc.abs_max, am);
 }
 
 // ---- GradMonitor: weight norm and update norm, refreshing the previous copy ----

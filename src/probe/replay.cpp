@@ -1,6 +1,8 @@
-// AnomalyWatch: see replay.h. The healthy path is a snapshot (copy_ into kept buffers),
-// the user's step, and one reduction per gradient with a single host sync for the loss and
-// all gradients together; everything else runs only when a trigger fires.
+// AnomalyWatch: see replay.h. The healthy path is a snapshot (buffers and scalars on the
+// spot, parameters and optimizer state on the snapshot's helper thread during the step), the
+// user's step, one fused pass over each gradient (grad_loops.h; on a device, its statistics
+// with one host sync for the loss and all gradients together), and the step's records handed
+// to the writer; everything else runs only when a trigger fires.
 #include "replay.h"
 
 #include <ATen/ATen.h>
@@ -18,6 +20,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include "grad_loops.h"
 #include "observer.h"
 #include "precprobe/analysis.h"
 #include "precprobe/error.h"
@@ -41,6 +44,36 @@ std::string what_of(const std::exception& e) {
 
 /// The loss as one float64 (a loss of several elements: their float64 sum), on the device.
 at::Tensor loss_scalar(const at::Tensor& loss) { return loss.detach().sum(at::kDouble); }
+
+/// The name of the scalar the watch writes for each checked step (the report's loss chart).
+constexpr const char* kLossScalar = "loss";
+
+/// The elements that describe a gradient (a sparse one's values, a complex one's real and
+/// imaginary parts), and how many zeros it leaves implicit.
+std::pair<at::Tensor, int64_t> grad_values(const at::Tensor& grad) {
+  at::Tensor v = grad;
+  int64_t implicit_zeros = 0;
+  if (v.is_sparse()) {
+    v = v.coalesce()._values();
+    implicit_zeros = grad.numel() - v.numel();
+  }
+  if (v.is_complex()) v = at::view_as_real(v.is_conj() ? v.resolve_conj() : v);
+  return {v, implicit_zeros};
+}
+
+/// [sumsq, abs_sum, abs_max, nan, inf, finite] of a gradient off the CPU, as float64 on its
+/// device (the CPU's fused loop, in ATen ops).
+at::Tensor device_row(const at::Tensor& grad) {
+  auto [values, implicit_zeros] = grad_values(grad);
+  const at::Tensor g = values.to(at::kDouble);
+  const at::Tensor zero = at::zeros({}, g.options());
+  const at::Tensor fin = g.isfinite(), nan = g.isnan();
+  const at::Tensor a = at::where(fin, g.abs(), zero);
+  return at::stack({a.square().sum(), a.sum(), g.numel() > 0 ? a.max() : zero,
+                    nan.sum().to(at::kDouble), (~fin & ~nan).sum().to(at::kDouble),
+                    fin.sum().to(at::kDouble) + static_cast<double>(implicit_zeros)});
+}
+constexpr int kRowFields = 6;
 
 /// The origin and its classification, from the replayed step's records.
 struct Origin {
@@ -98,7 +131,10 @@ void AnomalyWatch::bind(torch::nn::Module* model,
       }
     }
   }
-  sums_.reserve(params_.size() + 1);
+  stats_.reserve(params_.size());
+  // A replayed step is recorded as "record": "always" records one, gradient monitor included
+  // (the debugger's monitor needs a model): its grads records are the replay's then.
+  replay_grads_recorded_ = options_.grad_monitor && model != nullptr;
 }
 
 void AnomalyWatch::unbind() noexcept {
@@ -121,41 +157,93 @@ void AnomalyWatch::remember(double loss) {
   history_size_ = std::min(history_size_ + 1, history_.size());
 }
 
+double AnomalyWatch::read_grads(const at::Tensor& loss, bool with_loss) {
+  at::RecordFunctionGuard no_callbacks(false);
+  at::NoGradGuard no_grad;
+  stats_.assign(params_.size(), GradStat{});
+  rows_.clear();
+  double value = std::numeric_limits<double>::quiet_NaN();
+  bool loss_row = false;
+  if (with_loss) {
+    at::Tensor l = loss_scalar(loss);
+    if (l.device().is_cpu()) {
+      value = l.item<double>();
+    } else {
+      rows_.push_back(l.reshape({1}));
+      loss_row = true;
+    }
+  }
+  std::vector<size_t> on_device;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const at::Tensor& g = params_[i].second.grad();
+    if (!g.defined()) continue;
+    GradStat& s = stats_[i];
+    s.has_grad = true;
+    if (!g.device().is_cpu()) {
+      rows_.push_back(device_row(g));
+      on_device.push_back(i);
+      continue;
+    }
+    auto [values, implicit_zeros] = grad_values(g);
+    if (!fused_dtype_supported(values.scalar_type())) values = values.to(at::kFloat);
+    NormAcc n;
+    dispatch_fused(values.scalar_type(), [&](auto tag) {
+      using T = decltype(tag);
+      for_each_span<T>(values,
+                       [&](T* p, int64_t k, int64_t stride) { norm_span(p, k, stride, n); });
+    });
+    if (std::isfinite(n.sumsq)) {  // every element finite: the one pass is all
+      s.sumsq = n.sumsq;
+      s.abs_sum = n.abs_sum;
+      s.abs_max = n.abs_max;
+      s.finite = values.numel() + implicit_zeros;
+      continue;
+    }
+    GradAcc acc;  // NaN/Inf somewhere (or a float64 square beyond its range): count them
+    dispatch_fused(values.scalar_type(), [&](auto tag) {
+      using T = decltype(tag);
+      for_each_span<T>(
+          values, [&](T* p, int64_t k, int64_t stride) { grad_stats_span<T>(p, k, stride, acc); });
+    });
+    s.sumsq = acc.sumsq;
+    s.abs_sum = acc.abs_sum;
+    s.abs_max = acc.abs_max;
+    s.nan = acc.nan;
+    s.inf = acc.inf;
+    s.finite = acc.finite + implicit_zeros;
+  }
+  if (rows_.empty()) return value;
+  for (at::Tensor& r : rows_) r = r.to(rows_.front().device(), /*non_blocking=*/true);
+  const at::Tensor host = at::cat(rows_).to(at::kCPU).contiguous();  // one host sync
+  const double* v = host.data_ptr<double>();
+  if (loss_row) value = *v++;
+  for (size_t i : on_device) {
+    GradStat& s = stats_[i];
+    s.sumsq = v[0];
+    s.abs_sum = v[1];
+    s.abs_max = v[2];
+    s.nan = static_cast<int64_t>(v[3]);
+    s.inf = static_cast<int64_t>(v[4]);
+    s.finite = static_cast<int64_t>(v[5]);
+    v += kRowFields;
+  }
+  return value;
+}
+
 AnomalyWatch::Check AnomalyWatch::check(const at::Tensor& loss) {
   const auto& t = options_.on_anomaly;
   Check c;
-  at::RecordFunctionGuard no_callbacks(false);
-  at::NoGradGuard no_grad;
-  sums_.clear();
-  const bool with_loss = loss.defined() && loss.numel() > 0;
-  if (with_loss) sums_.push_back(loss_scalar(loss));
-  if (t.grad_nonfinite) {
-    for (const auto& [name, p] : params_) {
-      const at::Tensor& g = p.grad();
-      if (!g.defined() || g.numel() == 0) continue;
-      const auto s = g.scalar_type();
-      if (s == at::kFloat || s == at::kHalf || s == at::kBFloat16) {
-        // One pass; a float64 sum of these cannot overflow: non-finite iff an element is.
-        sums_.push_back(g.sum(at::kDouble));
-      } else {
-        sums_.push_back(at::log(g.isfinite().all().to(at::kDouble)));  // 0, or -inf
-      }
-    }
-  }
-  if (sums_.empty()) return c;
-  // One host sync for the loss and every gradient.
-  const at::Tensor host = at::stack(sums_).to(at::kCPU);
-  const double* v = host.data_ptr<double>();
-  double grads = 0;
-  for (size_t i = with_loss ? 1 : 0; i < sums_.size(); ++i) grads += v[i];
-  c.loss = with_loss ? v[0] : std::numeric_limits<double>::quiet_NaN();
-  if (t.loss_nonfinite && with_loss && !std::isfinite(c.loss)) {
+  c.with_loss = loss.defined() && loss.numel() > 0;
+  c.loss = read_grads(loss, c.with_loss);
+  bool bad_grads = false;
+  for (const GradStat& s : stats_) bad_grads = bad_grads || s.nan + s.inf > 0;
+  if (t.loss_nonfinite && c.with_loss && !std::isfinite(c.loss)) {
     c.trigger = "loss_nonfinite";
     c.detail = "loss = " + number_text(c.loss);
-  } else if (t.grad_nonfinite && !std::isfinite(grads)) {
+  } else if (t.grad_nonfinite && bad_grads) {
     c.trigger = "grad_nonfinite";
     c.detail = bad_grads_text() + "; loss = " + number_text(c.loss);
-  } else if (t.spike_k > 0 && with_loss && history_size_ == history_.size()) {
+  } else if (t.spike_k > 0 && c.with_loss && history_size_ == history_.size()) {
     scratch_.assign(history_.begin(), history_.end());
     auto mid = scratch_.begin() + static_cast<std::ptrdiff_t>(scratch_.size() / 2);
     std::nth_element(scratch_.begin(), mid, scratch_.end());
@@ -175,19 +263,54 @@ AnomalyWatch::Check AnomalyWatch::check(const at::Tensor& loss) {
 std::string AnomalyWatch::bad_grads_text() const {
   std::string first;
   int64_t bad = 0, nan = 0, inf = 0;
-  for (const auto& [name, p] : params_) {
-    const at::Tensor& g = p.grad();
-    if (!g.defined() || all_finite(g)) continue;
+  for (size_t i = 0; i < params_.size() && i < stats_.size(); ++i) {
+    const GradStat& s = stats_[i];
+    if (s.nan + s.inf == 0) continue;
     if (bad++ == 0) {
-      first = name;
-      nan = g.isnan().sum().item<int64_t>();
-      inf = g.isinf().sum().item<int64_t>();
+      first = params_[i].first;
+      nan = s.nan;
+      inf = s.inf;
     }
   }
   return fmt::format(
       "gradient of {} holds {} NaN, {} Inf ({} parameter{} with non-finite "
       "gradients)",
       first, nan, inf, bad, bad == 1 ? "" : "s");
+}
+
+void AnomalyWatch::write_records(int64_t step, const Check& c, bool grads) noexcept {
+  if (writer_ == nullptr) return;
+  try {
+    if (c.with_loss) {
+      ScalarRecord r;
+      r.step = step;
+      r.name = kLossScalar;
+      r.value = c.loss;
+      writer_->submit(std::move(r));
+    }
+    if (!grads) return;
+    for (size_t i = 0; i < params_.size() && i < stats_.size(); ++i) {
+      const GradStat& s = stats_[i];
+      GradRecord r;
+      r.step = step;
+      r.param = params_[i].first;
+      r.has_grad = s.has_grad;
+      if (s.has_grad) {
+        r.grad_norm = std::sqrt(s.sumsq);
+        r.grad_abs_max = s.abs_max;
+        r.grad_abs_mean = s.finite > 0 ? s.abs_sum / static_cast<double>(s.finite) : 0.0;
+        r.grad_nan = s.nan;
+        r.grad_inf = s.inf;
+      }
+      // The weights are not read here: no "wn" and no "ur" (absent, not 0).
+      r.has_weight = false;
+      r.weight_norm = r.update_ratio = std::numeric_limits<double>::quiet_NaN();
+      writer_->submit(std::move(r));
+    }
+  } catch (const std::exception& e) {
+    report_error(std::string("precprobe: step ") + std::to_string(step) +
+                 ": writing the step's loss and gradient records failed: " + e.what());
+  }
 }
 
 AnomalyWatch::Pattern AnomalyWatch::pattern(const at::Tensor& loss) const {
@@ -211,7 +334,7 @@ at::Tensor AnomalyWatch::run(int64_t step, c10::function_ref<at::Tensor()> f,
                options_.step.contains(step);
   if (watch) {
     try {
-      snapshot_.capture();
+      snapshot_.begin_capture();
     } catch (const std::exception& e) {
       ++errors_;
       report_error("precprobe: step " + std::to_string(step) +
@@ -219,6 +342,11 @@ at::Tensor AnomalyWatch::run(int64_t step, c10::function_ref<at::Tensor()> f,
       watch = false;
     }
   }
+  // The helper thread copies during f(): however f or the check leaves, the copy ends here.
+  struct EndCapture {
+    StepSnapshot& snapshot;
+    ~EndCapture() { snapshot.abandon_capture(); }
+  } end_capture{snapshot_};
   at::Tensor loss = f();  // the user's exceptions propagate unchanged
   if (!watch) return loss;
   Check c;
@@ -230,8 +358,26 @@ at::Tensor AnomalyWatch::run(int64_t step, c10::function_ref<at::Tensor()> f,
                  ": checking the triggers failed: " + what_of(e));
     return loss;
   }
-  if (c.trigger.empty()) {
+  const std::string written = snapshot_.finish_capture();
+  if (!written.empty()) {
+    report_error("precprobe: step " + std::to_string(step) + ": " + written +
+                 " was written during the step before the snapshot's copy of it was known to "
+                 "be complete (before backward reached a parameter: a weight changed in "
+                 "forward, or an optimizer.step() with no backward before it): this step's "
+                 "snapshot is not used, and from now on the snapshot is copied before each "
+                 "step, on the training thread");
+  }
+  const bool healthy = c.trigger.empty();
+  write_records(step, c, healthy || !written.empty() || !replay_grads_recorded_);
+  if (healthy) {
     remember(c.loss);
+    return loss;
+  }
+  if (!written.empty()) {
+    ++errors_;
+    report_error("precprobe: step " + std::to_string(step) + " (" + c.detail +
+                 ") is not replayed: its snapshot is not valid (" + written +
+                 " was written before it was known to be copied)");
     return loss;
   }
   return replay(step, f, loss, c, record);

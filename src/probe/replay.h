@@ -1,7 +1,10 @@
 // AnomalyWatch: "record": "on_anomaly". Around each step run through
-// PrecisionDebugger::run_step it snapshots the training state (step_snapshot.h), runs the
-// step with nothing observed, and checks the triggers (non-finite loss, non-finite
-// gradient, loss spike). On a trigger it restores the snapshot, runs the same step again
+// PrecisionDebugger::run_step it snapshots the training state (step_snapshot.h; the bulk of
+// the copy overlaps the step), runs the step with nothing observed, and checks the triggers
+// (non-finite loss, non-finite gradient, loss spike) in one pass over each gradient, which
+// also gives what it writes for every checked step: the loss (scalar "loss") and each
+// gradient's norm, max, mean and NaN/Inf counts (grads records without weight statistics).
+// On a trigger it restores the snapshot, runs the same step again
 // with every op recorded, checks that the replay reproduced the anomaly, finds and
 // classifies the origin op (replay_origin.h), saves its inputs and writes the "anomaly"
 // event (docs/dump-format.md). Training continues from the replayed state.
@@ -56,6 +59,13 @@ class AnomalyWatch {
     std::string trigger;  // "" = healthy
     std::string detail;
     double loss = 0;
+    bool with_loss = false;  // a loss of at least one element
+  };
+  /// What the one pass over a parameter's gradient found.
+  struct GradStat {
+    bool has_grad = false;
+    double sumsq = 0, abs_sum = 0, abs_max = 0;  // over finite elements
+    int64_t nan = 0, inf = 0, finite = 0;
   };
   /// Loss bits and which gradients are non-finite: what a replay must reproduce.
   struct Pattern {
@@ -67,6 +77,10 @@ class AnomalyWatch {
     }
   };
   Check check(const at::Tensor& loss);
+  /// Fills stats_ (one per params_); returns the loss as one float64 (NaN: none).
+  double read_grads(const at::Tensor& loss, bool with_loss);
+  /// The step's "loss" scalar and, with `grads`, one GradRecord per parameter.
+  void write_records(int64_t step, const Check& c, bool grads) noexcept;
   Pattern pattern(const at::Tensor& loss) const;
   std::string bad_grads_text() const;
   void remember(double loss);
@@ -79,8 +93,10 @@ class AnomalyWatch {
   std::string rank_dir_;
   StepSnapshot snapshot_;
   std::vector<std::pair<std::string, at::Tensor>> params_;  // (name, parameter)
-  std::vector<at::Tensor> sums_;                            // reused each step
-  std::vector<double> history_, scratch_;                   // spike window (ring)
+  std::vector<GradStat> stats_;                             // of the step last checked
+  std::vector<at::Tensor> rows_;                            // device gradients' statistics
+  bool replay_grads_recorded_ = false;     // the gradient monitor records a replayed step
+  std::vector<double> history_, scratch_;  // spike window (ring)
   size_t history_next_ = 0, history_size_ = 0;
   uint64_t replays_ = 0;
   uint64_t errors_ = 0;

@@ -12,7 +12,10 @@
 #include <torch/optim.h>
 
 #include <mutex>
+#include <sstream>
+#include <type_traits>
 #include <typeinfo>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "own_code.h"
@@ -28,8 +31,9 @@ struct StateKind {
   const char* name;
   const std::type_info& options_type;
   const std::type_info& state_type;
-  /// The tensor members of a state object (some may be undefined).
+  /// The tensor members of a state object (some may be undefined), and their names.
   void (*tensors)(optim::OptimizerParamState& s, std::vector<at::Tensor*>& out);
+  const char* members[3];
   /// Copies the non-tensor members (step counts).
   void (*scalars)(optim::OptimizerParamState& to, const optim::OptimizerParamState& from);
   /// Copies param_group options of this type.
@@ -70,22 +74,58 @@ void adagrad_tensors(optim::OptimizerParamState& s, std::vector<at::Tensor*>& ou
 }
 
 const StateKind kKinds[] = {
-    {"Adam", typeid(optim::AdamOptions), typeid(optim::AdamParamState),
-     adam_tensors<optim::AdamParamState>, copy_step<optim::AdamParamState>,
+    {"Adam",
+     typeid(optim::AdamOptions),
+     typeid(optim::AdamParamState),
+     adam_tensors<optim::AdamParamState>,
+     {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"},
+     copy_step<optim::AdamParamState>,
      copy_options<optim::AdamOptions>},
-    {"AdamW", typeid(optim::AdamWOptions), typeid(optim::AdamWParamState),
-     adam_tensors<optim::AdamWParamState>, copy_step<optim::AdamWParamState>,
+    {"AdamW",
+     typeid(optim::AdamWOptions),
+     typeid(optim::AdamWParamState),
+     adam_tensors<optim::AdamWParamState>,
+     {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"},
+     copy_step<optim::AdamWParamState>,
      copy_options<optim::AdamWOptions>},
-    {"SGD", typeid(optim::SGDOptions), typeid(optim::SGDParamState), sgd_tensors, no_scalars,
+    {"SGD",
+     typeid(optim::SGDOptions),
+     typeid(optim::SGDParamState),
+     sgd_tensors,
+     {"momentum_buffer"},
+     no_scalars,
      copy_options<optim::SGDOptions>},
-    {"RMSprop", typeid(optim::RMSpropOptions), typeid(optim::RMSpropParamState), rmsprop_tensors,
-     copy_step<optim::RMSpropParamState>, copy_options<optim::RMSpropOptions>},
-    {"Adagrad", typeid(optim::AdagradOptions), typeid(optim::AdagradParamState), adagrad_tensors,
-     copy_step<optim::AdagradParamState>, copy_options<optim::AdagradOptions>},
+    {"RMSprop",
+     typeid(optim::RMSpropOptions),
+     typeid(optim::RMSpropParamState),
+     rmsprop_tensors,
+     {"square_avg", "momentum_buffer", "grad_avg"},
+     copy_step<optim::RMSpropParamState>,
+     copy_options<optim::RMSpropOptions>},
+    {"Adagrad",
+     typeid(optim::AdagradOptions),
+     typeid(optim::AdagradParamState),
+     adagrad_tensors,
+     {"sum"},
+     copy_step<optim::AdagradParamState>,
+     copy_options<optim::AdagradOptions>},
 };
 
 using StateMap = std::decay_t<decltype(std::declval<optim::Optimizer&>().state())>;
 using StateKey = StateMap::key_type;
+
+// The optimizer's state key of parameter `p`: up to LibTorch 2.0 the text of its TensorImpl*
+// (c10::guts::to_string, an ostream), the TensorImpl* itself later.
+template <typename Key = StateKey>
+Key key_of(const at::Tensor& p) {
+  if constexpr (std::is_same<Key, std::string>::value) {
+    std::ostringstream os;
+    os << p.unsafeGetTensorImpl();
+    return os.str();
+  } else {
+    return static_cast<Key>(p.unsafeGetTensorImpl());
+  }
+}
 
 bool same_layout(const at::Tensor& a, const at::Tensor& b) {
   if (a.defined() != b.defined()) return false;
@@ -111,7 +151,13 @@ struct StepSnapshot::Entry {
   const optim::OptimizerParamState* live = nullptr;  // the object last captured from
   std::unique_ptr<optim::OptimizerParamState> saved;
   std::vector<at::Tensor*> live_tensors, saved_tensors;
-  bool present = false;  // in the live map at the last capture
+  bool present = false;                // in the live map at the last capture
+  int64_t job = -1;                    // the parameter's job, -1: not a bound parameter's
+  const std::string* param = nullptr;  // its name
+};
+
+struct StepSnapshot::KeyIndex {
+  std::unordered_map<StateKey, size_t> slot;
 };
 
 StepSnapshot::StepSnapshot() = default;
@@ -156,23 +202,40 @@ void StepSnapshot::bind(torch::nn::Module* model,
     optims.push_back(std::move(o));
   }
   std::unordered_set<const void*> seen;
-  auto add = [&](const at::Tensor& t) {
+  auto add = [&](const at::Tensor& t, bool param, std::string name) {
     if (!t.defined() || !seen.insert(t.unsafeGetTensorImpl()).second) return;
-    tensors_.emplace_back(t, at::empty_like(t, at::MemoryFormat::Preserve));
+    Slot s;
+    s.live = t;
+    s.saved = at::empty_like(t, at::MemoryFormat::Preserve);
+    s.job = param ? static_cast<int64_t>(params_++) : -1;
+    s.name = std::move(name);
+    tensors_.push_back(std::move(s));
   };
   if (model != nullptr) {
-    for (const at::Tensor& p : model->parameters(/*recurse=*/true)) add(p);
-    for (const at::Tensor& b : model->buffers(/*recurse=*/true)) add(b);
+    for (const auto& p : model->named_parameters(/*recurse=*/true)) add(p.value(), true, p.key());
+    for (const auto& b : model->named_buffers(/*recurse=*/true)) add(b.value(), false, b.key());
   }
+  size_t unnamed = 0;  // parameters of an optimizer that the model does not hold
   for (const Optim& o : optims)
     for (const auto& g : o.optimizer->param_groups())
-      for (const at::Tensor& p : g.params()) add(p);
+      for (const at::Tensor& p : g.params())
+        if (p.defined() && seen.count(p.unsafeGetTensorImpl()) == 0)
+          add(p, true, "param" + std::to_string(unnamed++));
   optims_ = std::move(optims);
+  jobs_.resize(params_);
+  key_index_ = std::make_unique<KeyIndex>();
+  for (size_t i = 0; i < tensors_.size(); ++i)
+    if (tensors_[i].job >= 0) key_index_->slot.emplace(key_of(tensors_[i].live), i);
 }
 
 void StepSnapshot::unbind() noexcept {
+  copier_.unbind();  // stops the helper first: it copies into the buffers dropped below
+  pending_ = false;
   optims_.clear();
   tensors_.clear();
+  params_ = 0;
+  key_index_.reset();
+  jobs_.clear();
   cpu_rng_ = at::Tensor();
   cuda_rng_.clear();
   captured_ = false;
@@ -180,14 +243,106 @@ void StepSnapshot::unbind() noexcept {
 
 void StepSnapshot::capture() {
   if (optims_.empty()) return;
+  abandon_capture();  // the helper must not write the buffers copied into below
   Quiet quiet;
   captured_ = false;
-  for (auto& [live, saved] : tensors_) {
-    if (!same_layout(live, saved)) saved = at::empty_like(live, at::MemoryFormat::Preserve);
-    saved.copy_(live);
+  for (Slot& s : tensors_) {
+    if (!same_layout(s.live, s.saved)) s.saved = at::empty_like(s.live, at::MemoryFormat::Preserve);
+    s.saved.copy_(s.live);
   }
+  for (Optim& o : optims_) capture_state(o, nullptr);
+  capture_groups_and_rng();
+  captured_ = true;
+}
+
+void StepSnapshot::set_overlap(bool on) noexcept {
+  abandon_capture();
+  overlap_ = on;
+  if (!on) copier_.unbind();
+}
+
+// Overlap needs every parameter on the CPU (a device's copy is ordered on its stream, not on
+// this thread) and a hook on each one that requires a gradient.
+bool StepSnapshot::overlap_ready() noexcept {
+  if (!overlap_) return false;
+  if (copier_.bound()) return true;
+  std::vector<at::Tensor> params(params_);
+  for (const Slot& s : tensors_) {
+    if (s.job < 0) continue;
+    if (!s.live.device().is_cpu()) {
+      overlap_ = false;
+      return false;
+    }
+    params[static_cast<size_t>(s.job)] = s.live;
+  }
+  try {
+    copier_.bind(params);
+  } catch (...) {
+    overlap_ = false;
+    return false;
+  }
+  return true;
+}
+
+void StepSnapshot::begin_capture() {
+  if (optims_.empty()) return;
+  abandon_capture();
+  if (!overlap_ready()) {
+    capture();
+    return;
+  }
+  Quiet quiet;
+  captured_ = false;
+  for (auto& j : jobs_) j.clear();
+  // The parameters first in their jobs: the helper's order within a job does not matter,
+  // but a name is read from there when a write is found.
+  for (Slot& s : tensors_) {
+    if (!same_layout(s.live, s.saved)) s.saved = at::empty_like(s.live, at::MemoryFormat::Preserve);
+    if (s.job >= 0 && SnapshotCopier::plain(s.live, s.saved)) {
+      jobs_[static_cast<size_t>(s.job)].push_back({s.live, s.saved, &s.name, nullptr});
+    } else {
+      s.saved.copy_(s.live);  // buffers: forward may change them (running statistics)
+    }
+  }
+  for (Optim& o : optims_) capture_state(o, &jobs_);
+  capture_groups_and_rng();
+  try {
+    copier_.start(jobs_);
+  } catch (...) {
+    // A tensor without a version counter (made under InferenceMode): no overlap, ever.
+    for (auto& j : jobs_)
+      for (auto& p : j) p.saved.copy_(p.live);
+    overlap_ = false;
+    copier_.unbind();
+    captured_ = true;
+    return;
+  }
+  pending_ = true;
+}
+
+std::string StepSnapshot::finish_capture() noexcept {
+  if (!pending_) return "";
+  pending_ = false;
+  std::string written = copier_.finish();
+  if (!written.empty()) {
+    overlap_ = false;
+    copier_.unbind();
+    captured_ = false;
+    return written;
+  }
+  captured_ = true;
+  return "";
+}
+
+void StepSnapshot::abandon_capture() noexcept {
+  if (!pending_) return;
+  pending_ = false;
+  copier_.abandon();
+  captured_ = false;
+}
+
+void StepSnapshot::capture_groups_and_rng() {
   for (Optim& o : optims_) {
-    capture_state(o);
     auto& groups = o.optimizer->param_groups();
     if (groups.size() != o.groups.size()) {
       o.groups.clear();
@@ -213,10 +368,9 @@ void StepSnapshot::capture() {
       cuda_rng_.push_back(gen.get_state());
     }
   }
-  captured_ = true;
 }
 
-void StepSnapshot::capture_state(Optim& o) {
+void StepSnapshot::capture_state(Optim& o, std::vector<std::vector<SnapshotCopier::Pair>>* jobs) {
   const StateKind& kind = *o.kind;
   auto& entries = o.entries;
   for (auto& e : entries) e->present = false;
@@ -239,6 +393,12 @@ void StepSnapshot::capture_state(Optim& o) {
       entries.push_back(std::make_unique<Entry>());
       e = entries.back().get();
       e->key = kv.first;
+      auto it = key_index_->slot.find(kv.first);
+      if (it != key_index_->slot.end()) {
+        const Slot& s = tensors_[it->second];  // tensors_ is not resized while bound
+        e->job = s.job;
+        e->param = &s.name;
+      }
     }
     kind.tensors(*live, e->live_tensors);
     bool rebuild = e->live != live || !e->saved;
@@ -254,8 +414,16 @@ void StepSnapshot::capture_state(Optim& o) {
       }
       e->live = live;
     }
-    for (size_t i = 0; i < e->live_tensors.size(); ++i)
-      if (e->live_tensors[i]->defined()) e->saved_tensors[i]->copy_(*e->live_tensors[i]);
+    for (size_t i = 0; i < e->live_tensors.size(); ++i) {
+      const at::Tensor& from = *e->live_tensors[i];
+      at::Tensor& to = *e->saved_tensors[i];
+      if (!from.defined()) continue;
+      if (jobs != nullptr && e->job >= 0 && SnapshotCopier::plain(from, to)) {
+        (*jobs)[static_cast<size_t>(e->job)].push_back({from, to, e->param, kind.members[i]});
+      } else {
+        to.copy_(from);
+      }
+    }
     kind.scalars(*e->saved, *live);
     e->present = true;
   }
@@ -269,7 +437,9 @@ void StepSnapshot::capture_state(Optim& o) {
 void StepSnapshot::restore() {
   if (optims_.empty() || !captured_) throw Error("precprobe: no snapshot to restore");
   Quiet quiet;
-  for (auto& [live, saved] : tensors_) {
+  for (Slot& s : tensors_) {
+    at::Tensor& live = s.live;
+    const at::Tensor& saved = s.saved;
     before_own_write(live);  // copy_ runs unobserved here (Quiet)
     live.copy_(saved);
     if (live.grad().defined()) before_own_write(live.grad());
@@ -341,7 +511,7 @@ void StepSnapshot::restore_state(Optim& o) {
 
 int64_t StepSnapshot::model_bytes() const {
   int64_t n = 0;
-  for (const auto& [live, saved] : tensors_) n += nbytes(saved);
+  for (const Slot& s : tensors_) n += nbytes(s.saved);
   return n;
 }
 

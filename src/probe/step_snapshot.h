@@ -9,7 +9,18 @@
 // state's structure changes (Adam creates its state at the first step). Gradients are not
 // part of it (zero_grad() belongs inside the step): restore() zeroes them.
 //
-// Threads: the controlling thread only, between steps.
+// begin_capture() / finish_capture() around the step take the same snapshot with the bulk of
+// it off the training thread: what the step may change before optimizer.step() (buffers —
+// BatchNorm's running statistics change in forward —, RNG states, step counts, group
+// options, state made or re-made) is copied at once, and the parameters with their
+// optimizer state tensors are copied by a helper thread while forward runs
+// (snapshot_copier.h: the first gradient hook of the step holds backward until every copy is
+// done; version counters show a write that came first). A write found there makes that step's
+// snapshot invalid and every later capture synchronous. Parameters off the CPU: synchronous
+// always.
+//
+// Threads: the controlling thread only, between steps (begin_capture() and finish_capture()
+// around one).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -18,6 +29,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "snapshot_copier.h"
 
 namespace torch {
 namespace nn {
@@ -51,6 +64,18 @@ class StepSnapshot {
 
   /// Copies the live state into the snapshot. Throws (c10::Error, std::bad_alloc).
   void capture();
+  /// Starts a capture that overlaps the step run right after it (synchronous, as capture(),
+  /// when overlap() is off or cannot be had). Throws as capture().
+  void begin_capture();
+  /// Ends it, after the step: "" when the snapshot is valid, else the name of a tensor the
+  /// step wrote before its copy was known to be complete; the snapshot is then not valid
+  /// (captured() is false) and overlap() turns off for good. Never throws.
+  std::string finish_capture() noexcept;
+  /// Ends it without using it (the step threw): not captured(). Never throws.
+  void abandon_capture() noexcept;
+  /// Whether begin_capture() overlaps the step (default on). Off: capture() on the spot.
+  void set_overlap(bool on) noexcept;
+  bool overlap() const noexcept { return overlap_; }
   /// Puts the captured state back (the optimizer's state entries created since are
   /// removed). Throws.
   void restore();
@@ -66,6 +91,14 @@ class StepSnapshot {
 
  private:
   struct Entry;
+  struct KeyIndex;  // optimizer state key -> slot of the parameter
+  /// A parameter or buffer of the model (or a parameter only an optimizer has). `job`: the
+  /// parameter's index in the copier's jobs, -1 for a buffer.
+  struct Slot {
+    at::Tensor live, saved;
+    int64_t job = -1;
+    std::string name;
+  };
   /// One optimizer's state: its per-parameter entries and its groups' options.
   struct Optim {
     torch::optim::Optimizer* optimizer = nullptr;
@@ -73,11 +106,21 @@ class StepSnapshot {
     std::vector<std::unique_ptr<Entry>> entries;
     std::vector<std::unique_ptr<torch::optim::OptimizerOptions>> groups;
   };
-  static void capture_state(Optim& o);
+  /// Copies o's state; with `jobs`, its tensors of known parameters that the helper can copy
+  /// go there instead.
+  void capture_state(Optim& o, std::vector<std::vector<SnapshotCopier::Pair>>* jobs);
   static void restore_state(Optim& o);
+  void capture_groups_and_rng();
+  bool overlap_ready() noexcept;
 
   std::vector<Optim> optims_;
-  std::vector<std::pair<at::Tensor, at::Tensor>> tensors_;  // (live, saved)
+  std::vector<Slot> tensors_;
+  size_t params_ = 0;  // slots with a job
+  std::unique_ptr<KeyIndex> key_index_;
+  SnapshotCopier copier_;
+  std::vector<std::vector<SnapshotCopier::Pair>> jobs_;  // filled by begin_capture()
+  bool overlap_ = true;
+  bool pending_ = false;  // between begin_capture() and finish_capture()
   at::Tensor cpu_rng_;
   std::vector<at::Tensor> cuda_rng_;
   bool captured_ = false;

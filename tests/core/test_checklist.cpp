@@ -402,6 +402,22 @@ TEST_CASE("checklist: frozen or unused weights", "[checklist]") {
   CHECK(verdict(replayed, "api.frozen_weights") == Verdict::kOk);
   replayed.grads.back().grad_nan = 0;
   CHECK(verdict(replayed, "api.frozen_weights") == Verdict::kProblem);
+  // "record": "on_anomaly" records every checked step's gradients without the weights
+  // (has_weight false, update_ratio absent): they show no change, and no absence of one.
+  DumpData watched;
+  for (int64_t s = 0; s < 5; ++s) {
+    GradRecord w;
+    w.step = s;
+    w.param = "fc.weight";
+    w.grad_norm = 0.5;
+    w.has_weight = false;
+    w.weight_norm = w.update_ratio = std::nan("");
+    watched.grads.push_back(w);
+  }
+  CHECK(verdict(watched, "api.frozen_weights") == Verdict::kOk);
+  CHECK(run_checklist(watched).find("api.frozen_weights")->evidence ==
+        "all 1 parameters received gradients; 0 of them changed, the others' weights were not "
+        "recorded on two steps");
 }
 
 TEST_CASE("checklist: initial weights", "[checklist]") {

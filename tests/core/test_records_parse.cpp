@@ -80,6 +80,25 @@ TEST_CASE("scaler, grad and scalar records round-trip", "[records]") {
   CHECK(same_bits(g2.weight_norm, -0.0));
   CHECK(g2.update_ratio == 1e-12);
   CHECK(g2.watch == g.watch);
+  CHECK(g2.has_weight);
+
+  // Without weight statistics (the on_anomaly watch's records): "wn" and "ur" are absent,
+  // never a made-up 0, and read back as absent.
+  g.has_weight = false;
+  line.clear();
+  append_json(g, line);
+  CHECK(line.find("\"wn\"") == std::string::npos);
+  CHECK(line.find("\"ur\"") == std::string::npos);
+  REQUIRE(parse_record(line, g2));
+  CHECK_FALSE(g2.has_weight);
+  CHECK(std::isnan(g2.weight_norm));
+  CHECK(std::isnan(g2.update_ratio));
+  CHECK(g2.watch == g.watch);
+  // A line of an older writer always has them.
+  REQUIRE(parse_record(R"({"step":1,"param":"w","wn":null,"wn_nonfinite":"inf","ur":0})", g2));
+  CHECK(g2.has_weight);
+  CHECK(g2.weight_norm == kInf);
+  CHECK(g2.update_ratio == 0.0);
 
   ScalarRecord v;
   v.step = 3;

@@ -39,10 +39,11 @@ void print_grad_steps(const ParamGradHistory& p, const Terminal& term) {
     std::string watch;
     for (const std::string& w : r.watch) watch += (watch.empty() ? "" : ", ") + w;
     const bool bad = r.grad_nan + r.grad_inf > 0 || !r.watch.empty();
-    t.add({num(r.step), num(int64_t{r.rank}), r.has_grad ? num(r.grad_norm) : "no grad",
-           num(r.grad_abs_max), num(r.grad_abs_mean), num(r.grad_nan), num(r.grad_inf),
-           num(r.weight_norm), num(r.update_ratio), watch},
-          bad ? Tone::kRed : Tone::kPlain);
+    t.add(
+        {num(r.step), num(int64_t{r.rank}), r.has_grad ? num(r.grad_norm) : "no grad",
+         num(r.grad_abs_max), num(r.grad_abs_mean), num(r.grad_nan), num(r.grad_inf),
+         r.has_weight ? num(r.weight_norm) : "-", r.has_weight ? num(r.update_ratio) : "-", watch},
+        bad ? Tone::kRed : Tone::kPlain);
   }
   t.print(std::cout, term);
 }

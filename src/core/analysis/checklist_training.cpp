@@ -137,7 +137,7 @@ CheckItem check_frozen(const std::vector<GradRecord>& grads) {
     return set(c, Verdict::kNotApplicable, "no gradient monitor records (grads stream)"), c;
   }
   struct P {
-    int64_t records = 0, with_grad = 0, moved = 0, first_step = INT64_MAX;
+    int64_t records = 0, with_grad = 0, weighed = 0, moved = 0, first_step = INT64_MAX;
   };
   std::map<std::string, P> ps;
   const int rank = grads.front().rank;
@@ -147,13 +147,16 @@ CheckItem check_frozen(const std::vector<GradRecord>& grads) {
     ++p.records;
     // A NaN/Inf gradient is a gradient (mp.overflow reports it), not a missing one.
     if (g.has_grad && (g.grad_norm > 0 || g.grad_nan > 0 || g.grad_inf > 0)) ++p.with_grad;
+    // Records without weight statistics (the on_anomaly watch's) tell nothing of a change.
+    if (!g.has_weight) continue;
+    ++p.weighed;
     if (g.update_ratio > 0) ++p.moved;
   }
   std::vector<std::string> no_grad, unchanged;
   for (const auto& [name, p] : ps) {
     if (p.with_grad == 0)
       no_grad.push_back(name);
-    else if (p.records >= 2 && p.moved == 0)
+    else if (p.weighed >= 2 && p.moved == 0)
       unchanged.push_back(name);
   }
   c.figures = {{"params", double(ps.size())},
@@ -169,8 +172,17 @@ CheckItem check_frozen(const std::vector<GradRecord>& grads) {
   if (!ev.empty()) {
     set(c, Verdict::kProblem, ev);
   } else {
+    bool all_weighed = true;  // every record has weight statistics
+    size_t moved = 0;
+    for (const auto& [name, p] : ps) {
+      all_weighed = all_weighed && p.weighed == p.records;
+      moved += p.moved > 0 ? 1 : 0;
+    }
     set(c, Verdict::kOk,
-        fmt::format("all {} parameters received gradients and changed", ps.size()));
+        all_weighed ? fmt::format("all {} parameters received gradients and changed", ps.size())
+                    : fmt::format("all {} parameters received gradients; {} of them changed, the "
+                                  "others' weights were not recorded on two steps",
+                                  ps.size(), moved));
   }
   return c;
 }

@@ -1,0 +1,62 @@
+// The float and double norm_span of grad_loops.h. GCC's target_clones compiles each for
+// AVX-512, AVX2 and the baseline and picks one when the library is loaded (an ifunc), so the
+// library still runs on any x86-64 while the healthy-step check of "record": "on_anomaly"
+// reads a gradient about as fast as memory gives it (1M floats: 0.13 ms with AVX-512, 0.85 ms
+// with SSE2, 0.25 ms for ATen's at::sum(kDouble)).
+#include "grad_loops.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__ELF__)
+#define PRECPROBE_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define PRECPROBE_CLONES
+#endif
+
+namespace precprobe {
+namespace detail {
+namespace {
+
+// Inlined into each clone, so that it is vectorised for that clone's instruction set.
+template <typename T>
+__attribute__((always_inline)) inline void norm_dense(const T* p, int64_t n,
+                                                      NormAcc& acc) noexcept {
+  double ss = 0, as = 0, am = 0;
+#pragma omp simd reduction(+ : ss, as) reduction(max : am)
+  for (int64_t i = 0; i < n; ++i) {
+    const double a = std::fabs(static_cast<double>(p[i]));
+    ss += a * a;
+    as += a;
+    am = a > am ? a : am;
+  }
+  acc.sumsq += ss;
+  acc.abs_sum += as;
+  acc.abs_max = std::max(acc.abs_max, am);
+}
+
+PRECPROBE_CLONES void norm_dense_float(const float* p, int64_t n, NormAcc& acc) noexcept {
+  norm_dense(p, n, acc);
+}
+
+PRECPROBE_CLONES void norm_dense_double(const double* p, int64_t n, NormAcc& acc) noexcept {
+  norm_dense(p, n, acc);
+}
+
+}  // namespace
+
+void norm_span(const float* p, int64_t n, int64_t stride, NormAcc& acc) noexcept {
+  if (stride == 1) {
+    norm_dense_float(p, n, acc);
+  } else {
+    norm_span<float>(p, n, stride, acc);
+  }
+}
+
+void norm_span(const double* p, int64_t n, int64_t stride, NormAcc& acc) noexcept {
+  if (stride == 1) {
+    norm_dense_double(p, n, acc);
+  } else {
+    norm_span<double>(p, n, stride, acc);
+  }
+}
+
+}  // namespace detail
+}  // namespace precprobe

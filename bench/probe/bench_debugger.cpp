@@ -94,6 +94,7 @@ struct Trainer {
 
 // Whether `name` is one of the comma-separated variant names of --only.
 bool selected(const std::string& only, const std::string& name) {
+  if (only == name) return true;  // "L1, step not selected" holds a comma
   size_t at = 0;
   while (at <= only.size()) {
     const size_t end = std::min(only.find(',', at), only.size());
@@ -385,10 +386,13 @@ int main(int argc, char** argv) {
       if (x.steps > 0) {
         const double per_step = static_cast<double>(x.counters.ops_recorded) / x.steps;
         const uint64_t tensors = x.counters.tensors_summarised + x.counters.tensors_cached;
-        std::printf("%5.0f records/step, cache hits %4.1f%%, %5.1f B/tensor on disk", per_step,
-                    100.0 * x.counters.tensors_cached / std::max<uint64_t>(1, tensors),
-                    static_cast<double>(x.counters.writer.bytes_compressed) /
-                        std::max<uint64_t>(1, tensors));
+        const double disk = static_cast<double>(x.counters.writer.bytes_compressed);
+        if (tensors > 0) {
+          std::printf("%5.0f records/step, cache hits %4.1f%%, %5.1f B/tensor on disk", per_step,
+                      100.0 * x.counters.tensors_cached / tensors, disk / tensors);
+        } else {  // no op recorded: on_anomaly's loss and grads records, for instance
+          std::printf("%5.0f records/step, %.0f B/step on disk", per_step, disk / x.steps);
+        }
         if (x.counters.errors) std::printf("  ERRORS %lu", (unsigned long)x.counters.errors);
         const double bytes = static_cast<double>(x.counters.bytes_summarised) / x.steps;
         std::printf("\n  %-26s stats read %.1f MB/step; at memcpy speed %.2f ms (%.3fx if inline)",

@@ -266,7 +266,6 @@ std::unique_ptr<at::ObserverContext> Observer::on_op_start(const at::RecordFunct
           // yet: garbage that must not be read (it can hold NaN/Inf bit patterns).
           // So may the fresh allocation of an enclosing aten::empty* (2.x's deterministic
           // mode fills it with NaN through fill_, inside empty).
-          const ThreadState& ts = thread_state();
           const bool in_empty = ts.uninitialized_depth >= 0 && depth > ts.uninitialized_depth;
           AliasCapture alias;
           alias.positions = &info.alias_args;

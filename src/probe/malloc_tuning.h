@@ -5,9 +5,9 @@
 // allocations in glibc's main heap. When they are freed, the free space above the
 // program's tensors joins the top of the heap, glibc returns it to the kernel (systrim, once
 // the top exceeds M_TRIM_THRESHOLD), and the next tensors of the step fault it in again:
-// measured on the reference model at h=256, 930 (async) to 1 600 (sync) minor page faults
-// per step against 32 without the debugger, and on the dataset loop of
-// bench_dataset_loop 88 000 against 21 000 (BENCHMARKS.md). A fixed trim threshold of 1 GiB
+// measured on the reference model at h=256, 600 to 1 600 minor page faults per step against
+// 0 to 32 without the debugger, and on bench_dataset_loop 80 000 against 20 000
+// (BENCHMARKS.md). A fixed trim threshold of 1 GiB
 // and mmap threshold of 32 MiB (glibc's own ceiling for its dynamic threshold) keep the freed
 // memory in the heap.
 //

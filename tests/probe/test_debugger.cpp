@@ -202,9 +202,12 @@ TEST_CASE("statistics are computed once per tensor version", "[debugger]") {
   auto c = x * 2;  // new step: x again (carried from the last step, or read again)
   dbg.stop();
   auto k = dbg.counters();
-  CHECK(k.tensors_summarised == (reuse ? 5 : 6));  // x, a, b, a v1 | (x,) c
-  CHECK(k.tensors_cached == (reuse ? 4 : 3));
-  CHECK(k.tensors_carried == (reuse ? 1 : 0));
+  // x, a, b, a v1 | (x,) c. Async, x's statistics may not be computed yet when the next step
+  // meets x: then it is read again rather than served unchecked.
+  const bool carried = reuse && (!async || k.tensors_carried == 1);
+  CHECK(k.tensors_carried == (carried ? 1 : 0));
+  CHECK(k.tensors_summarised == (carried ? 5 : 6));
+  CHECK(k.tensors_cached == (carried ? 4 : 3));
   auto ops = read_ops(dir);
   auto add_ = with_name(ops, "aten::add_");
   REQUIRE(add_.size() == 1);

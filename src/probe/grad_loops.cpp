@@ -5,7 +5,10 @@
 // with SSE2, 0.25 ms for ATen's at::sum(kDouble)).
 #include "grad_loops.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__ELF__)
+// Not under TSan: the ifunc resolver runs during relocation, before TSan's runtime exists,
+// and its instrumented entry crashes the process.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__ELF__) && \
+    !defined(__SANITIZE_THREAD__)
 #define PRECPROBE_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define PRECPROBE_CLONES

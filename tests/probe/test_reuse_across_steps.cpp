@@ -10,13 +10,16 @@
 #include "precprobe_catch.h"
 #include "probe/debugger_fixture.h"
 #include "stats_engine.h"
+#include "support/record_lines.h"
 
 using namespace precprobe;
 using precprobe::detail::EngineConfig;
 using precprobe::detail::Slot;
 using precprobe::detail::StatsEngine;
+using precprobe::test::first_difference;
 using precprobe::test::options_in;
 using precprobe::test::read_ops;
+using precprobe::test::record_lines;
 using precprobe::test::reference;
 using precprobe::test::TempDir;
 
@@ -38,25 +41,6 @@ void check_values(const TensorStats& s, const at::Tensor& t) {
   CHECK(s.zero == r.zero);
   CHECK(s.mean == Approx(r.mean).epsilon(1.2e-7));
   CHECK(s.norm == Approx(r.norm).epsilon(1.2e-7));
-}
-
-std::vector<std::string> lines_of(const std::vector<OpRecord>& ops) {
-  std::vector<std::string> out;
-  for (OpRecord r : ops) {
-    r.seqnr = -1;  // autograd's sequence numbers count on across runs in one process
-    std::string s;
-    append_json(r, s);
-    out.push_back(std::move(s));
-  }
-  return out;
-}
-
-std::string first_difference(const std::vector<std::string>& a, const std::vector<std::string>& b) {
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
-    if (a[i] != b[i])
-      return "at " + std::to_string(i) + " of " + std::to_string(a.size()) + " and " +
-             std::to_string(b.size()) + ":\n  " + a[i] + "\n  " + b[i];
-  return "lengths " + std::to_string(a.size()) + " vs " + std::to_string(b.size());
 }
 
 uint64_t meta_counter(const TempDir& dir, const char* key) {
@@ -206,7 +190,7 @@ TEST_CASE("records are the same with and without reuse across steps", "[debugger
       CHECK(on_counts.first >= 5 * 4);
     }
     CHECK(on_counts.second == (async ? 0 : 4));
-    const auto a = lines_of(off), b = lines_of(on);
+    const auto a = record_lines(off), b = record_lines(on);
     INFO("records differ " << first_difference(a, b));
     CHECK(a == b);
   }

@@ -15,26 +15,17 @@
 #include "precprobe_catch.h"
 #include "probe/debugger_fixture.h"
 #include "stats_engine.h"
+#include "support/record_lines.h"
 
 using namespace precprobe;
+using precprobe::test::first_difference;
 using precprobe::test::options_in;
 using precprobe::test::read_ops;
+using precprobe::test::record_lines;
 using precprobe::test::reference;
 using precprobe::test::TempDir;
 
 namespace {
-
-// Every record as the line the writer wrote for it (all fields, statistics included).
-std::vector<std::string> lines_of(const std::vector<OpRecord>& ops) {
-  std::vector<std::string> out;
-  for (OpRecord r : ops) {
-    r.seqnr = -1;  // autograd's sequence numbers count on across runs in one process
-    std::string s;
-    append_json(r, s);
-    out.push_back(std::move(s));
-  }
-  return out;
-}
 
 // The op sequence: "step dir op" per record.
 std::vector<std::string> sequence_of(const std::vector<OpRecord>& ops) {
@@ -42,13 +33,6 @@ std::vector<std::string> sequence_of(const std::vector<OpRecord>& ops) {
   for (const auto& r : ops)
     out.push_back(std::to_string(r.step) + " " + std::string(to_string(r.dir)) + " " + r.op);
   return out;
-}
-
-// The first index where two lists differ, for the failure message.
-std::string first_difference(const std::vector<std::string>& a, const std::vector<std::string>& b) {
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
-    if (a[i] != b[i]) return "at " + std::to_string(i) + ":\n  " + a[i] + "\n  " + b[i];
-  return "lengths " + std::to_string(a.size()) + " vs " + std::to_string(b.size());
 }
 
 }  // namespace
@@ -162,7 +146,7 @@ TEST_CASE("the statistics worker never changes which ops autograd runs", "[engin
     const auto a = sequence_of(sync_ops), b = sequence_of(async_ops);
     INFO("sync vs async op sequence differs " << first_difference(a, b));
     REQUIRE(a == b);
-    const auto la = lines_of(sync_ops), lb = lines_of(async_ops);
+    const auto la = record_lines(sync_ops), lb = record_lines(async_ops);
     INFO("sync vs async records differ " << first_difference(la, lb));
     CHECK(la == lb);
   }
@@ -192,9 +176,9 @@ TEST_CASE("records of gradients the GradScaler unscales hold the scaled values t
     dbg.stop();
     return read_ops(dir);
   };
-  const auto sync_ops = lines_of(run(false));
+  const auto sync_ops = record_lines(run(false));
   for (int trial = 0; trial < 3; ++trial) {
-    const auto async_ops = lines_of(run(true));
+    const auto async_ops = record_lines(run(true));
     INFO("sync vs async records differ " << first_difference(sync_ops, async_ops));
     CHECK(sync_ops == async_ops);
   }

@@ -18,29 +18,14 @@ namespace precprobe {
 namespace detail {
 namespace {
 
-// Inlined into each clone, so that it is vectorised for that clone's instruction set.
-template <typename T>
-__attribute__((always_inline)) inline void norm_dense(const T* p, int64_t n,
-                                                      NormAcc& acc) noexcept {
-  double ss = 0, as = 0, am = 0;
-#pragma omp simd reduction(+ : ss, as) reduction(max : am)
-  for (int64_t i = 0; i < n; ++i) {
-    const double a = std::fabs(static_cast<double>(p[i]));
-    ss += a * a;
-    as += a;
-    am = a > am ? a : am;
-  }
-  acc.sumsq += ss;
-  acc.abs_sum += as;
-  acc.abs_max = std::max(acc.abs_max, am);
-}
-
+// norm_loop is inlined into each clone, so that it is vectorised for the clone's instruction
+// set; stride 1 is known there.
 PRECPROBE_CLONES void norm_dense_float(const float* p, int64_t n, NormAcc& acc) noexcept {
-  norm_dense(p, n, acc);
+  norm_loop(p, n, 1, acc);
 }
 
 PRECPROBE_CLONES void norm_dense_double(const double* p, int64_t n, NormAcc& acc) noexcept {
-  norm_dense(p, n, acc);
+  norm_loop(p, n, 1, acc);
 }
 
 }  // namespace

@@ -166,14 +166,11 @@ struct NormAcc {
   double abs_max = 0;
 };
 
-/// float and double: compiled for AVX-512, AVX2 and the baseline, chosen at load time on x86-64
-/// (grad_loops.cpp): the baseline's SSE2 runs this loop ~5x slower than AVX-512, longer than
-/// ATen's own (dispatched) float64 sum.
-void norm_span(const float* p, int64_t n, int64_t stride, NormAcc& acc) noexcept;
-void norm_span(const double* p, int64_t n, int64_t stride, NormAcc& acc) noexcept;
-
+/// The loop of norm_span, inlined where it is used so that each copy is vectorised for its
+/// caller's instruction set (grad_loops.cpp's clones call it with stride 1).
 template <typename T>
-void norm_span(const T* p, int64_t n, int64_t stride, NormAcc& acc) noexcept {
+__attribute__((always_inline)) inline void norm_loop(const T* p, int64_t n, int64_t stride,
+                                                     NormAcc& acc) noexcept {
   double ss = 0, as = 0, am = 0;
 #pragma omp simd reduction(+ : ss, as) reduction(max : am)
   for (int64_t i = 0; i < n; ++i) {
@@ -185,6 +182,17 @@ void norm_span(const T* p, int64_t n, int64_t stride, NormAcc& acc) noexcept {
   acc.sumsq += ss;
   acc.abs_sum += as;
   acc.abs_max = std::max(acc.abs_max, am);
+}
+
+/// float and double: compiled for AVX-512, AVX2 and the baseline, chosen at load time on x86-64
+/// (grad_loops.cpp): the baseline's SSE2 runs this loop ~5x slower than AVX-512, longer than
+/// ATen's own (dispatched) float64 sum.
+void norm_span(const float* p, int64_t n, int64_t stride, NormAcc& acc) noexcept;
+void norm_span(const double* p, int64_t n, int64_t stride, NormAcc& acc) noexcept;
+
+template <typename T>
+void norm_span(const T* p, int64_t n, int64_t stride, NormAcc& acc) noexcept {
+  norm_loop(p, n, stride, acc);
 }
 
 // ---- GradMonitor: weight norm and update norm, refreshing the previous copy ----

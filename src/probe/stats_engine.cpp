@@ -136,8 +136,9 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, const CaptureOpt
   };
   // A slot carried from an earlier step stands for `t` after a fingerprint check.
   auto current = [&](Slot& hit) { return hit.epoch == epoch_ || current_locked(hit, t, how); };
+  const bool dense = cacheable && order_free(t);
   // The hash depends on element order: with it, only the exact key is shared.
-  const bool by_memory = cacheable && !cfg_.with_hash && order_free(t);
+  const bool by_memory = dense && !cfg_.with_hash;
   std::unique_lock<std::mutex> lk(mu_);
   std::shared_ptr<Slot>* cached = nullptr;
   if (cacheable) {
@@ -185,10 +186,9 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, const CaptureOpt
   s->range = how.range;
   s->serial = serial_.fetch_add(1, std::memory_order_relaxed);
   s->epoch = epoch_;
-  s->carryable = cfg_.carry && cacheable && !s->unread && !s->untracked && t.is_cpu() &&
+  s->carryable = cfg_.carry && dense && !s->unread && !s->untracked && t.is_cpu() &&
                  static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size()) >=
                      cfg_.carry_bytes &&
-                 t.layout() == c10::kStrided && t.is_non_overlapping_and_dense() &&
                  cpu_allocator_memory(t);
   if (key.versioned) s->counter = t.unsafeGetTensorImpl()->version_counter();
   if (key.storage)
@@ -313,9 +313,9 @@ void StatsEngine::compute(Slot& s) {
     } else {
       summarize(t, s.stats, cfg_.with_hash, s.range);
       s.stats.requires_grad = s.requires_grad;  // a borrow has no autograd metadata
-      if (s.carryable && t.has_storage() && first_byte(t) != nullptr) {
-        // Before the version check below: a write racing the read makes the slot stale.
-        s.data = first_byte(t);
+      // Before the version check below: a write racing the read makes the slot stale.
+      if (s.carryable) s.data = first_byte(t);
+      if (s.data != nullptr) {
         s.fingerprint = memory_fingerprint(s.data, t.numel() * t.element_size());
         s.fingerprinted = true;
       }

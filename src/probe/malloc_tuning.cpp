@@ -9,8 +9,6 @@
 #include <malloc.h>
 #endif
 
-#include "precprobe/error.h"
-
 namespace precprobe {
 namespace detail {
 
@@ -30,8 +28,13 @@ std::string tune_malloc(bool enabled) noexcept {
         return;
       }
       if (mallopt(M_MMAP_THRESHOLD, 32 << 20) != 1 || mallopt(M_TRIM_THRESHOLD, 1 << 30) != 1) {
-        outcome = "failed";
-        report_error("precprobe: tune_malloc: mallopt refused the settings; page faults may rise");
+        // mallopt answers 0 when the process's malloc is not glibc's (a sanitizer's, tcmalloc's
+        // with its own mallopt): a fact about the process, not an error of the run. Said once.
+        outcome = "not applied (mallopt refused: malloc is not glibc's)";
+        std::fputs(
+            "precprobe: tune_malloc not applied: mallopt refused the settings (this process's "
+            "malloc is not glibc's); the allocator is left as it is\n",
+            stderr);
         return;
       }
       // Said once, not counted as an error.

@@ -126,6 +126,36 @@ TEST_CASE("the memory fingerprint samples the same lines for the same size", "[e
         precprobe::detail::memory_fingerprint(a.data(), a.size() - 64));
 }
 
+TEST_CASE("every sampled line counts in the fingerprint, one line in 16", "[engine][reuse]") {
+  // Changing one 64-byte line at a time changes the fingerprint for exactly the sampled
+  // lines: one per stride of 16 lines (16 to 256 of them), plus the first and the last
+  // (which a stride may also pick). A hash that dropped a lane, a word or a line would
+  // count fewer.
+  for (size_t lines : {size_t{1024}, size_t{4096}, size_t{16384}}) {
+    std::vector<unsigned char> a(lines * 64);
+    for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<unsigned char>(i * 131 + 7);
+    const uint64_t clean = precprobe::detail::memory_fingerprint(a.data(), a.size());
+    size_t seen = 0;
+    for (size_t line = 0; line < lines; ++line) {
+      const size_t at = line * 64 + (line * 8) % 64;  // a different word of each line
+      a[at] ^= 0x5a;
+      seen += precprobe::detail::memory_fingerprint(a.data(), a.size()) != clean;
+      a[at] ^= 0x5a;
+    }
+    const size_t k = std::min<size_t>(lines / 16, 256);
+    INFO(lines << " lines, " << seen << " seen");
+    CHECK(seen >= k);
+    CHECK(seen <= k + 2);
+  }
+  // Two sampled lines swapped: the order of the lines counts too.
+  std::vector<unsigned char> a(1024 * 64);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<unsigned char>(i / 64);
+  std::vector<unsigned char> b = a;
+  std::swap_ranges(b.begin(), b.begin() + 64, b.end() - 64);
+  CHECK(precprobe::detail::memory_fingerprint(a.data(), a.size()) !=
+        precprobe::detail::memory_fingerprint(b.data(), b.size()));
+}
+
 // The house method: the same seeded program, recorded with reuse on and off, writes the
 // same records. The program reads an in-memory dataset per sample (select), refills an
 // input buffer every step (sync: through data_ptr(), no op; async: copy_), keeps a frozen

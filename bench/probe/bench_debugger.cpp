@@ -35,6 +35,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -134,6 +135,10 @@ struct Variant {
   bool unselected = false;  // "step" selects none of the steps run ("1000000-2000000/100")
   bool on_anomaly = false;  // "record": "on_anomaly", start(model, opt) + run_step
   bool range = false;       // "statistics": {"range": true}
+  // No debugger: a global RecordFunction callback registered as the debugger's (inputs and
+  // outputs, function and backward scopes) whose start and end do nothing. What any op
+  // observer pays in LibTorch before it does anything: a floor for every recording mode.
+  bool empty_callbacks = false;
 };
 
 // --malloc: "tuned" applies "tune_malloc"'s settings before anything runs, so that every
@@ -200,6 +205,18 @@ void run_variant(Trainer& tr, const Variant& v, int steps, int warmup, const std
       dbg->start(tr.model.ptr());
     }
   }
+  std::optional<at::CallbackHandle> empty;
+  if (v.empty_callbacks) {
+    auto start = [](const at::RecordFunction&) -> std::unique_ptr<at::ObserverContext> {
+      return nullptr;
+    };
+    auto end = [](const at::RecordFunction&, at::ObserverContext*) {};
+    empty = at::addGlobalCallback(
+        at::RecordFunctionCallback(start, end)
+            .needsInputs(true)
+            .needsOutputs(true)
+            .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
+  }
   for (int i = 0; i < warmup + steps; ++i) {
     const double c0 = cpu_ms(CLOCK_THREAD_CPUTIME_ID), p0 = cpu_ms(CLOCK_PROCESS_CPUTIME_ID);
     const long f0 = minor_faults();
@@ -218,6 +235,7 @@ void run_variant(Trainer& tr, const Variant& v, int steps, int warmup, const std
       res.faults.push_back(static_cast<double>(minor_faults() - f0));
     }
   }
+  if (empty) at::removeCallback(*empty);
   if (dbg) {
     dbg->stop();
     if (v.start) {  // the engine's counters, from meta.json
@@ -360,6 +378,8 @@ int main(int argc, char** argv) {
        precprobe::Task::kOverflowCheck},
       {"L1, step not selected", true, true, precprobe::Level::kL1, true, false,
        precprobe::Task::kStatistics, true},
+      {"RecordFunction alone", false, false, precprobe::Level::kL1, true, false,
+       precprobe::Task::kStatistics, false, false, false, true},
   };
   for (int64_t h : sizes) {
     Trainer tr(h);

@@ -4,7 +4,9 @@
 // same program recorded with reuse on and off writes the same records, bit for bit.
 #include <torch/torch.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "precprobe/precprobe.h"
 #include "precprobe_catch.h"
@@ -198,6 +200,10 @@ TEST_CASE("records are the same with and without reuse across steps", "[debugger
       loss.backward();
       opt.step();
       dbg.step();
+      // Async, a slot serves the next step only once the worker has computed it. Without a
+      // pause, a loaded machine (ctest -j2) can leave every one unfinished at the next
+      // step and nothing carried; the pause makes "some are carried" hold, not the pace.
+      if (async) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     dbg.stop();
     return std::make_pair(read_ops(dir), std::make_pair(meta_counter(dir, "tensors_carried"),
@@ -211,8 +217,8 @@ TEST_CASE("records are the same with and without reuse across steps", "[debugger
     // Carried in each of the 4 later steps: the dataset (128 KiB), the frozen and the
     // trained 128 x 128 weights (64 KiB), Adam's two moments of the latter (24 on LibTorch
     // 1.13, sync). Async, a slot the worker has not finished when the next step meets its
-    // tensor is read again (20 of 24 here on an idle machine). The buffer (16 KiB) refilled by
-    // memcpy is caught by its fingerprint; by copy_, by its version.
+    // tensor is read again (20 of 24 on an idle machine without the pause above). The buffer (16
+    // KiB) refilled by memcpy is caught by its fingerprint; by copy_, by its version.
     INFO("carried " << on_counts.first << ", mismatches " << on_counts.second);
     if (async) {
       CHECK(on_counts.first > 0);  // how many: the worker's pace (sanitizers, load)

@@ -180,6 +180,18 @@ void BM_SummarizeTiny(benchmark::State& state) {
 }
 BENCHMARK(BM_SummarizeTiny)->Arg(1)->Arg(16)->Arg(1024);
 
+// The same with range statistics: what "range" adds to the small tensors (biases, losses,
+// scalars) that the training thread summarises itself.
+void BM_SummarizeTinyRange(benchmark::State& state) {
+  const at::Tensor t = at::randn({state.range(0)});
+  precprobe::TensorStats s;
+  for (auto _ : state) {
+    precprobe::detail::summarize(t, s, false, /*with_range=*/true);
+    benchmark::DoNotOptimize(s.mean);
+  }
+}
+BENCHMARK(BM_SummarizeTinyRange)->Arg(1)->Arg(16)->Arg(100)->Arg(1024);
+
 void BM_SummarizeTinyView(benchmark::State& state) {
   const at::Tensor t = at::randn({8, 16}).t();
   precprobe::TensorStats s;

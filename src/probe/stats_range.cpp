@@ -37,9 +37,25 @@ void count_subnormals(const uint32_t* bits, int n, int64_t* range) {
   }
 }
 
+// Below this many values, counting straight into `range` is cheaper than clearing and
+// summing the four tables (4 KB; the small tensors the training thread summarises itself).
+constexpr int kDirect = 128;
+
 // Adds the normal values of bits[0..n) to range; returns how many have exponent 0 (zeros
 // and subnormals).
 int64_t float_exponents_scalar(const uint32_t* bits, int n, int64_t* range) {
+  if (n < kDirect) {  // a bias, a loss, a scalar: the tables would cost more than the values
+    int64_t exp0 = 0;
+    for (int i = 0; i < n; ++i) {
+      const uint32_t e = (bits[i] >> 23) & 0xffu;
+      if (e == 0) {
+        ++exp0;
+      } else if (e != 255) {
+        ++range[e + kNormal];
+      }
+    }
+    return exp0;
+  }
   uint32_t h[4][256] = {};
   int i = 0;
   for (; i + 4 <= n; i += 4) {

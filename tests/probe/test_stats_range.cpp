@@ -125,6 +125,29 @@ TEST_CASE("range matches frexp for every floating dtype, across blocks and subno
   }
 }
 
+TEST_CASE("range of small tensors (counted without tables) matches frexp", "[stats][range]") {
+  // Sizes around the switch from direct counting to the tables (128) and to the byte
+  // compares (256), a scalar and a 0-d tensor; values spanning every float32 binade,
+  // subnormals, zeros, Inf and NaN.
+  for (int64_t n : {1, 2, 7, 127, 128, 129, 255, 256, 300}) {
+    CAPTURE(n);
+    at::Tensor x = wide_values(n, -152, 128, at::kFloat);
+    if (n > 4) {
+      x[0] = 0.0f;
+      x[1] = std::numeric_limits<float>::infinity();
+      x[2] = std::numeric_limits<float>::quiet_NaN();
+      x[3] = std::numeric_limits<float>::denorm_min();
+    }
+    const TensorStats s = range_of(x);
+    CHECK(s.range == reference_range(x));
+    CHECK(total(s.range) == s.neg + s.pos);
+  }
+  const at::Tensor scalar = torch::tensor(3.0f).reshape({});
+  const TensorStats s = range_of(scalar);
+  CHECK(s.range == reference_range(scalar));
+  CHECK(total(s.range) == 1);
+}
+
 TEST_CASE("narrow blocks (the byte-compare window) count outliers on both sides exactly",
           "[stats][range]") {
   // Values within a few binades below the block's largest take the windowed path; values

@@ -63,16 +63,27 @@ struct Raw {
 
 constexpr int kDeviceFields = 12;  // see device_row()
 
-// The tensor whose elements describe the gradient, and how many implicit zeros it omits.
+// A complex tensor is read as its real and imaginary parts (view_as_real): the norm is the
+// same as over |z|, and counts (NaN, Inf, zero) are per component. A cast to a real dtype
+// would drop the imaginary parts (and call a gradient with zero real parts all zero).
+at::Tensor components(const at::Tensor& t) {
+  return t.is_complex() ? at::view_as_real(t.is_conj() ? t.resolve_conj() : t) : t;
+}
+
+// How many components components(t) has.
+int64_t component_count(const at::Tensor& t) { return t.numel() * (t.is_complex() ? 2 : 1); }
+
+// The tensor whose elements describe the gradient (components()), and how many implicit
+// zeros it omits.
 std::pair<at::Tensor, int64_t> grad_values(const at::Tensor& grad) {
-  if (!grad.is_sparse()) return {grad, 0};
+  if (!grad.is_sparse()) return {components(grad), 0};
   at::Tensor v = grad.coalesce()._values();
-  return {v, grad.numel() - v.numel()};
+  return {components(v), component_count(grad) - component_count(v)};
 }
 
 void cpu_grad(const at::Tensor& grad, Raw& r) {
   r.has_grad = true;
-  r.grad_numel = grad.numel();
+  r.grad_numel = component_count(grad);
   auto [values, implicit_zeros] = grad_values(grad);
   if (!detail::fused_dtype_supported(values.scalar_type())) values = values.to(at::kFloat);
   detail::dispatch_fused(values.scalar_type(), [&](auto tag) {
@@ -87,7 +98,7 @@ void cpu_grad(const at::Tensor& grad, Raw& r) {
 
 // ||w||², and against the previous copy ||w_prev||², ||w - w_prev||², refreshing the copy.
 void cpu_weight(Entry& e, bool ratio, Raw& r) {
-  at::Tensor w = e.param.detach();
+  at::Tensor w = components(e.param.detach());
   r.weight_numel = w.numel();
   if (!w.is_non_overlapping_and_dense()) w = w.contiguous();
   if (!detail::fused_dtype_supported(w.scalar_type())) w = w.to(at::kFloat);
@@ -125,11 +136,11 @@ at::Tensor device_row(Entry& e, bool ratio) {
     f[6] = (g == 0).sum().to(at::kDouble) + static_cast<double>(implicit_zeros);
     f[7] = fin.sum().to(at::kDouble) + static_cast<double>(implicit_zeros);
   }
-  const at::Tensor w = e.param.detach().to(at::kDouble);
+  const at::Tensor w = components(e.param.detach()).to(at::kDouble);
   f[8] = w.square().sum();
   f[11] = (w == 0).sum().to(at::kDouble);
   if (ratio && e.prev.defined()) {
-    const at::Tensor p = e.prev.to(at::kDouble);
+    const at::Tensor p = components(e.prev).to(at::kDouble);
     f[9] = p.square().sum();
     f[10] = (w - p).square().sum();
     e.prev.copy_(e.param.detach());
@@ -143,7 +154,7 @@ at::Tensor device_row(Entry& e, bool ratio) {
 Raw raw_from_row(const double* v, const Entry& e, bool ratio) {
   Raw r;
   r.has_grad = v[0] > 0;
-  r.grad_numel = e.param.numel();
+  r.grad_numel = component_count(e.param);
   r.g.sumsq = v[1];
   r.g.abs_sum = v[2];
   r.g.abs_max = v[3];
@@ -151,7 +162,7 @@ Raw raw_from_row(const double* v, const Entry& e, bool ratio) {
   r.g.inf = static_cast<int64_t>(v[5]);
   r.g.zero = static_cast<int64_t>(v[6]);
   r.g.finite = static_cast<int64_t>(v[7]);
-  r.weight_numel = e.param.numel();
+  r.weight_numel = component_count(e.param);
   r.w.sumsq = v[8];
   r.has_prev = ratio && v[9] >= 0;
   r.w.sumsq_prev = v[9];

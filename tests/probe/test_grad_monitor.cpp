@@ -110,6 +110,52 @@ TEST_CASE("gradient statistics match a float64 recomputation", "[monitor]") {
   CHECK(recs.back().weight_norm == Approx(std::sqrt(3.0)));
 }
 
+TEST_CASE("a complex gradient counts its real and imaginary parts", "[monitor]") {
+  torch::manual_seed(3);
+  // Real parts all zero, imaginary parts not: not an all-zero gradient (a cast to float kept
+  // only the real parts and said it was), and the norm is sqrt(sum |z|^2).
+  auto imag = torch::randn({4, 3});
+  auto only_imag = torch::complex(torch::zeros({4, 3}), imag);
+  auto im = torch::randn({5});
+  im[1] = kNaN;
+  im[2] = kInf;
+  auto special = torch::complex(torch::randn({5}), im);
+  auto conj = torch::complex(torch::randn({6}), torch::randn({6})).conj();  // lazy conj bit
+  auto zero = torch::zeros({3}, torch::kComplexFloat);
+  std::vector<std::pair<std::string, torch::Tensor>> named;
+  for (auto [name, g] : {std::make_pair("only_imag", only_imag), std::make_pair("special", special),
+                         std::make_pair("conj", conj), std::make_pair("zero", zero)}) {
+    auto p = torch::complex(torch::randn(g.sizes()), torch::randn(g.sizes()));
+    p.set_requires_grad(true);
+    p.mutable_grad() = g;
+    named.emplace_back(name, p);
+  }
+  GradMonitor m(named);
+  const auto recs = m.observe(0);
+  REQUIRE(recs.size() == named.size());
+  for (size_t i = 0; i < named.size(); ++i) {
+    INFO(named[i].first);
+    const auto& r = recs[i];
+    const RefStats ref = reference(torch::view_as_real(named[i].second.grad().resolve_conj()));
+    CHECK(r.grad_norm == Approx(ref.norm).epsilon(1e-12));
+    CHECK(r.grad_abs_max == Approx(ref.abs_max).epsilon(1e-15));
+    CHECK(r.grad_nan == ref.nan);
+    CHECK(r.grad_inf == ref.inf);
+    const double w_norm = std::sqrt(torch::view_as_real(named[i].second.detach())
+                                        .to(torch::kDouble)
+                                        .square()
+                                        .sum()
+                                        .item<double>());
+    CHECK(r.weight_norm == Approx(w_norm).epsilon(1e-12));
+  }
+  const double z_norm = std::sqrt(only_imag.abs().to(torch::kDouble).square().sum().item<double>());
+  CHECK(recs[0].grad_norm == Approx(z_norm).epsilon(1e-6));
+  CHECK(watches(recs[0]).count("grad_all_zero") == 0);
+  CHECK(recs[1].grad_nan == 1);
+  CHECK(recs[1].grad_inf == 1);
+  CHECK(watches(recs[3]).count("grad_all_zero") == 1);  // both parts zero: it is
+}
+
 TEST_CASE("update ratio is ||w_t - w_(t-1)|| / ||w_(t-1)||", "[monitor]") {
   torch::manual_seed(2);
   auto a = torch::randn({4, 4});

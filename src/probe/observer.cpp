@@ -209,8 +209,8 @@ std::unique_ptr<at::ObserverContext> Observer::on_op_start(const at::RecordFunct
   std::shared_ptr<PendingOp> op;
   const bool grad_on = at::GradMode::is_enabled();  // the caller's mode
   try {
-    OwnCodeGuard own;                // our own ATen calls are not observed
-    at::NoGradGuard no_grad_for_us;  // restores the caller's mode on exit
+    OwnCodeGuard own;                      // our own ATen calls are not observed
+    GradOffGuard no_grad_for_us(grad_on);  // restores the caller's mode on exit
     std::unique_ptr<OpContext> ctx;
     std::unique_ptr<at::ObserverContext> fast;  // overflow_check
     const bool wanted = !overflow_done() && (options_.level == Level::kL2 || depth == 0);
@@ -318,7 +318,7 @@ std::unique_ptr<at::ObserverContext> Observer::on_node_start(const at::RecordFun
     // overflow_check: a node's record has no outputs, so it never shows an overflow.
     if (overflow_done() || finite_) return nullptr;
     OwnCodeGuard own;  // our own ATen calls are not observed
-    at::NoGradGuard no_grad;
+    GradOffGuard no_grad;
     const NodeFrame& node = thread_state().nodes.back();
     Selection sel;
     {
@@ -367,7 +367,7 @@ void Observer::on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   set_capture_origin(c->origin);
   try {
     OwnCodeGuard own;  // our own ATen calls are not observed
-    at::NoGradGuard no_grad;
+    GradOffGuard no_grad;
     const bool outputs = options_.dump_outputs || options_.task == Task::kOverflowCheck;
     if (outputs && fn.scope() != at::RecordScope::BACKWARD_FUNCTION) {
       const std::vector<c10::IValue>& outs = fn.outputs();

@@ -84,7 +84,7 @@ void Observer::overflow_end(const at::RecordFunction& fn, at::ObserverContext* c
   std::shared_ptr<PendingOp> op;
   try {
     OwnCodeGuard own;  // our own ATen calls are not observed
-    at::NoGradGuard no_grad;
+    GradOffGuard no_grad;
     if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION || overflow_done()) return;
     const std::vector<c10::IValue>& outs = fn.outputs();
     if (c->dir == Direction::kBackward && !param_tensors_.empty() && scaled_grads_window() > 0.0f)

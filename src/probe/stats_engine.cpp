@@ -336,7 +336,7 @@ void StatsEngine::enqueue_locked(std::shared_ptr<Slot> s, std::unique_lock<std::
 
 void StatsEngine::compute(Slot& s) {
   OwnCodeGuard own;  // our own ATen calls are not observed (the worker also disables them)
-  at::NoGradGuard no_grad;
+  GradOffGuard no_grad;
   at::Tensor t = std::move(s.tensor);
   try {
     c10::OptionalStreamGuard on_stream(s.stream);

@@ -12,8 +12,6 @@
 //
 //     bench_dataset_loop [--n 60000] [--steps 10] [--rounds 3] [--warmup 2] [--batch 128]
 //                        [--only VARIANT] [--malloc tuned|default]
-#include <malloc.h>
-#include <sys/resource.h>
 #include <time.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -27,11 +25,16 @@
 #include <string>
 #include <vector>
 
+#include "bench_support.h"
 #include "precprobe/debugger.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using precprobe::bench::apply_tuned_malloc;
+using precprobe::bench::cpu_ms;
+using precprobe::bench::median;
+using precprobe::bench::minor_faults;
 
 struct ResBlockImpl : torch::nn::Module {
   ResBlockImpl(int64_t in, int64_t out, int64_t stride)
@@ -141,24 +144,6 @@ struct Variant {
   bool async = true;
 };
 
-double cpu_ms(clockid_t clock) {
-  timespec ts{};
-  ::clock_gettime(clock, &ts);
-  return 1e3 * static_cast<double>(ts.tv_sec) + 1e-6 * static_cast<double>(ts.tv_nsec);
-}
-
-long minor_faults() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  return u.ru_minflt;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
 struct Result {
   std::vector<double> wall, train, faults;
   uint64_t records = 0, bytes = 0, carried = 0, steps = 0;
@@ -220,10 +205,7 @@ int main(int argc, char** argv) {
     if (k == "--malloc") tuned = std::string(argv[i + 1]) != "default";
   }
   // As bench_debugger --malloc: "tuned" gives every variant tune_malloc's settings.
-  if (tuned) {
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  }
+  if (tuned) apply_tuned_malloc();
   std::printf("malloc: %s\n", tuned ? "tuned for every variant" : "glibc's defaults");
   at::set_num_threads(1);
   torch::manual_seed(0);

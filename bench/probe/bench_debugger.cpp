@@ -20,8 +20,6 @@
 // overflow_check or "none" for no debugger) and nothing else: the difference of two runs under
 // `valgrind --tool=callgrind` gives instructions per record, independent of load.
 #include <dlfcn.h>
-#include <malloc.h>
-#include <sys/resource.h>
 #include <time.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -39,11 +37,16 @@
 #include <string>
 #include <vector>
 
+#include "bench_support.h"
 #include "precprobe/debugger.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using precprobe::bench::apply_tuned_malloc;
+using precprobe::bench::cpu_ms;
+using precprobe::bench::median;
+using precprobe::bench::minor_faults;
 
 struct BlockImpl : torch::nn::Module {
   explicit BlockImpl(int64_t h)
@@ -105,12 +108,6 @@ bool selected(const std::string& only, const std::string& name) {
   return false;
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
 // memcpy bandwidth in bytes read per second (a 256 MiB copy, best of 5).
 double memcpy_read_bandwidth() {
   const size_t n = size_t{256} << 20;
@@ -149,25 +146,10 @@ bool g_tuned_malloc = true;
 
 void apply_malloc_mode(const std::string& mode) {
   g_tuned_malloc = mode != "default";
-  if (g_tuned_malloc) {
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  }
+  if (g_tuned_malloc) apply_tuned_malloc();
   std::printf("malloc: %s\n", g_tuned_malloc ? "tuned for every variant (M_TRIM_THRESHOLD 1 GiB, "
                                                "M_MMAP_THRESHOLD 32 MiB: \"tune_malloc\")"
                                              : "glibc's defaults (\"tune_malloc\": false)");
-}
-
-double cpu_ms(clockid_t clock) {
-  timespec ts{};
-  ::clock_gettime(clock, &ts);
-  return 1e3 * static_cast<double>(ts.tv_sec) + 1e-6 * static_cast<double>(ts.tv_nsec);
-}
-
-long minor_faults() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  return u.ru_minflt;
 }
 
 struct RunResult {

@@ -27,7 +27,8 @@ std::string tune_malloc(bool enabled) noexcept {
         outcome = "kept (the program's own malloc settings)";
         return;
       }
-      if (mallopt(M_MMAP_THRESHOLD, 32 << 20) != 1 || mallopt(M_TRIM_THRESHOLD, 1 << 30) != 1) {
+      if (mallopt(M_MMAP_THRESHOLD, kTunedMmapThreshold) != 1 ||
+          mallopt(M_TRIM_THRESHOLD, kTunedTrimThreshold) != 1) {
         // mallopt answers 0 when the process's malloc is not glibc's (a sanitizer's, tcmalloc's
         // with its own mallopt): a fact about the process, not an error of the run. Said once.
         outcome = "not applied (mallopt refused: malloc is not glibc's)";

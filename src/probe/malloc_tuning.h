@@ -19,10 +19,15 @@
 namespace precprobe {
 namespace detail {
 
+/// The settings (bytes): M_MMAP_THRESHOLD and M_TRIM_THRESHOLD.
+inline constexpr int kTunedMmapThreshold = 32 << 20;
+inline constexpr int kTunedTrimThreshold = 1 << 30;
+
 /// Applies the settings once per process when `enabled`, unless the program chose its own
 /// (GLIBC_TUNABLES with glibc.malloc.*, or MALLOC_*_ environment variables) or the C library
 /// is not glibc. Returns what was done, for the start message and meta.json: "set", "kept
-/// (the program's own malloc settings)", "off", "not glibc". Never throws.
+/// (the program's own malloc settings)", "off", "not glibc", "not applied (mallopt refused:
+/// malloc is not glibc's)" (a sanitizer's malloc), "failed". Never throws.
 std::string tune_malloc(bool enabled) noexcept;
 
 }  // namespace detail

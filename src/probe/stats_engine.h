@@ -42,6 +42,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "memory_fingerprint.h"
 #include "precprobe/records.h"
 #include "stats.h"
 
@@ -103,13 +104,6 @@ struct Slot {
   /// memory again. Guarded by StatsEngine::mu_.
   uint64_t epoch = 0;
 };
-
-/// A 64-bit fingerprint of the `n` bytes at `p` (n >= 64): the first and last 64 bytes and
-/// a fixed pseudo-random sample of the 64-byte lines in between (one line in 16, 16 to 256
-/// lines). Two calls sample the same positions for the same n. Changes to memory outside
-/// the sampled lines are not seen: the cache across steps relies on it only to catch
-/// writes made without an op (memcpy into a reused buffer), which change every line.
-uint64_t memory_fingerprint(const void* p, size_t n) noexcept;
 
 /// The statistics a finished slot stands for (its base's, with its own shape).
 inline TensorStats stats_of(const Slot& s) {

@@ -42,7 +42,7 @@ probe_san_flags="-O2 -g1 -DNDEBUG"
 stage "probe under ASan+UBSan (its own code; LibTorch uninstrumented)"
 # Only the executables its tests run (the core's tests ran under ASan above).
 TARGETS="test_stats test_stats_engine test_stats_range test_debugger test_debugger_values test_dropout test_seed
-  test_grad_monitor test_grad_scaler test_grad_scaler_state test_grad_scaler_multi
+  test_grad_monitor test_grad_watchpoints test_grad_scaler test_grad_scaler_state test_grad_scaler_multi
   test_multi_model test_scaler_debugger test_checklist_probe test_replay test_replay_overlap
   test_reuse_across_steps test_reliability
   precprobe_reliability_child" \

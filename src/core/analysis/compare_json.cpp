@@ -37,6 +37,18 @@ nlohmann::json arg_json(const ArgCompare& a) {
   return j;
 }
 
+// Where an op is and how far off it is: the short form the summary's `max_noise` and a
+// module's `first_divergent` give.
+nlohmann::json op_ref_json(const OpCompare& o) {
+  return nlohmann::json{{"step", o.step},
+                        {"rank", o.rank},
+                        {"seq", o.seq_a},
+                        {"name", o.name},
+                        {"error", analysis_detail::number(o.error)},
+                        {"bound", analysis_detail::number(o.bound)},
+                        {"ratio", analysis_detail::number(o.ratio)}};
+}
+
 nlohmann::json op_json(const OpCompare& o) {
   using analysis_detail::number;
   nlohmann::json args = nlohmann::json::array();
@@ -118,14 +130,8 @@ nlohmann::json CompareResult::to_json() const {
   }
   if (max_noise) {
     const OpCompare& m = *max_noise;
-    j["max_noise"] = nlohmann::json{{"step", m.step},
-                                    {"rank", m.rank},
-                                    {"seq", m.seq_a},
-                                    {"name", m.name},
-                                    {"error", analysis_detail::number(m.error)},
-                                    {"inherited", analysis_detail::number(m.inherited)},
-                                    {"bound", analysis_detail::number(m.bound)},
-                                    {"ratio", analysis_detail::number(m.ratio)}};
+    j["max_noise"] = op_ref_json(m);
+    j["max_noise"]["inherited"] = analysis_detail::number(m.inherited);
   } else {
     j["max_noise"] = nullptr;
   }
@@ -164,13 +170,7 @@ nlohmann::json CompareResult::to_json() const {
           {"divergent", m.divergent}, {"max_ratio", analysis_detail::number(m.max_ratio)}};
       if (m.first_divergent) {
         const OpCompare& f = *m.first_divergent;
-        mj["first_divergent"] = nlohmann::json{{"step", f.step},
-                                               {"rank", f.rank},
-                                               {"seq", f.seq_a},
-                                               {"name", f.name},
-                                               {"error", analysis_detail::number(f.error)},
-                                               {"bound", analysis_detail::number(f.bound)},
-                                               {"ratio", analysis_detail::number(f.ratio)}};
+        mj["first_divergent"] = op_ref_json(f);
         if (!first_module || analysis_detail::earlier(f, *first_module->first_divergent))
           first_module = &m;
       } else {

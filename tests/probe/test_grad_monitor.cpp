@@ -1,28 +1,13 @@
 // GradMonitor: statistics against float64 recomputation, update ratios, parameter names and
 // the records' round trip through a dump. The watchpoints: test_grad_watchpoints.cpp.
-#include <torch/torch.h>
-
-// Exact float comparisons are intended here.
-#pragma GCC diagnostic ignored "-Wfloat-equal"
-
 #include <cmath>
 #include <filesystem>
-#include <limits>
-#include <set>
 
-#include "precprobe/grad_monitor.h"
 #include "precprobe/reader.h"
 #include "precprobe/writer.h"
-#include "precprobe_catch.h"
-
-using precprobe::GradMonitor;
-using precprobe::GradMonitorOptions;
-using precprobe::GradRecord;
+#include "support/grad_monitor_test.h"
 
 namespace {
-
-const float kInf = std::numeric_limits<float>::infinity();
-const float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 // Reference statistics of a gradient, from ATen in float64 with explicit masks.
 struct RefStats {
@@ -42,8 +27,6 @@ RefStats reference(const torch::Tensor& grad) {
   r.inf = g.isinf().sum().item<int64_t>();
   return r;
 }
-
-std::set<std::string> watches(const GradRecord& r) { return {r.watch.begin(), r.watch.end()}; }
 
 }  // namespace
 

@@ -1,33 +1,15 @@
 // GradMonitor's watchpoints: each flips on its planted condition and stays off otherwise, with
 // the default thresholds and configured ones. Its statistics: test_grad_monitor.cpp.
-#include <torch/torch.h>
-
-// Exact float comparisons are intended here.
-#pragma GCC diagnostic ignored "-Wfloat-equal"
-
 #include <cmath>
 #include <functional>
-#include <limits>
 #include <map>
-#include <set>
 #include <stdexcept>
-#include <string>
 #include <vector>
 
 #include "precprobe/error.h"
-#include "precprobe/grad_monitor.h"
-#include "precprobe_catch.h"
-
-using precprobe::GradMonitor;
-using precprobe::GradMonitorOptions;
-using precprobe::GradRecord;
+#include "support/grad_monitor_test.h"
 
 namespace {
-
-const float kInf = std::numeric_limits<float>::infinity();
-const float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-std::set<std::string> watches(const GradRecord& r) { return {r.watch.begin(), r.watch.end()}; }
 
 // Moves w by exactly `ratio` * ||w|| in a random direction.
 void move(torch::Tensor& w, double ratio) {

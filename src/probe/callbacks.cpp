@@ -164,6 +164,9 @@ const OpInfo* lookup_op(const at::RecordFunction& fn) {
   if (r == reg.end()) {
     auto info = make_info(fn);
     if (!info) return nullptr;
+    static std::unordered_map<std::string, uint32_t> name_indices;  // under g_registry_mu
+    info->name_index =
+        name_indices.emplace(info->name, static_cast<uint32_t>(name_indices.size())).first->second;
     r = reg.emplace(key, std::move(info)).first;
   }
   cache.emplace(key, r->second.get());

@@ -135,13 +135,14 @@ void Observer::begin_step(int64_t step) {
     std::lock_guard<std::mutex> hk(hook_mu_);
     for (HookParam& h : hook_params_) h.observed = false;
   }
-  calls_[0].clear();
-  calls_[1].clear();
+  op_calls_[0].clear();
+  op_calls_[1].clear();
+  node_calls_.clear();
   in_range_ = false;
 }
 
 void Observer::end_step() {
-  auto marker = std::make_shared<PendingOp>();
+  auto marker = make_pending_op();
   marker->flush_marker = true;
   {
     std::lock_guard<std::mutex> lk(engine_->order_mutex());
@@ -192,7 +193,7 @@ Observer::Selection Observer::select(const std::string& op, Direction dir, int64
 
 std::shared_ptr<PendingOp> Observer::make_op(const std::string& op, const std::string& overload,
                                              Direction dir, int32_t depth) {
-  auto p = std::make_shared<PendingOp>();
+  auto p = make_pending_op();
   OpRecord& h = p->header;
   h.step = step_;
   h.seq = seq_++;
@@ -207,7 +208,7 @@ std::unique_ptr<at::ObserverContext> Observer::on_op_start(const at::RecordFunct
                                                            const OpInfo& info, int32_t depth) {
   ops_seen_.fetch_add(1, std::memory_order_relaxed);
   std::shared_ptr<PendingOp> op;
-  const bool grad_on = at::GradMode::is_enabled();  // the caller's mode
+  const bool grad_on = grad_enabled();  // the caller's mode
   try {
     OwnCodeGuard own;                      // our own ATen calls are not observed
     GradOffGuard no_grad_for_us(grad_on);  // restores the caller's mode on exit
@@ -222,7 +223,7 @@ std::unique_ptr<at::ObserverContext> Observer::on_op_start(const at::RecordFunct
       Selection sel;
       {
         std::lock_guard<std::mutex> lk(engine_->order_mutex());
-        const int64_t call = calls_[static_cast<int>(dir)][info.name]++;
+        const int64_t call = op_calls_[static_cast<int>(dir)].next(info.name_index);
         sel = select(info.name, dir, call);
         if (sel.record) {
           op = make_op(info.name, info.overload, dir, depth);
@@ -323,7 +324,7 @@ std::unique_ptr<at::ObserverContext> Observer::on_node_start(const at::RecordFun
     Selection sel;
     {
       std::lock_guard<std::mutex> lk(engine_->order_mutex());
-      const int64_t call = calls_[1][node.name]++;
+      const int64_t call = node_calls_[node.name]++;
       sel = select(node.name, Direction::kBackward, call);
       if (!sel.record) return nullptr;
       op = make_op(node.name, "", Direction::kBackward, 0);

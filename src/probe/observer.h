@@ -15,6 +15,7 @@
 
 #include <ATen/record_function.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -36,6 +37,22 @@ namespace detail {
 struct OpInfo;
 class OriginTracker;  // replay_origin.h
 class FiniteMemo;
+
+/// Calls per op name this step, indexed by OpInfo::name_index: a load and an add where a
+/// map keyed by the name hashed it for every op. Autograd nodes (no OpInfo) are counted
+/// by name, apart.
+class OpCallCounts {
+ public:
+  /// The call number of this call (0 for the first this step), counting it.
+  int64_t next(uint32_t name_index) {
+    if (name_index >= counts_.size()) counts_.resize(name_index + 64, 0);
+    return counts_[name_index]++;
+  }
+  void clear() { std::fill(counts_.begin(), counts_.end(), 0); }
+
+ private:
+  std::vector<int64_t> counts_;
+};
 
 struct ObserverCounters {
   uint64_t ops_seen = 0;         ///< op and node events observed while attached
@@ -185,7 +202,8 @@ class Observer {
   // Under engine_->order_mutex(): per-step naming state.
   int64_t step_ = 0;
   int64_t seq_ = 0;
-  std::unordered_map<std::string, int64_t> calls_[2];  // per (op or node name, dir)
+  OpCallCounts op_calls_[2];                             // per (op name, dir)
+  std::unordered_map<std::string, int64_t> node_calls_;  // per autograd node name
   bool in_range_ = false;
 
   std::atomic<uint64_t> ops_seen_{0}, ops_recorded_{0}, overflows_{0}, errors_{0};

@@ -24,7 +24,10 @@ class Observer;
 
 /// Facts about one dispatcher op (one schema), computed once per process.
 struct OpInfo {
-  std::string name;                ///< "aten::add_"
+  std::string name;  ///< "aten::add_"
+  /// Dense per-process index of the op's name (every overload of a name shares it): the
+  /// Observer counts calls per name in a vector indexed by it (observer.h, OpCallCounts).
+  uint32_t name_index = 0;
   std::string overload;            ///< "Tensor"
   std::vector<size_t> write_args;  ///< positions of arguments the op writes (alias "a!")
   /// Positions of arguments with any alias annotation ("a!" or "a"): written, or handed

@@ -56,7 +56,7 @@ std::unique_ptr<at::ObserverContext> Observer::overflow_start(const at::RecordFu
   int64_t call = 0;
   {
     std::lock_guard<std::mutex> lk(engine_->order_mutex());
-    call = calls_[static_cast<int>(dir)][info.name]++;
+    call = op_calls_[static_cast<int>(dir)].next(info.name_index);
     if (!select(info.name, dir, call).record) return nullptr;
   }
   auto ctx = std::make_unique<OverflowContext>();

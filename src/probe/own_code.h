@@ -10,6 +10,7 @@
 // on the op path are rare (device tensors, lazy conj/neg, zero tensors).
 #pragma once
 
+#include <c10/core/AutogradState.h>
 #include <c10/core/GradMode.h>
 
 namespace at {
@@ -32,19 +33,29 @@ class OwnCodeGuard {
   bool prev_;
 };
 
+/// The calling thread's autograd state: libc10's thread_local, whose address is fetched once
+/// per thread. GradMode::is_enabled()/set_enabled() reach it through a call into libc10 and
+/// __tls_get_addr each time (~50 instructions); its get/set_grad_mode() are inline.
+inline c10::AutogradState& autograd_state() noexcept {
+  static thread_local c10::AutogradState* const state = &c10::AutogradState::get_tls_state();
+  return *state;
+}
+
+/// GradMode::is_enabled() without the call into libc10.
+inline bool grad_enabled() noexcept { return autograd_state().get_grad_mode(); }
+
 /// at::NoGradGuard for the op path: grad mode off inside, the caller's restored on exit,
 /// without the two writes when it is already off (the optimizer's step, evaluation, nested
-/// guards). libc10 keeps grad mode in a thread_local reached through __tls_get_addr: each
-/// is_enabled()/set_enabled() is a call of ~50 instructions, and a recorded op made ten of
-/// them (callgrind, `bench_debugger --records`).
+/// guards), and through autograd_state() (a recorded op made ten grad-mode calls into
+/// libc10 before: callgrind, `bench_debugger --records`).
 class GradOffGuard {
  public:
   explicit GradOffGuard(bool enabled) noexcept : was_enabled_(enabled) {
-    if (was_enabled_) c10::GradMode::set_enabled(false);
+    if (was_enabled_) autograd_state().set_grad_mode(false);
   }
-  GradOffGuard() noexcept : GradOffGuard(c10::GradMode::is_enabled()) {}
+  GradOffGuard() noexcept : GradOffGuard(grad_enabled()) {}
   ~GradOffGuard() {
-    if (was_enabled_) c10::GradMode::set_enabled(true);
+    if (was_enabled_) autograd_state().set_grad_mode(true);
   }
   GradOffGuard(const GradOffGuard&) = delete;
   GradOffGuard& operator=(const GradOffGuard&) = delete;

@@ -139,7 +139,7 @@ TensorKey make_key(const at::Tensor& t) noexcept {
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   k.dtype = static_cast<int8_t>(t.scalar_type());
   if (impl->has_storage()) {
-    k.storage = t.storage().unsafeGetStorageImpl();
+    k.storage = impl->unsafe_storage().unsafeGetStorageImpl();  // no reference count taken
     k.offset = impl->storage_offset();
   }
   // splitmix64 finalizer over (ndim, sizes, strides): cheap and well mixed.

@@ -146,7 +146,7 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, const CaptureOpt
     if (it != cache_.end()) {
       Slot& hit = *it->second;
       if (usable(hit) && current(hit)) {
-        bump(kCached);
+        bump_locked(kCached);
         return it->second;
       }
       cached = &it->second;  // replaced below by the statistics of the tensor as it is now
@@ -157,7 +157,7 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, const CaptureOpt
     memory_key = dense_key(key, t.numel());
     auto it = cache_.find(memory_key);
     if (it != cache_.end() && usable(*it->second) && cached == nullptr && current(*it->second)) {
-      auto v = std::make_shared<Slot>();  // a full view of a tensor summarised this step
+      auto v = make_slot();  // a full view of a tensor summarised this step
       v->base = it->second;
       v->key = key;
       v->origin = tl_origin;
@@ -169,11 +169,11 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, const CaptureOpt
       v->storage_alive = v->base->storage_alive;
       v->state.store(Slot::kDone, std::memory_order_relaxed);
       remember_locked(key, v);
-      bump(kCached);
+      bump_locked(kCached);
       return v;
     }
   }
-  auto s = std::make_shared<Slot>();
+  auto s = make_slot();
   s->key = key;
   s->origin = tl_origin;
   // unread_if_new: also when this step knows the tensor only as uninitialized memory (an
@@ -193,7 +193,7 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, const CaptureOpt
   if (key.versioned) s->counter = t.unsafeGetTensorImpl()->version_counter();
   if (key.storage)
     s->storage_alive = t.unsafeGetTensorImpl()->unsafe_storage().getWeakStorageImpl();
-  bump(kSummarised);
+  bump_locked(kSummarised);
   if (by_memory) remember_locked(memory_key, s);
   if (cached != nullptr) {
     const bool retired = (*cached)->overwritten;  // its key left the storage index then
@@ -203,8 +203,7 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, const CaptureOpt
     cache_.emplace(key, s);
     index_locked(key);
   }
-  n_[kBytes].fetch_add(static_cast<uint64_t>(t.numel()) * t.element_size(),
-                       std::memory_order_relaxed);
+  bump_locked(kBytes, static_cast<uint64_t>(t.numel()) * t.element_size());
   s->requires_grad = t.requires_grad();
   // Untracked tensors are read now: the kernel around this op may write them next.
   bool now = s->unread || s->untracked || !cfg_.async || key.storage == nullptr ||
@@ -218,7 +217,7 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, const CaptureOpt
     now = !borrowed.defined();
   }
   if (now) {
-    bump(kInline);
+    bump_locked(kInline);
     s->state.store(Slot::kRunning, std::memory_order_relaxed);
     lk.unlock();
     s->tensor = t;
@@ -237,7 +236,7 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, const CaptureOpt
 }
 
 void StatsEngine::capture_for_save(const at::Tensor& t, std::string path) {
-  auto s = std::make_shared<Slot>();
+  auto s = make_slot();
   s->key = make_key(t);
   if (s->key.versioned) s->counter = t.unsafeGetTensorImpl()->version_counter();
   s->save_path = std::move(path);
@@ -288,7 +287,7 @@ void StatsEngine::enqueue_locked(std::shared_ptr<Slot> s, std::unique_lock<std::
     worker_sleeping_ = false;
     work_cv_.notify_one();
   }
-  while (held_bytes_ > cfg_.max_pending_bytes && help_one_locked(lk)) bump(kBackpressure);
+  while (held_bytes_ > cfg_.max_pending_bytes && help_one_locked(lk)) bump_locked(kBackpressure);
 }
 
 void StatsEngine::compute(Slot& s) {
@@ -390,7 +389,7 @@ void StatsEngine::before_write(const at::Tensor& t) {
       }
     }
     if (mine) {
-      bump(kClaimed);
+      bump_locked(kClaimed);
       run_claimed(mine, lk);
       continue;
     }
@@ -398,7 +397,7 @@ void StatsEngine::before_write(const at::Tensor& t) {
     auto busy = std::find_if(running_.begin(), running_.end(),
                              [storage](const Slot* r) { return r->key.storage == storage; });
     if (busy == running_.end()) return;
-    bump(kWaited);
+    bump_locked(kWaited);
     done_cv_.wait(lk);
   }
 }
@@ -414,8 +413,8 @@ void StatsEngine::end_op(PendingOp& op) {
 }
 
 void StatsEngine::clear_cache() {
-  std::unordered_map<TensorKey, std::shared_ptr<Slot>, TensorKeyHash> old;
-  std::unordered_map<const void*, c10::SmallVector<TensorKey, 2>> old_index;
+  decltype(cache_) old;
+  decltype(cached_by_storage_) old_index;
   {
     std::lock_guard<std::mutex> lk(mu_);
     old.swap(cache_);
@@ -448,11 +447,11 @@ bool StatsEngine::current_locked(Slot& hit, const at::Tensor& t, const CaptureOp
   if (hit.data == nullptr || first_byte(t) != hit.data) return false;
   const size_t n = static_cast<size_t>(t.numel()) * t.element_size();
   if (memory_fingerprint(hit.data, n) != hit.fingerprint) {
-    bump(kCarryMismatch);
+    bump_locked(kCarryMismatch);
     return false;
   }
   hit.epoch = epoch_;
-  bump(kCarried);
+  bump_locked(kCarried);
   return true;
 }
 
@@ -528,7 +527,7 @@ void StatsEngine::worker_main() {
   for (;;) {
     bool worked = false;
     while (help_one_locked(lk)) {
-      bump(kWorker);
+      bump_locked(kWorker);
       worked = true;
       if (!ops_.empty()) {
         lk.unlock();

@@ -42,6 +42,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "block_pool.h"
 #include "memory_fingerprint.h"
 #include "precprobe/records.h"
 #include "stats.h"
@@ -105,6 +106,12 @@ struct Slot {
   uint64_t epoch = 0;
 };
 
+/// A new Slot, from the pool (block_pool.h): slots are made on the training thread and
+/// freed where their op is emitted.
+inline std::shared_ptr<Slot> make_slot() {
+  return std::allocate_shared<Slot>(PoolAllocator<Slot>());
+}
+
 /// The statistics a finished slot stands for (its base's, with its own shape).
 inline TensorStats stats_of(const Slot& s) {
   if (!s.base) return s.stats;
@@ -159,6 +166,11 @@ struct PendingOp {
   std::atomic<bool> ended{false};
   bool flush_marker = false;  ///< not an op: flush the writer when reached
 };
+
+/// A new PendingOp, from the pool (as make_slot()).
+inline std::shared_ptr<PendingOp> make_pending_op() {
+  return std::allocate_shared<PendingOp>(PoolAllocator<PendingOp>());
+}
 
 struct EngineConfig {
   bool async = true;
@@ -248,11 +260,18 @@ class StatsEngine {
   std::mutex emit_mu_;               // one emitter at a time
   std::condition_variable work_cv_;  // worker: jobs or ops
   std::condition_variable done_cv_;  // a slot finished
-  std::unordered_map<TensorKey, std::shared_ptr<Slot>, TensorKeyHash> cache_;
+  // Hash nodes from the pool: a step makes and frees one or two per new tensor.
+  using CacheEntry = std::pair<const TensorKey, std::shared_ptr<Slot>>;
+  std::unordered_map<TensorKey, std::shared_ptr<Slot>, TensorKeyHash, std::equal_to<TensorKey>,
+                     PoolAllocator<CacheEntry>>
+      cache_;
   // The keys cached this step per storage (before_write() retires them), and a one-word
   // filter of those storages, read without the lock: a write to a storage never cached
   // costs a load and a compare.
-  std::unordered_map<const void*, c10::SmallVector<TensorKey, 2>> cached_by_storage_;
+  using StorageEntry = std::pair<const void* const, c10::SmallVector<TensorKey, 2>>;
+  std::unordered_map<const void*, c10::SmallVector<TensorKey, 2>, std::hash<const void*>,
+                     std::equal_to<const void*>, PoolAllocator<StorageEntry>>
+      cached_by_storage_;
   std::atomic<uint64_t> cached_storages_{0};
   std::deque<std::shared_ptr<Slot>> queue_;
   std::vector<const Slot*> running_;  // claimed jobs being computed outside the lock
@@ -280,6 +299,11 @@ class StatsEngine {
     kCarryMismatch,
     kNumCounters
   };
+  // Counters written with mu_ held are bumped without a locked instruction (each writer
+  // holds mu_; readers take a relaxed load); compute()'s, written without it, are atomic.
+  void bump_locked(Counter c, uint64_t by = 1) noexcept {
+    n_[c].store(n_[c].load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
+  }
   void bump(Counter c) noexcept { n_[c].fetch_add(1, std::memory_order_relaxed); }
   std::array<std::atomic<uint64_t>, kNumCounters> n_{};
   std::thread worker_;

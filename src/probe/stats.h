@@ -100,9 +100,16 @@ inline const void* storage_of(const at::Tensor& t) {
 /// The key of `t` now. Constant time (one pass over sizes/strides). Never throws.
 TensorKey make_key(const at::Tensor& t) noexcept;
 
-/// std::unordered_map<TensorKey, V, TensorKeyHash>.
+/// std::unordered_map<TensorKey, V, TensorKeyHash>. Inline: a capture hashes up to four keys.
 struct TensorKeyHash {
-  size_t operator()(const TensorKey& k) const noexcept;
+  size_t operator()(const TensorKey& k) const noexcept {
+    uint64_t h = reinterpret_cast<uintptr_t>(k.storage);
+    h = h * 0x9e3779b97f4a7c15ULL ^ static_cast<uint64_t>(k.offset);
+    h = h * 0x9e3779b97f4a7c15ULL ^ k.geometry;
+    h = h * 0x9e3779b97f4a7c15ULL ^
+        (static_cast<uint64_t>(k.version) << 8 | static_cast<uint8_t>(k.dtype));
+    return static_cast<size_t>(h ^ (h >> 29));
+  }
 };
 
 }  // namespace detail

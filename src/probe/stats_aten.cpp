@@ -47,9 +47,16 @@ std::string dtype_name(const at::Tensor& t) {
 }
 
 void fill_header(const at::Tensor& t, TensorStats& out) {
-  out.dtype = dtype_name(t);
+  // Assigned in place (no temporary strings): the training thread fills one per tensor it
+  // summarises itself.
+  if (!t.defined()) {
+    out.dtype = "undefined";
+  } else {
+    out.dtype.assign(c10::toString(t.scalar_type()));
+    if (t.layout() != c10::kStrided) out.dtype.append(":").append(layout_name(t.layout()));
+  }
   out.shape.clear();
-  out.device = "cpu";
+  out.device.assign("cpu");
   out.requires_grad = false;
   out.numel = 0;
   out.nan = out.pinf = out.ninf = out.zero = out.neg = out.pos = 0;
@@ -59,7 +66,7 @@ void fill_header(const at::Tensor& t, TensorStats& out) {
   out.has_range = false;
   if (!t.defined()) return;
   out.shape.assign(t.sizes().begin(), t.sizes().end());
-  out.device = t.device().str();
+  if (!t.is_cpu()) out.device = t.device().str();
   out.requires_grad = t.requires_grad();
   out.numel = t.numel();
 }
@@ -162,15 +169,6 @@ TensorKey make_key(const at::Tensor& t) noexcept {
   k.versioned = vc.enabled() && k.storage != nullptr;
   k.version = k.versioned ? vc.current_version() : 0;
   return k;
-}
-
-size_t TensorKeyHash::operator()(const TensorKey& k) const noexcept {
-  uint64_t h = reinterpret_cast<uintptr_t>(k.storage);
-  h = h * 0x9e3779b97f4a7c15ULL ^ static_cast<uint64_t>(k.offset);
-  h = h * 0x9e3779b97f4a7c15ULL ^ k.geometry;
-  h = h * 0x9e3779b97f4a7c15ULL ^
-      (static_cast<uint64_t>(k.version) << 8 | static_cast<uint8_t>(k.dtype));
-  return static_cast<size_t>(h ^ (h >> 29));
 }
 
 }  // namespace detail

@@ -239,10 +239,14 @@ TEST_CASE("the writer takes records in batches, and none waits long without a fl
   g_batches = 0;
   detail::set_writer_batch_hook(&count_batch);
   const int n = 200;
+  const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < n; ++i) {
     w.submit(op(0, i));
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
   // No flush: every record still reaches the file (the bound only ends a broken test).
   uint64_t seen = 0;
   for (int i = 0; i < 1000 && seen < n; ++i) {
@@ -251,9 +255,15 @@ TEST_CASE("the writer takes records in batches, and none waits long without a fl
   }
   detail::set_writer_batch_hook(nullptr);
   CHECK(seen == n);
-  // ~20 ms of submits: a few 10 ms looks, not one batch per record (the bound leaves room
-  // for a descheduled producer on a loaded machine).
-  CHECK(g_batches.load() < n / 4);
+  // While records came: a look every 10 ms, a wake per 64 records and per frame age (20 ms),
+  // the first record's wake; a few more after. Not one batch per record. On a machine so
+  // loaded that the 100 us sleeps took 10x longer, the bound says nothing: not asserted.
+  const int64_t bound = ms / 10 + ms / 20 + n / 64 + 8;
+  if (bound < n / 2) {
+    CHECK(g_batches.load() <= bound);
+  } else {
+    WARN("the submits took " << ms << " ms: too slow to tell batches from single records");
+  }
   w.flush(true);
   CHECK(DumpReader(dir / "rank0").ops().size() == static_cast<size_t>(n));
 }

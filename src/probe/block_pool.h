@@ -28,10 +28,10 @@ namespace precprobe {
 namespace detail {
 
 #if defined(__SANITIZE_ADDRESS__)
-#define PRECPROBE_POOL_BYPASS 0
+#define PRECPROBE_POOL_BYPASS 1
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
-#define PRECPROBE_POOL_BYPASS 0
+#define PRECPROBE_POOL_BYPASS 1
 #endif
 #endif
 #ifndef PRECPROBE_POOL_BYPASS

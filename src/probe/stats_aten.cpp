@@ -37,24 +37,28 @@ const char* layout_name(c10::Layout layout) {
   }
 }
 
+// dtype_name() into `out`, reusing its buffer.
+void assign_dtype_name(const at::Tensor& t, std::string& out) {
+  if (!t.defined()) {
+    out.assign("undefined");
+    return;
+  }
+  out.assign(c10::toString(t.scalar_type()));
+  if (t.layout() != c10::kStrided) out.append(":").append(layout_name(t.layout()));
+}
+
 }  // namespace
 
 std::string dtype_name(const at::Tensor& t) {
-  if (!t.defined()) return "undefined";
-  std::string name = c10::toString(t.scalar_type());
-  if (t.layout() != c10::kStrided) name.append(":").append(layout_name(t.layout()));
+  std::string name;
+  assign_dtype_name(t, name);
   return name;
 }
 
 void fill_header(const at::Tensor& t, TensorStats& out) {
   // Assigned in place (no temporary strings): the training thread fills one per tensor it
   // summarises itself.
-  if (!t.defined()) {
-    out.dtype = "undefined";
-  } else {
-    out.dtype.assign(c10::toString(t.scalar_type()));
-    if (t.layout() != c10::kStrided) out.dtype.append(":").append(layout_name(t.layout()));
-  }
+  assign_dtype_name(t, out.dtype);
   out.shape.clear();
   out.device.assign("cpu");
   out.requires_grad = false;

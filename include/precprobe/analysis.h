@@ -371,6 +371,9 @@ struct CompareResult {
   /// Per module in order of first appearance (filled with CompareOptions::by_module).
   std::vector<ModuleCompare> modules;
   int64_t ops_a = 0, ops_b = 0;  ///< ops read from each dump (selected steps/ranks)
+  /// Ops of threads outside the training step in each dump (OpRecord::background: data-loader
+  /// workers...), not compared: when they run, and on which thread, is the scheduler's choice.
+  int64_t background_a = 0, background_b = 0;
   /// 2 * matched / (ops_a + ops_b): the share of ops that aligned (1 when both are empty).
   double aligned_fraction = 1;
 

@@ -103,6 +103,11 @@ struct OpRecord {
   /// forward ops of ranks whose meta.json says the ops carry the mode (RunMeta::ops_grad_mode),
   /// so a dump of an older writer stays unknown. Backward ops: unknown.
   std::optional<bool> grad;
+  /// "bg": run on a thread outside the training step (a data-loader worker, a thread the
+  /// program started; docs/debugger.md, "Threads"): `"bg":true`, absent otherwise. Its step is
+  /// the one running when it ran (timing decides), its call index counts its own thread's
+  /// calls; `compare` leaves such ops out of the step's sequence.
+  bool background = false;
   std::string scope;         ///< "scope": precprobe::Scope path, "a/b/c" (written if any)
   std::string node;          ///< "node": backward only: autograd node, e.g. "MulBackward0"
   std::vector<Arg> inputs;   ///< "in"
@@ -112,7 +117,9 @@ struct OpRecord {
   /// msprobe-style name: "aten::addmm.3.forward".
   std::string name() const;
   /// True when the op's outputs are uninitialized memory (aten::empty, empty_like,
-  /// empty_strided, new_empty, new_empty_strided): their values say nothing about the run.
+  /// empty_strided, empty_permuted, empty_quantized, new_empty, new_empty_strided,
+  /// _empty_affine_quantized, _empty_per_channel_affine_quantized): their values say nothing
+  /// about the run.
   bool outputs_uninitialized() const noexcept;
   /// True when any output tensor holds NaN/Inf (never for outputs_uninitialized() ops).
   bool outputs_non_finite() const noexcept;

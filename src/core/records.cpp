@@ -262,9 +262,12 @@ void append_args(const char* quoted_key, size_t key_size, const std::vector<Arg>
 }  // namespace
 
 bool OpRecord::outputs_uninitialized() const noexcept {
-  static constexpr std::string_view kOps[] = {"aten::empty", "aten::empty_like",
-                                              "aten::empty_strided", "aten::new_empty",
-                                              "aten::new_empty_strided"};
+  // Every allocation without a fill, LibTorch 1.13 to 2.x.
+  static constexpr std::string_view kOps[] = {
+      "aten::empty",           "aten::empty_like",        "aten::empty_strided",
+      "aten::empty_permuted",  "aten::empty_quantized",   "aten::new_empty",
+      "aten::new_empty_strided", "aten::_empty_affine_quantized",
+      "aten::_empty_per_channel_affine_quantized"};
   for (auto k : kOps) {
     if (op == k) return true;
   }
@@ -303,6 +306,7 @@ void append_json(const OpRecord& r, std::string& out) {
   o.lit(",\"sn\":");
   o.int64(r.seqnr);
   if (r.grad == false) o.lit(",\"grad\":false");  // on (the common case) or unknown: absent
+  if (r.background) o.lit(",\"bg\":true");
   o.put(',');
   if (!r.scope.empty()) str_field(o, "\"scope\":", r.scope);
   if (!r.node.empty()) str_field(o, "\"node\":", r.node);

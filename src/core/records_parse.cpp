@@ -393,6 +393,7 @@ enum OpKey : int {
   kDepth,
   kSn,
   kGrad,
+  kBg,
   kScope,
   kNode,
   kIn,
@@ -400,15 +401,16 @@ enum OpKey : int {
   kOpKeys,
   kUnknownOpKey = kOpKeys
 };
-constexpr std::string_view kOpKeyNames[kOpKeys] = {"step",  "seq",  "op",    "ovl", "call",
-                                                   "dir",   "thr",  "depth", "sn",  "grad",
-                                                   "scope", "node", "in",    "out"};
+constexpr std::string_view kOpKeyNames[kOpKeys] = {"step", "seq",   "op",   "ovl", "call",
+                                                   "dir",  "thr",   "depth", "sn",  "grad",
+                                                   "bg",   "scope", "node", "in",  "out"};
 
 constexpr json::KeyLiteral kOpKeyLiterals[kOpKeys] = {
     json::KeyLiteral("step"), json::KeyLiteral("seq"),   json::KeyLiteral("op"),
     json::KeyLiteral("ovl"),  json::KeyLiteral("call"),  json::KeyLiteral("dir"),
     json::KeyLiteral("thr"),  json::KeyLiteral("depth"), json::KeyLiteral("sn"),
-    json::KeyLiteral("grad"), json::KeyLiteral("scope"), json::KeyLiteral("node"),
+    json::KeyLiteral("grad"), json::KeyLiteral("bg"),    json::KeyLiteral("scope"),
+    json::KeyLiteral("node"),
     json::KeyLiteral("in"),   json::KeyLiteral("out")};
 
 int next_op_key(Cursor& c, int& expected) {
@@ -452,6 +454,8 @@ bool op_value(Cursor& c, int id, OpRecord& r) {
       r.grad = on;
       return true;
     }
+    case kBg:
+      return c.boolean(r.background);
     case kScope:
       return c.string(r.scope);
     case kNode:
@@ -515,6 +519,7 @@ bool parse_op_fast(Cursor& c, OpRecord& r) {
   } else {
     r.grad.reset();
   }
+  r.background = c.token(",\"bg\":true");
   if (c.token(",\"scope\":")) {
     if (!c.string(r.scope)) return false;
   } else {
@@ -543,6 +548,7 @@ bool parse_record(std::string_view line, OpRecord& out, std::string* error) {
   out.step = out.seq = out.call = 0;
   out.seqnr = -1;
   out.grad.reset();
+  out.background = false;
   out.op.clear();
   out.overload.clear();
   out.scope.clear();

@@ -47,6 +47,19 @@ bool written_unannotated(const std::string& arg) {
   return arg == "running_mean" || arg == "running_var";
 }
 
+// Ops whose output may be memory nothing wrote: a resize that grows its tensor (what lies past
+// the old size is whatever the allocator handed out; LibTorch's slow convolutions get their
+// output from at::empty + resize_), and set_ onto a Storage, whose bytes may never have been
+// written by an op.
+OpInfo::Regrows regrows(const std::string& name, const std::string& overload) {
+  if (name == "aten::resize_" || name == "aten::resize_as_" || name == "aten::_resize_output_" ||
+      name == "aten::resize" || name == "aten::resize_as" || name == "aten::_resize_output")
+    return OpInfo::Regrows::kIfGrown;
+  if (name == "aten::set_" && overload.rfind("source_Tensor", 0) != 0)
+    return OpInfo::Regrows::kAlways;  // set_(), set_.source_Storage*
+  return OpInfo::Regrows::kNo;
+}
+
 std::unique_ptr<OpInfo> make_info(const at::RecordFunction& fn) {
   auto schema = op_schema(fn);
   if (!schema) return nullptr;
@@ -56,11 +69,13 @@ std::unique_ptr<OpInfo> make_info(const at::RecordFunction& fn) {
   OpRecord probe;
   probe.op = info->name;
   info->outputs_uninitialized = probe.outputs_uninitialized();
+  info->regrows = regrows(info->name, info->overload);
   const auto& args = schema->arguments();
   for (size_t i = 0; i < args.size(); ++i) {
     if (writes(args[i].alias_info()) || written_unannotated(args[i].name()))
       info->write_args.push_back(i);
     if (args[i].alias_info() != nullptr) info->alias_args.push_back(i);
+    if (args[i].kwarg_only() && writes(args[i].alias_info())) info->out_args.push_back(i);
   }
   const auto& returns = schema->returns();
   info->returns_view = !returns.empty() && info->write_args.empty();

@@ -29,6 +29,8 @@ struct OpContext final : at::ObserverContext {
   bool writes = false;          // the op writes one of its arguments
   bool below_autograd = false;  // the op runs inside another op's kernel
   bool alias_unread = false;    // a view or alias of uninitialized memory: so is the output
+  bool output_unread = false;   // a set_ onto a Storage, a resize_ of unread memory
+  int64_t numel_before = -1;    // a resize's self before it: a grown output is unread
   bool range = false;           // its tensors get range statistics (Observer::range_for)
   bool save = false;
   std::string name;                        // full name, when saving tensors
@@ -45,6 +47,26 @@ bool any_requires_grad(c10::ArrayRef<const c10::IValue> values) {
         if (t.defined() && t.requires_grad()) return true;
   }
   return false;
+}
+
+// Whether the first output of a resize has more elements than its self had before.
+bool grew(const std::vector<c10::IValue>& outs, int64_t numel_before) {
+  if (outs.empty() || !outs[0].isTensor() || !outs[0].toTensor().defined()) return false;
+  return outs[0].toTensor().numel() > numel_before;
+}
+
+// A resize or set_ (OpInfo::regrows): whether its output will be unread.
+void note_regrow(StatsEngine& engine, const OpInfo& info, c10::ArrayRef<const c10::IValue> inputs,
+                 OpContext& ctx) {
+  if (info.regrows == OpInfo::Regrows::kAlways) {
+    ctx.output_unread = true;
+    return;
+  }
+  if (inputs.empty() || !inputs[0].isTensor()) return;
+  const at::Tensor& self = inputs[0].toTensor();
+  ctx.numel_before = self.defined() ? self.numel() : 0;
+  // Resizing memory nothing wrote (at::empty's) leaves it unwritten, grown or not.
+  if (self.defined() && engine.known_unread(self)) ctx.output_unread = true;
 }
 
 // Inside another op's kernel (VariableType's AutoDispatchBelowADInplaceOrView), ops write
@@ -105,9 +127,30 @@ const std::string* Observer::parameter_name(const at::Tensor& t) const {
   return &it->second.first;
 }
 
+void Observer::take_control() noexcept {
+  controller_.store(&thread_state(), std::memory_order_release);
+}
+
+bool Observer::outside_step(const ThreadState& ts) const noexcept {
+  return ts.nodes.empty() && &ts != controller_.load(std::memory_order_acquire);
+}
+
+int64_t Observer::next_call(ThreadState& ts, bool background, Direction dir, const OpInfo& info) {
+  if (!background) return op_calls_[static_cast<int>(dir)].next(info.name_index);
+  if (ts.own_calls_generation != generation_ || ts.own_calls_step != step_) {
+    ts.own_calls_generation = generation_;
+    ts.own_calls_step = step_;
+    std::fill(ts.own_calls.begin(), ts.own_calls.end(), 0);
+  }
+  // Forward only: a thread outside the step runs no autograd node.
+  if (info.name_index >= ts.own_calls.size()) ts.own_calls.resize(info.name_index + 64, 0);
+  return ts.own_calls[info.name_index]++;
+}
+
 void Observer::attach() {
   if (handle_ != 0) return;
   thread_index();  // the controlling thread is thread 0
+  take_control();
   {
     // Unobserved steps left the gradients as they are: stale until a backward writes them.
     std::lock_guard<std::mutex> lk(hook_mu_);
@@ -123,6 +166,7 @@ void Observer::detach() noexcept {
 }
 
 void Observer::begin_step(int64_t step) {
+  take_control();
   {
     std::lock_guard<std::mutex> lk(flagged_mu_);
     flagged_.clear();
@@ -162,7 +206,8 @@ uint32_t Observer::thread_index() {
   return ts.index;
 }
 
-Observer::Selection Observer::select(const std::string& op, Direction dir, int64_t call) {
+Observer::Selection Observer::select(const std::string& op, Direction dir, int64_t call,
+                                     bool background) {
   Selection s;
   if (dir == Direction::kForward ? !options_.dump_forward : !options_.dump_backward) return s;
   if (options_.max_calls_per_op >= 0 && call >= options_.max_calls_per_op) return s;
@@ -175,7 +220,9 @@ Observer::Selection Observer::select(const std::string& op, Direction dir, int64
   }
   const bool listed = list_.empty() || list_.matches(s.name);
   bool scoped = true;
-  if (range) {
+  if (range && background) {
+    scoped = in_range_;
+  } else if (range) {
     if (!in_range_ && s.name == options_.scope[0]) in_range_ = true;
     scoped = in_range_;
     if (in_range_ && s.name == options_.scope[1]) in_range_ = false;
@@ -218,16 +265,18 @@ std::unique_ptr<at::ObserverContext> Observer::on_op_start(const at::RecordFunct
     if (wanted && finite_) {
       fast = overflow_start(fn, info, depth, grad_on);
     } else if (wanted) {
-      const ThreadState& ts = thread_state();
+      ThreadState& ts = thread_state();
       const Direction dir = ts.nodes.empty() ? Direction::kForward : Direction::kBackward;
+      const bool background = outside_step(ts);
       Selection sel;
       {
         std::lock_guard<std::mutex> lk(engine_->order_mutex());
-        const int64_t call = op_calls_[static_cast<int>(dir)].next(info.name_index);
-        sel = select(info.name, dir, call);
+        const int64_t call = next_call(ts, background, dir, info);
+        sel = select(info.name, dir, call, background);
         if (sel.record) {
           op = make_op(info.name, info.overload, dir, depth);
           op->header.call = call;
+          op->header.background = background;
           engine_->push_op(op);
         }
       }
@@ -271,11 +320,13 @@ std::unique_ptr<at::ObserverContext> Observer::on_op_start(const at::RecordFunct
           AliasCapture alias;
           alias.positions = &info.alias_args;
           alias.unread_if_new = ctx->below_autograd || in_empty;
+          alias.destinations = &info.out_args;
           capture_args(inputs, op->in, *op, sel.save ? &ctx->name : nullptr, true, how, &alias);
           // A view (as_strided, transpose, resolve_conj...) of memory not written yet reads
           // the same garbage; an op that writes it makes it defined.
           ctx->alias_unread = alias.any_unread && !ctx->writes;
         }
+        if (info.regrows != OpInfo::Regrows::kNo) note_regrow(*engine_, info, inputs, *ctx);
         ctx->serial_after_inputs = engine_->next_serial();
         if (OriginTracker* t = origin_tracker_.load(std::memory_order_acquire)) {
           ctx->tracked = t->on_start(info, op->header, inputs);
@@ -379,7 +430,8 @@ void Observer::on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
       how.untracked = c->below_autograd;
       how.fresh = c->writes;
       how.reuse_before = c->serial_after_inputs;
-      how.unread = c->alias_unread;
+      how.unread = c->alias_unread || c->output_unread ||
+                   (c->numel_before >= 0 && grew(outs, c->numel_before));
       how.range = c->range;
       capture_args(c10::ArrayRef<const c10::IValue>(outs.data(), outs.size()), op.out, op,
                    c->save ? &c->name : nullptr, false, how, nullptr);
@@ -431,14 +483,20 @@ void Observer::capture_args(c10::ArrayRef<const c10::IValue> values, ArgRefs& ou
         alias != nullptr && alias->positions != nullptr &&
         std::find(alias->positions->begin(), alias->positions->end(), i) != alias->positions->end();
     mine = how;
-    mine.unread = how.unread || (!inputs && op.header.outputs_uninitialized());
+    // An out= argument's values before the op are not its input: a destination, often
+    // memory nothing wrote yet.
+    const bool destination =
+        alias != nullptr && alias->destinations != nullptr &&
+        std::find(alias->destinations->begin(), alias->destinations->end(), i) !=
+            alias->destinations->end();
+    mine.unread = how.unread || (!inputs && op.header.outputs_uninitialized()) || destination;
     mine.unread_if_new = aliased && alias->unread_if_new;
     if (v.isTensor()) {
       tensor(v.toTensor(), -1);
     } else if (v.isTensorList()) {
       auto list = v.toTensorList();
       for (size_t k = 0; k < list.size(); ++k) tensor(list.get(k), static_cast<int64_t>(k));
-    } else if (v.isList() && !v.toListRef().empty() && v.toListRef()[0].isTensor()) {
+    } else if (list_holds_tensor(v)) {
       int64_t k = 0;
       for (const auto& e : v.toListRef()) {  // Tensor?[] (index): None stays "null"
         if (e.isTensor()) {

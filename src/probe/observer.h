@@ -35,6 +35,7 @@ namespace precprobe {
 namespace detail {
 
 struct OpInfo;
+struct ThreadState;
 class OriginTracker;  // replay_origin.h
 class FiniteMemo;
 
@@ -140,7 +141,20 @@ class Observer {
     bool save = false;
     std::string name;
   };
-  Selection select(const std::string& op, Direction dir, int64_t call);
+  /// `background`: an op of a thread outside the step (outside_step()): it is recorded while
+  /// the step is inside a scope range but never opens or closes one.
+  Selection select(const std::string& op, Direction dir, int64_t call, bool background = false);
+  /// Whether an op on the thread of `ts` runs outside the training step: not on the controlling
+  /// thread (the one that called start() or step() last) and not inside an autograd node (the
+  /// engine's threads run the step's backward). Data-loader workers and other threads the
+  /// program starts: their ops are recorded with OpRecord::background, their own call counts,
+  /// and at whatever step they happen to run in (docs/debugger.md, "Threads").
+  bool outside_step(const ThreadState& ts) const noexcept;
+  /// The call index of this call of `info`'s op: counted per step for the step's ops, per
+  /// thread for a thread outside the step. Under engine_->order_mutex().
+  int64_t next_call(ThreadState& ts, bool background, Direction dir, const OpInfo& info);
+  /// The calling thread controls the steps from now on (start(), step()).
+  void take_control() noexcept;
   std::shared_ptr<PendingOp> make_op(const std::string& op, const std::string& overload,
                                      Direction dir, int32_t depth);
   /// The arguments an op writes or hands back as (a view of) its output.
@@ -148,7 +162,10 @@ class Observer {
     const std::vector<size_t>* positions = nullptr;  ///< OpInfo::alias_args
     bool unread_if_new = false;                      ///< not read when this step has not seen them
     bool any_unread = false;  ///< out: one of them is uninitialized memory (unread)
+    /// OpInfo::out_args: out= destinations, never read at the op's start.
+    const std::vector<size_t>* destinations = nullptr;
   };
+
   /// `how` applies to every tensor; outputs of aten::empty* ops are also `unread`.
   void capture_args(c10::ArrayRef<const c10::IValue> values, ArgRefs& out, const PendingOp& op,
                     const std::string* save_name, bool inputs, const CaptureOptions& how,
@@ -184,6 +201,7 @@ class Observer {
   std::unique_ptr<StatsEngine> engine_;
   uint64_t generation_;
   std::atomic<uint32_t> next_thread_{0};
+  std::atomic<const ThreadState*> controller_{nullptr};  ///< see outside_step()
   uint64_t handle_ = 0;
 
   // Parameters: StorageImpl* -> (name, numel). Read-only while attached.

@@ -35,6 +35,17 @@ struct OpInfo {
   std::vector<size_t> alias_args;
   /// aten::empty* (OpRecord::outputs_uninitialized()): the outputs are garbage, unread.
   bool outputs_uninitialized = false;
+  /// Positions of the out= arguments (keyword-only and written: `*, Tensor(a!) out`): a
+  /// destination. Its values before the op are not an input of it, and are often memory
+  /// nothing has written yet (a kernel's at::empty buffer): never read at the op's start.
+  std::vector<size_t> out_args;
+  /// Ops that hand back memory no op may have written, whatever their name says.
+  enum class Regrows : uint8_t {
+    kNo,
+    kIfGrown,  ///< resize_, resize_as_, _resize_output_: the elements past the old size
+    kAlways,   ///< set_ to a Storage (or to nothing): memory whose contents are unknown
+  };
+  Regrows regrows = Regrows::kNo;
   /// Every return is a view of an argument the op does not write (`Tensor(a)`: select,
   /// slice, view, t, expand, as_strided...): its values are the argument's, so it can hold
   /// NaN/Inf only if the argument did — never an origin for overflow_check.
@@ -111,6 +122,12 @@ struct ThreadState {
   std::vector<NodeFrame> nodes;  ///< autograd nodes being run, innermost last
   uint64_t generation = 0;       ///< Observer generation `index` belongs to
   uint32_t index = 0;            ///< small thread index for that Observer
+  /// A thread outside the training step (Observer::outside_step): its own call counts per op
+  /// name (OpInfo::name_index), for step `own_calls_step` of Observer generation
+  /// `own_calls_generation`. Its calls never shift the call indices of the step's ops.
+  std::vector<int64_t> own_calls;
+  int64_t own_calls_step = -1;
+  uint64_t own_calls_generation = 0;
 };
 
 ThreadState& thread_state() noexcept;
@@ -132,6 +149,15 @@ void for_each_tensor(const c10::IValue& v, Fn&& fn) {
     for (const auto& e : v.toListRef())
       if (e.isTensor()) fn(e.toTensor());
   }
+}
+
+/// Whether a list argument holds a tensor anywhere: a Tensor?[] (aten::index's indices) may
+/// start with None, as `x[:, idx]` gives [None, idx].
+inline bool list_holds_tensor(const c10::IValue& v) {
+  if (!v.isList()) return false;
+  for (const auto& e : v.toListRef())
+    if (e.isTensor()) return true;
+  return false;
 }
 
 /// A non-tensor argument as JSON text: `1`, `0.5`, `[1,2]`, `"mean"`, `null`, `true`.

@@ -12,6 +12,7 @@
 // counts 0 and statistics NaN (as for uninitialized memory). Ops that return views of
 // their arguments (OpInfo::returns_view) are not read at all: they cannot be an origin.
 #include <ATen/core/grad_mode.h>
+#include <c10/util/SmallVector.h>
 
 #include <algorithm>
 
@@ -32,7 +33,13 @@ struct OverflowContext final : at::ObserverContext {
   int32_t depth = 0;
   Direction dir = Direction::kForward;
   bool grad_on = false;             // the caller's grad mode
+  bool background = false;          // a thread outside the step (Observer::outside_step)
   bool written_non_finite = false;  // an argument it writes held NaN/Inf before
+  // The op's inputs, held from its start: the dispatcher frees the boxed arguments right
+  // after the start callbacks, so fn.inputs() must not be read at the end (a TensorList
+  // built for the call, as torch::stack({a, b}) builds one, is gone by then). Reading them
+  // at the end crashed the program in aten::stack (issue 35).
+  c10::SmallVector<c10::IValue, 4> inputs;
 };
 
 bool any_requires_grad(c10::ArrayRef<const c10::IValue> values) {
@@ -47,17 +54,24 @@ bool is_written(const OpInfo& info, size_t i) {
   return std::find(info.write_args.begin(), info.write_args.end(), i) != info.write_args.end();
 }
 
+// An out= argument: what it held before is not the op's input (OpInfo::out_args).
+bool is_destination(const OpInfo& info, size_t i) {
+  return std::find(info.out_args.begin(), info.out_args.end(), i) != info.out_args.end();
+}
+
 }  // namespace
 
 std::unique_ptr<at::ObserverContext> Observer::overflow_start(const at::RecordFunction& fn,
                                                               const OpInfo& info, int32_t depth,
                                                               bool grad_on) {
-  const Direction dir = thread_state().nodes.empty() ? Direction::kForward : Direction::kBackward;
+  ThreadState& ts = thread_state();
+  const Direction dir = ts.nodes.empty() ? Direction::kForward : Direction::kBackward;
+  const bool background = outside_step(ts);
   int64_t call = 0;
   {
     std::lock_guard<std::mutex> lk(engine_->order_mutex());
-    call = op_calls_[static_cast<int>(dir)].next(info.name_index);
-    if (!select(info.name, dir, call).record) return nullptr;
+    call = next_call(ts, background, dir, info);
+    if (!select(info.name, dir, call, background).record) return nullptr;
   }
   auto ctx = std::make_unique<OverflowContext>();
   ctx->info = &info;
@@ -65,10 +79,12 @@ std::unique_ptr<at::ObserverContext> Observer::overflow_start(const at::RecordFu
   ctx->depth = depth;
   ctx->dir = dir;
   ctx->grad_on = grad_on;
+  ctx->background = background;
+  auto inputs = fn.inputs();
+  ctx->inputs.assign(inputs.begin(), inputs.end());
   if (!info.write_args.empty()) {
-    auto inputs = fn.inputs();
     for (size_t i : info.write_args) {
-      if (i >= inputs.size()) continue;
+      if (i >= inputs.size() || is_destination(info, i)) continue;
       for_each_tensor(inputs[i], [&](const at::Tensor& t) {
         if (!ctx->written_non_finite && !finite_->known(t) && has_non_finite(t))
           ctx->written_non_finite = true;
@@ -97,7 +113,9 @@ void Observer::overflow_end(const at::RecordFunction& fn, at::ObserverContext* c
         if (!t.defined()) return;
         // Garbage is never read; remembered as "finite" so that the op writing it next
         // does not read it either.
-        if (info.outputs_uninitialized || !has_non_finite(t)) {
+        // A resize or set_ hands back its self's values, or memory nothing wrote.
+        if (info.outputs_uninitialized || info.regrows != OpInfo::Regrows::kNo ||
+            !has_non_finite(t)) {
           finite_->note(t);
         } else {
           bad = true;
@@ -105,7 +123,7 @@ void Observer::overflow_end(const at::RecordFunction& fn, at::ObserverContext* c
       });
     if (!bad || c->written_non_finite) return;
     // NaN/Inf came out: an origin only if none went in.
-    auto inputs = fn.inputs();
+    const c10::ArrayRef<const c10::IValue> inputs(c->inputs.data(), c->inputs.size());
     bool bad_input = false;
     for (size_t i = 0; i < inputs.size() && !bad_input; ++i) {
       if (is_written(info, i)) continue;  // tested before the op wrote it
@@ -120,6 +138,7 @@ void Observer::overflow_end(const at::RecordFunction& fn, at::ObserverContext* c
       std::lock_guard<std::mutex> lk(engine_->order_mutex());
       op = make_op(info.name, info.overload, c->dir, c->depth);
       op->header.call = c->call;
+      op->header.background = c->background;
       engine_->push_op(op);
     }
     OpRecord& h = op->header;

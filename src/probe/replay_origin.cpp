@@ -178,7 +178,8 @@ struct OriginTracker::Call {
 std::shared_ptr<OriginTracker::Call> OriginTracker::on_start(
     const OpInfo& info, const OpRecord& header, c10::ArrayRef<const c10::IValue> inputs) {
   try {
-    if (header.outputs_uninitialized()) return nullptr;
+    // Memory nothing wrote, or (resize, set_) handed back: never an origin.
+    if (header.outputs_uninitialized() || info.regrows != OpInfo::Regrows::kNo) return nullptr;
     {
       std::lock_guard<std::mutex> lk(mu_);
       // Later ops cannot win once enough earlier candidates are kept.
@@ -188,6 +189,9 @@ std::shared_ptr<OriginTracker::Call> OriginTracker::on_start(
     const bool skip_self = overwrites_self(info.name);
     for (size_t i = 0; i < inputs.size(); ++i) {
       if (i == 0 && skip_self) continue;
+      // An out= destination's old values are not an input (often memory nothing wrote).
+      if (std::find(info.out_args.begin(), info.out_args.end(), i) != info.out_args.end())
+        continue;
       bool finite = true;
       for_each_tensor(inputs[i], [&](const at::Tensor& t) { finite = finite && all_finite(t); });
       if (!finite) {
@@ -500,7 +504,7 @@ int save_inputs(const std::vector<c10::IValue>& inputs, const std::string& dir,
       save(v.toTensor());
     } else if (v.isTensorList()) {
       for (const at::Tensor& t : v.toTensorList().vec()) save(t);
-    } else if (v.isList() && !v.toListRef().empty() && v.toListRef()[0].isTensor()) {
+    } else if (list_holds_tensor(v)) {
       for (const auto& e : v.toListRef()) {
         if (e.isTensor()) {
           save(e.toTensor());

@@ -77,7 +77,37 @@ const void* first_byte(const at::Tensor& t) {
   return base == nullptr ? nullptr : base + t.storage_offset() * t.element_size();
 }
 
+// The bytes an unread dense CPU tensor covers, fingerprinted (Slot::unread_fp); nothing for
+// another tensor.
+void take_unread_fingerprint(Slot& s, const at::Tensor& t) {
+  if (!t.is_cpu() || t.layout() != c10::kStrided || !t.is_non_overlapping_and_dense()) return;
+  const int64_t bytes = static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
+  const void* data = first_byte(t);
+  if (bytes <= 0 || data == nullptr) return;
+  s.unread_data = data;
+  s.unread_bytes = bytes;
+  s.unread_fp = unread_fingerprint(data, static_cast<size_t>(bytes));
+}
+
 }  // namespace
+
+uint64_t unread_fingerprint(const void* p, size_t n) noexcept {
+  if (n >= 64) return memory_fingerprint(p, n);
+  uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a over every byte of a small tensor
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001b3ULL;
+  return h;
+}
+
+bool unread_unchanged(const Slot& hit, const at::Tensor& t) {
+  if (hit.unread_bytes == 0) return true;  // not a CPU tensor: as it was captured
+  if (!t.is_cpu() || first_byte(t) != hit.unread_data ||
+      static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size()) !=
+          hit.unread_bytes)
+    return false;
+  return unread_fingerprint(hit.unread_data, static_cast<size_t>(hit.unread_bytes)) ==
+         hit.unread_fp;
+}
 
 StatsEngine::StatsEngine(EngineConfig config) : cfg_(std::move(config)) {
   if (cfg_.async) worker_ = std::thread([this] { worker_main(); });
@@ -128,11 +158,26 @@ void StatsEngine::remember_locked(const TensorKey& key, const std::shared_ptr<Sl
   index_locked(key);
 }
 
+bool StatsEngine::known_unread(const at::Tensor& t) {
+  const TensorKey key = make_key(t);
+  if (!key.versioned || key.storage == nullptr) return false;
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = cache_.find(key);
+  return it != cache_.end() && it->second->unread && !it->second->overwritten &&
+         it->second->epoch == epoch_ && unread_unchanged(*it->second, t);
+}
+
 std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, const CaptureOptions& how) {
   TensorKey key = make_key(t);
   const bool cacheable = key.versioned && key.storage != nullptr;
-  auto usable = [&how](const Slot& hit) {
-    return !hit.overwritten && !how.fresh && !(hit.untracked && hit.serial >= how.reuse_before);
+  // An unread slot (memory nothing had written when it was captured) stands for the tensor
+  // later only while its memory holds the bytes it held then: a program fills at::empty's
+  // memory through data_ptr() (as at::tensor({...}) and data loaders do) with no op and no
+  // version bump. Inside a kernel it stands as it is: the kernel may have written part of its
+  // buffer, and what it has not written is still garbage.
+  auto usable = [&how, &t](const Slot& hit) {
+    return !hit.overwritten && !how.fresh && !(hit.untracked && hit.serial >= how.reuse_before) &&
+           (!hit.unread || how.untracked || unread_unchanged(hit, t));
   };
   // A slot carried from an earlier step stands for `t` after a fingerprint check.
   auto current = [&](Slot& hit) { return hit.epoch == epoch_ || current_locked(hit, t, how); };
@@ -182,6 +227,7 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, const CaptureOpt
   s->unread =
       how.unread ||
       (how.unread_if_new && (cached == nullptr || (*cached)->unread || (*cached)->epoch != epoch_));
+  if (s->unread) take_unread_fingerprint(*s, t);
   s->untracked = how.untracked;
   s->range = how.range;
   s->serial = serial_.fetch_add(1, std::memory_order_relaxed);

@@ -73,6 +73,13 @@ struct Slot {
   /// are 0 and statistics NaN, so garbage never reads as NaN/Inf, here or where the same
   /// tensor is a later op's input (a cache hit).
   bool unread = false;
+  /// An unread CPU tensor's memory as it was at capture (unread_fingerprint()): a later op
+  /// outside a kernel is served this slot only while the memory still holds the same bytes,
+  /// i.e. nothing wrote it through a pointer meanwhile (at::tensor({...})'s memcpy, a data
+  /// loader filling at::empty's memory). 0 bytes: not taken (the slot serves as before).
+  const void* unread_data = nullptr;
+  int64_t unread_bytes = 0;
+  uint64_t unread_fp = 0;
   /// Also count the range statistics (TensorStats::range) of a floating tensor.
   bool range = false;
   /// Captured below the ADInplaceOrView dispatch key, i.e. inside another op's kernel:
@@ -105,6 +112,13 @@ struct Slot {
   /// memory again. Guarded by StatsEngine::mu_.
   uint64_t epoch = 0;
 };
+
+/// A fingerprint of `n` bytes at `p` (memory_fingerprint() from 64 bytes on, every byte
+/// below): what an unread slot's memory held at capture.
+uint64_t unread_fingerprint(const void* p, size_t n) noexcept;
+/// Whether `t` is the memory unread slot `hit` was captured from and still holds those
+/// bytes (a slot without a fingerprint: true).
+bool unread_unchanged(const Slot& hit, const at::Tensor& t);
 
 /// A new Slot, from the pool (block_pool.h): slots are made on the training thread and
 /// freed where their op is emitted.
@@ -212,6 +226,9 @@ class StatsEngine {
   std::shared_ptr<Slot> capture(const at::Tensor& t, const CaptureOptions& how = {});
   /// The serial the next new slot gets.
   uint64_t next_serial() const;
+  /// Whether this step captured `t`, as it is now, as uninitialized memory (Slot::unread)
+  /// and nothing wrote its storage since.
+  bool known_unread(const at::Tensor& t);
   /// Queues writing `t` to `path` (task "tensor"); kept in order with in-place writes.
   void capture_for_save(const at::Tensor& t, std::string path);
   /// Called before an op writes to `t` (every such op, busy or not): no queued job may

@@ -13,7 +13,11 @@
 //
 //   oracle_train --dump DIR [--async 0|1] [--level L1|L2] [--threads N] [--steps N]
 //                [--record always|on_anomaly] [--bad-step K] [--single-optimizer]
-//                [--no-scaler] [--fp32] [--keep-dropout] [--tensors]
+//                [--no-scaler] [--fp32] [--keep-dropout] [--tensors] [--mkldnn 0|1]
+//
+// --mkldnn 0 turns oneDNN off (at::globalContext().setUserEnabledMkldnn(false)): LibTorch then
+// takes its own slow convolution, as it does for bfloat16 on CPUs without AVX-512, whose
+// output is an at::empty buffer resized and filled inside the kernel (issue 35).
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
@@ -41,6 +45,7 @@ struct Flags {
   bool bf16 = true;
   bool keep_dropout = false;
   bool tensors = false;  // "task": "tensor": every recorded tensor saved as .npy.zst
+  bool mkldnn = true;    // oneDNN's convolution (when the CPU and dtype allow it)
 };
 
 Flags parse(int argc, char** argv) {
@@ -74,6 +79,8 @@ Flags parse(int argc, char** argv) {
       f.scaler = false;
     } else if (a == "--tensors") {
       f.tensors = true;
+    } else if (a == "--mkldnn") {
+      f.mkldnn = value() != "0";
     } else if (a == "--keep-dropout") {
       f.keep_dropout = true;
     } else if (a == "--fp32") {
@@ -156,6 +163,7 @@ int main(int argc, char** argv) {
   const Flags f = parse(argc, argv);
   precprobe::seed_all(1234, /*deterministic=*/true);
   torch::set_num_threads(f.threads);
+  if (!f.mkldnn) at::globalContext().setUserEnabledMkldnn(false);
 
   Net net;
   std::vector<torch::Tensor> features, head;

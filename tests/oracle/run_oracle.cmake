@@ -10,8 +10,19 @@
 #                    step, whose records must equal step 3 of a run recorded throughout
 #                    ("always"), async and sync.
 cmake_policy(SET CMP0054 NEW)
+# KERNELS: "native" (oneDNN on, ATen's kernels for this CPU), "no_mkldnn" (LibTorch's own
+# convolution, as on CPUs without AVX-512 for bfloat16), "cpu_default" (oneDNN off and ATen's
+# kernels forced down to ATEN_CPU_CAPABILITY=default): every machine exercises the paths the
+# others take (issue 35: an AVX2-only machine read a resize_'s unwritten output).
+set(kernel_args)
+if(KERNELS STREQUAL "no_mkldnn" OR KERNELS STREQUAL "cpu_default")
+  set(kernel_args --mkldnn 0)
+endif()
+if(KERNELS STREQUAL "cpu_default")
+  set(ENV{ATEN_CPU_CAPABILITY} default)
+endif()
 function(train name)
-  execute_process(COMMAND ${PROGRAM} --dump ${DUMP}_${name} --level ${LEVEL} ${ARGN}
+  execute_process(COMMAND ${PROGRAM} --dump ${DUMP}_${name} --level ${LEVEL} ${kernel_args} ${ARGN}
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "oracle_train ${name} (${ARGN}) failed (${rc}):\n${out}\n${err}")

@@ -188,6 +188,12 @@ void print_totals(const CompareResult& r) {
   std::cout << '\n';
   std::cout << fmt::format("{} match, {} noise, {} divergent; {:.1f}% of ops aligned\n",
                            r.match_ops, r.noise_ops, r.divergent_ops, 100 * r.aligned_fraction);
+  if (r.background_a + r.background_b > 0)
+    std::cout << fmt::format(
+        "Not compared: {} ops of A and {} of B ran on threads outside the training step "
+        "(data-loader workers; their timing is the scheduler's); the step's ops that consume "
+        "their data are compared.\n",
+        r.background_a, r.background_b);
 }
 
 void print_statistics(const CompareResult& r, const CompareArgs& args, const Terminal& term) {

@@ -33,6 +33,10 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 struct Side {
   Groups groups;
   analysis_detail::LossScales scales;
+  /// Ops of threads outside the training step (OpRecord::background): which step they fall
+  /// into, and on which of the program's threads, is up to the scheduler, so they are not
+  /// paired; their data reaches the step's ops, which are.
+  int64_t background = 0;
 };
 
 // `side` 0 is A, 1 is B: with opt.ranks each side keeps its own rank, and B's records are
@@ -47,6 +51,10 @@ Side load(RecordSource& src, const CompareOptions& opt, int side) {
   };
   Side s;
   src.ops([&](const OpRecord& r) {
+    if (r.background) {
+      if (group(r.step, r.rank)) ++s.background;
+      return true;
+    }
     if (auto key = group(r.step, r.rank)) {
       auto& ops = s.groups[*key];
       ops.push_back(r);
@@ -288,6 +296,8 @@ CompareResult compare_groups(const Side& sa, const Side& sb, const CompareOption
   const Groups& ga = sa.groups;
   const Groups& gb = sb.groups;
   CompareResult res;
+  res.background_a = sa.background;
+  res.background_b = sb.background;
   res.first_mode = opt.first;
   res.exact_mode = opt.exact;
   std::optional<OpCompare> first_divergent, first_inexact;

@@ -118,6 +118,8 @@ nlohmann::json CompareResult::to_json() const {
                    {"aligned_fraction", aligned_fraction},
                    {"ops_a", ops_a},
                    {"ops_b", ops_b},
+                   {"background_a", background_a},
+                   {"background_b", background_b},
                    {"match_ops", match_ops},
                    {"noise_ops", noise_ops},
                    {"divergent_ops", divergent_ops}};

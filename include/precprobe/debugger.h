@@ -17,8 +17,12 @@
 //
 //     dbg.start({{"G", generator}, {"D", discriminator}}, {&opt_g, &opt_d});
 //
-// Threads: construct, start(), stop() and step() from one controlling thread (the training
-// loop). Ops are observed on every thread (autograd engine threads, user threads). At most
+// Switched off ("enable": false in the config, or PRECPROBE_DISABLE=1) every member is a
+// cheap no-op and run_step() only calls its lambda: the program needs no `if`. While started,
+// a fatal signal leaves a crash record and what was complete (precprobe/crash_flush.h).
+//
+// Threads: construct, start(), stop(), step() and run_step() from one controlling thread
+// (the training loop). Ops are observed on every thread (autograd engine threads, user threads). At most
 // one debugger is started in a process at a time; start() on a second throws.
 // Nothing here throws into a training step: errors while observing are reported through
 // precprobe::report_error() and counted.

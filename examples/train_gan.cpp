@@ -137,11 +137,9 @@ int main(int argc, char** argv) try {
   precprobe::DebuggerOptions opts;
   opts.dump_path = flags.dump;
   opts.overwrite = true;
-  std::unique_ptr<precprobe::PrecisionDebugger> dbg;
-  if (flags.debugger) {
-    dbg = std::make_unique<precprobe::PrecisionDebugger>(opts);
-    dbg->start({{"G", generator}, {"D", discriminator}}, {&g_opt, &d_opt});
-  }
+  opts.enable = flags.debugger;  // off: every call below returns at once, no `if` needed
+  precprobe::PrecisionDebugger dbg(opts);
+  dbg.start({{"G", generator}, {"D", discriminator}}, {&g_opt, &d_opt});
 
   const torch::Tensor order = torch::randperm(n);
   const auto t0 = std::chrono::steady_clock::now();
@@ -170,11 +168,9 @@ int main(int argc, char** argv) try {
     g_opt.step();
 
     const double d_loss = d_loss_real.item<double>() + d_loss_fake.item<double>();
-    if (dbg) {
-      dbg->log_scalar("d_loss", d_loss);
-      dbg->log_scalar("g_loss", g_loss.item<double>());
-      dbg->step();
-    }
+    dbg.log_scalar("d_loss", d_loss);
+    dbg.log_scalar("g_loss", g_loss.item<double>());
+    dbg.step();
     if (flags.log_every > 0 && step % flags.log_every == 0) {
       std::printf("step %5lld  d_loss %.4f  g_loss %.4f  D(x) %.3f  D(G(z)) %.3f\n",
                   static_cast<long long>(step), d_loss, g_loss.item<double>(),
@@ -183,7 +179,7 @@ int main(int argc, char** argv) try {
     }
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (dbg) dbg->stop();
+  dbg.stop();
   std::printf("trained %lld steps in %.1f s\n", static_cast<long long>(flags.steps), secs);
   return 0;
 } catch (const std::exception& e) {

@@ -67,6 +67,53 @@ struct OpBrief {
   nlohmann::json to_json() const;
 };
 
+// ------------------------------------------------------------------- how the run ended
+
+/// How one rank's run ended, from meta.json's "state", crash.json and the "step_end" events
+/// (docs/dump-format.md, "Did the run stop?").
+struct RankRunState {
+  int rank = 0;
+  /// "stopped" (stop() wrote meta.json), "signalled" (SIGTERM/SIGINT, flushed before it
+  /// went on), "crashed" (a fatal signal: crash.json or meta.json "crashed"), "not_stopped"
+  /// (meta.json still says "running" and no crash record: killed with SIGKILL, power lost,
+  /// or still running), "unknown" (no state: not written by the debugger).
+  std::string state = "unknown";
+  std::optional<int> signal;         ///< "signalled" or "crashed"
+  std::optional<CrashRecord> crash;  ///< crash.json (else meta.json's "crash")
+  /// meta.json says "crashed": the flush after the crash completed (else only crash.json
+  /// was written, by the signal handler, and the step_end events tell what is complete).
+  bool crash_flushed = false;
+  /// The writer marks step ends (meta.json "step_end_events"); older dumps do not.
+  bool step_end_events = false;
+  /// The last step whose "step_end" event is on disk: every record of it and of the steps
+  /// before was written. nullopt: none.
+  std::optional<int64_t> complete_through;
+  /// Did not stop: "crashed" or "not_stopped".
+  bool incomplete() const noexcept { return state == "crashed" || state == "not_stopped"; }
+};
+
+struct RunState {
+  std::vector<RankRunState> ranks;
+
+  /// No rank is incomplete: every rank stopped, was signalled and flushed, or has no state.
+  bool stopped() const noexcept;
+  bool crashed() const noexcept;
+  /// The smallest complete_through of the incomplete ranks (nullopt: none known, or all
+  /// stopped).
+  std::optional<int64_t> complete_through() const;
+  /// For people, "" when stopped: "the run did not stop — crashed or still running;
+  /// complete through step 2", "the run crashed: SIGSEGV at step 3 in aten::mul (thread
+  /// 0); complete through step 2" (per rank, "rank 1: ...", when ranks differ).
+  std::string describe() const;
+  /// {"stopped", "crashed", "complete_through", "text", "ranks": [...]}.
+  nlohmann::json to_json() const;
+};
+
+/// How the run of every rank ended: meta.json, crash.json and a pass over the events.
+RunState run_state(DumpReader& reader);
+/// The same from records in memory (crash.json is read when a rank's `dir` names one).
+RunState run_state(const DumpData& data);
+
 // ---------------------------------------------------------------------------- summary
 
 struct NameCount {
@@ -149,6 +196,8 @@ struct SummaryResult {
   /// The debugger's replayed anomalies ("record": "on_anomaly"), every rank, in file order;
   /// in the JSON as "anomalies" (always present).
   std::vector<AnomalyEvent> anomalies;
+  /// How the run ended; in the JSON as "run". Not stopped: the data is not complete.
+  RunState run;
 
   nlohmann::json to_json() const;
 };
@@ -177,6 +226,11 @@ struct RankOverflow {
   int rank = 0;
   bool found = false;
   OpBrief origin;
+  /// The module of the origin, attributed as `precprobe precision` does (modules.h): a
+  /// forward op belongs to the module of the last parameter an op of its step consumed, a
+  /// backward op to the module of the forward op that made its autograd node. nullopt when
+  /// no parameter was named or none was consumed before it in its step.
+  std::optional<std::string> origin_module;
   /// Other ops with non-finite outputs that started after the origin or ran around it (its
   /// step and later ones).
   int64_t later_nonfinite_ops = 0;
@@ -192,10 +246,15 @@ struct RankOverflow {
 };
 
 struct OverflowResult {
-  bool found = false;          ///< an origin was found on some rank
-  OpBrief origin;              ///< the earliest by (step, seq, rank)
-  bool any_nonfinite = false;  ///< some op had non-finite inputs or outputs
+  bool found = false;                        ///< an origin was found on some rank
+  OpBrief origin;                            ///< the earliest by (step, seq, rank)
+  std::optional<std::string> origin_module;  ///< its module (RankOverflow::origin_module)
+  bool any_nonfinite = false;                ///< some op had non-finite inputs or outputs
   std::vector<RankOverflow> ranks;
+  /// The steps of the op records read: what "no NaN/Inf" covers.
+  std::optional<int64_t> step_min, step_max;
+  /// How the run ended (run_state()); from a DumpData without meta.json: "unknown".
+  RunState run;
 
   nlohmann::json to_json() const;
 };

@@ -17,8 +17,12 @@
 //
 //     dbg.start({{"G", generator}, {"D", discriminator}}, {&opt_g, &opt_d});
 //
-// Threads: construct, start(), stop() and step() from one controlling thread (the training
-// loop). Ops are observed on every thread (autograd engine threads, user threads). At most
+// Switched off ("enable": false in the config, or PRECPROBE_DISABLE=1) every member is a
+// cheap no-op and run_step() only calls its lambda: the program needs no `if`. While started,
+// a fatal signal leaves a crash record and what was complete (precprobe/crash_flush.h).
+//
+// Threads: construct, start(), stop(), step() and run_step() from one controlling thread
+// (the training loop). Ops are observed on every thread (autograd engine threads, user threads). At most
 // one debugger is started in a process at a time; start() on a second throws.
 // Nothing here throws into a training step: errors while observing are reported through
 // precprobe::report_error() and counted.
@@ -30,7 +34,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -72,6 +78,52 @@ template <typename HolderT, typename = decltype(std::declval<const HolderT&>().p
 std::shared_ptr<torch::nn::Module> module_ptr(const HolderT& h) {
   return std::static_pointer_cast<torch::nn::Module>(h.ptr());
 }
+/// What a run_step() lambda may return: its losses, handed to the "on_anomaly" checks.
+/// One tensor is "the loss"; a std::vector, std::tuple or std::pair of tensors are several,
+/// named "loss/0", "loss/1", ... in the dump; void: no loss (only gradients are checked).
+template <typename R, typename = void>
+struct StepLosses {
+  static constexpr bool kValid = false;
+};
+template <>
+struct StepLosses<void> {
+  static constexpr bool kValid = true;
+  static constexpr bool kSeveral = false;
+};
+template <>
+struct StepLosses<at::Tensor> {
+  static constexpr bool kValid = true;
+  static constexpr bool kSeveral = false;
+  static void collect(const at::Tensor& t, std::vector<at::Tensor>& out) { out.push_back(t); }
+};
+template <>
+struct StepLosses<std::vector<at::Tensor>> {
+  static constexpr bool kValid = true;
+  static constexpr bool kSeveral = true;
+  static void collect(const std::vector<at::Tensor>& v, std::vector<at::Tensor>& out) {
+    out.insert(out.end(), v.begin(), v.end());
+  }
+};
+template <typename... T>
+struct StepLosses<std::tuple<T...>,
+                  std::enable_if_t<(std::is_same<std::decay_t<T>, at::Tensor>::value && ...)>> {
+  static constexpr bool kValid = true;
+  static constexpr bool kSeveral = true;
+  static void collect(const std::tuple<T...>& t, std::vector<at::Tensor>& out) {
+    std::apply([&out](const auto&... x) { (out.push_back(x), ...); }, t);
+  }
+};
+template <typename A, typename B>
+struct StepLosses<std::pair<A, B>,
+                  std::enable_if_t<std::is_same<std::decay_t<A>, at::Tensor>::value &&
+                                   std::is_same<std::decay_t<B>, at::Tensor>::value>> {
+  static constexpr bool kValid = true;
+  static constexpr bool kSeveral = true;
+  static void collect(const std::pair<A, B>& p, std::vector<at::Tensor>& out) {
+    out.push_back(p.first);
+    out.push_back(p.second);
+  }
+};
 }  // namespace detail
 
 /// One model of several given to PrecisionDebugger::start: its parameters are named
@@ -104,9 +156,13 @@ struct DebuggerCounters {
 class PrecisionDebugger {
  public:
   /// Uses $PRECPROBE_CONFIG when set, else `options`. Throws precprobe::Error on a bad
-  /// configuration; creates nothing on disk yet.
+  /// configuration; creates nothing on disk yet. Switched off ("enable": false, or the
+  /// environment variable PRECPROBE_DISABLE=1, which skips reading any configuration)
+  /// every member is a cheap no-op (enabled()). PRECPROBE_DISABLE other than 0/1, false/true,
+  /// no/yes, off/on or empty throws precprobe::Error naming it.
   explicit PrecisionDebugger(DebuggerOptions options = {});
-  /// Reads a config.json ($PRECPROBE_CONFIG overrides). Throws precprobe::Error.
+  /// Reads a config.json ($PRECPROBE_CONFIG overrides; PRECPROBE_DISABLE=1: reads nothing).
+  /// Throws precprobe::Error.
   explicit PrecisionDebugger(const std::string& config_path);
   /// As PrecisionDebugger(options), with rank and world size from `process_group` instead of
   /// RANK/WORLD_SIZE; "replica_check_every" runs its replica checks over this group. Throws
@@ -172,18 +228,27 @@ class PrecisionDebugger {
   ///     dbg.start({{"G", generator}, {"D", discriminator}}, {&opt_g, &opt_d});
   void start(std::vector<NamedModel> models, std::vector<torch::optim::Optimizer*> optimizers = {});
 
-  /// Runs one training step `f` (zero_grad, forward, backward, optimizer step; it returns
-  /// the loss) and ends it with step(); returns what f returned.
-  /// "record": "always": f() then step(). "record": "on_anomaly": the state before the step
-  /// is kept (parameters, buffers, optimizer state, RNG), f runs unobserved, and when a
-  /// trigger fires ("on_anomaly" config) the state is put back and f runs again with every
-  /// op recorded; the "anomaly" event says what happened and where (docs/debugger.md,
-  /// "Record on anomaly"). Training continues from that second run. Every checked step
-  /// writes its loss (scalar "loss") and its gradients' norms (grads records). The parameters
-  /// and optimizer state are copied by a helper thread while f's forward runs: f must not
-  /// change a weight in place before backward (found, and the snapshot falls back to a copy
-  /// before each step) nor through .data() (not found). Exceptions thrown by f propagate
-  /// unchanged; the debugger's own failures are reported and counted.
+  /// Runs one training step `f` (zero_grad, forward, backward, optimizer step) and returns
+  /// what f returned, as it returned it: the loss (a tensor), several losses (a
+  /// std::vector, std::tuple or std::pair of tensors: a GAN's d_loss and g_loss, no stacking
+  /// needed) or nothing. The step stays open after run_step returns: what the program does
+  /// next (`dbg.log_scalar("loss", l.item<double>())`, the ops of that `.item()`) belongs
+  /// to the step f ran, and the next run_step(), step() or stop() ends it (current_step() is
+  /// the step just run until then). A step() right after run_step() ends that same step; a
+  /// loop of plain step()s works as before.
+  /// "record": "always": f() is recorded as any step. "record": "on_anomaly": the state
+  /// before the step is kept (parameters, buffers, optimizer state, RNG), f runs
+  /// unobserved, and when a trigger fires ("on_anomaly" config: every returned loss is
+  /// checked for NaN/Inf) the state is put back and f runs again with every op recorded;
+  /// the "anomaly" event says what happened and where (docs/debugger.md, "Record on
+  /// anomaly"). Training continues from that second run, whose result run_step returns.
+  /// Every checked step writes its losses (scalars "loss", or "loss/0", "loss/1", ... for
+  /// several) and its gradients' norms (grads records). The parameters and optimizer state
+  /// are copied by a helper thread while f's forward runs: f must not change a weight in
+  /// place before backward (found, and the snapshot falls back to a copy before each step)
+  /// nor through .data() (not found). Exceptions thrown by f propagate unchanged; the
+  /// debugger's own failures are reported and counted. A debugger switched off ("enable":
+  /// false, PRECPROBE_DISABLE=1) only calls f.
   ///
   ///     torch::Tensor loss = dbg.run_step([&] {
   ///       opt.zero_grad();
@@ -192,18 +257,53 @@ class PrecisionDebugger {
   ///       opt.step();
   ///       return l;
   ///     });
-  at::Tensor run_step(c10::function_ref<at::Tensor()> f);
+  ///     dbg.log_scalar("loss", loss.item<double>());  // the step just run
+  ///
+  ///     auto [d_loss, g_loss] = dbg.run_step([&] { ...; return std::make_tuple(d, g); });
+  template <typename F>
+  std::decay_t<std::invoke_result_t<F&>> run_step(F&& f) {
+    using R = std::decay_t<std::invoke_result_t<F&>>;
+    static_assert(detail::StepLosses<R>::kValid,
+                  "run_step: the lambda must return a torch::Tensor, a std::vector of them, a "
+                  "std::tuple or std::pair of them, or nothing");
+    if (!enabled_) return f();
+    if constexpr (std::is_void<R>::value) {
+      run_step_impl(
+          [&]() -> std::vector<at::Tensor> {
+            f();
+            return {};
+          },
+          false);
+    } else {
+      std::optional<R> out;
+      run_step_impl(
+          [&]() -> std::vector<at::Tensor> {
+            out.reset();  // a replay runs f again: run_step returns the second result
+            out.emplace(f());
+            std::vector<at::Tensor> losses;
+            detail::StepLosses<R>::collect(*out, losses);
+            return losses;
+          },
+          detail::StepLosses<R>::kSeveral);
+      return std::move(*out);
+    }
+  }
 
-  /// Stops observing; flushes. Idempotent.
+  /// Stops observing; flushes. Ends the step a run_step() left open. Idempotent.
   void stop() noexcept;
 
-  /// Ends the current step: gradient monitor, frame flush, replica check when one is due
-  /// ("replica_check_every": a collective over the debugger's process group), step
-  /// counter + 1.
+  /// Ends the current step: gradient monitor, frame flush (and the step's "step_end" event
+  /// once its records are written), replica check when one is due ("replica_check_every": a
+  /// collective over the debugger's process group), step counter + 1. After run_step() it
+  /// ends the step run_step ran (not one more).
   void step();
 
-  /// The step being recorded (0 before the first step()).
+  /// The step being recorded (0 before the first step()); after run_step(), the step it ran
+  /// until the next run_step(), step() or stop().
   int64_t current_step() const noexcept;
+  /// Whether the debugger does anything: false with "enable": false or PRECPROBE_DISABLE=1
+  /// (then every member returns at once and run_step() only calls its lambda).
+  bool enabled() const noexcept { return enabled_; }
   bool started() const noexcept;
   int rank() const noexcept;
   int world_size() const noexcept;
@@ -242,8 +342,13 @@ class PrecisionDebugger {
   static PrecisionDebugger* current() noexcept;
 
  private:
+  /// run_step() without its result type: `f` runs the lambda and returns its losses;
+  /// `several`: they are named "loss/<i>" rather than "loss".
+  void run_step_impl(c10::function_ref<std::vector<at::Tensor>()> f, bool several);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  bool enabled_ = true;  ///< here, not in Impl: run_step's switched-off path is inline
 };
 
 }  // namespace precprobe

@@ -32,6 +32,9 @@ inline constexpr StreamKind kAllStreams[] = {StreamKind::kOps, StreamKind::kScal
                                              StreamKind::kGrads, StreamKind::kEvents};
 inline constexpr std::string_view kMetaFile = "meta.json";
 inline constexpr std::string_view kMetaTempFile = "meta.json.tmp";
+/// Written by the fatal-signal handler itself (async-signal-safe) when the program crashes:
+/// a CrashRecord. Its presence means the run crashed, whatever meta.json says.
+inline constexpr std::string_view kCrashFile = "crash.json";
 
 /// "ops.jsonl.zst", "scaler.jsonl.zst", "grads.jsonl.zst", "events.jsonl.zst".
 std::string_view stream_file_name(StreamKind kind) noexcept;
@@ -91,12 +94,47 @@ inline constexpr std::string_view kLr = "lr";      ///< logged by the user
 inline constexpr std::string_view kLoss = "loss";  ///< logged by the user
 }  // namespace check_scalar
 
+/// The event line the writer appends after every record of a step is on disk
+/// (DumpWriter::end_step): `{"step":N,"name":"step_end","value":N}`. The last one on disk says
+/// which steps are complete (RunState::complete_through); reserved, not a user scalar.
+inline constexpr std::string_view kStepEndEventName = "step_end";
+
+/// Whether an events line is the debugger's own rather than a scalar the user logged: the
+/// checklist's "check/...", the replica checks' "replicas/...", "anomaly" and "step_end".
+bool is_debugger_event(std::string_view name) noexcept;
+
 /// Whether a logged scalar is a loss: its name contains "loss" in any case ("loss", "d_loss",
 /// "Reconstruction Loss"); the checklist's own "check/..." scalars, the replica checks'
 /// "replicas/..." and the "anomaly" event are not.
 bool is_loss_scalar(std::string_view name) noexcept;
 
-// ---- meta.json ----
+// ---- meta.json and crash.json ----
+
+/// A fatal signal the debugger caught: crash.json, written by the signal handler itself, and
+/// meta.json's "crash" once the flush after it completed (docs/dump-format.md).
+struct CrashRecord {
+  int signal = 0;           ///< "signal": 11
+  std::string signal_name;  ///< "signal_name": "SIGSEGV"
+  /// "code": siginfo's si_code; <= 0 when a process sent it (kill, raise, abort), > 0 when
+  /// the kernel raised it for a faulting instruction.
+  int code = 0;
+  std::optional<std::string>
+      address;                  ///< "address": faulting address, "0x0" (SIGSEGV, SIGBUS, ...)
+  std::optional<int64_t> step;  ///< "step": the debugger's step
+  /// "op": the innermost op the crashing thread was running ("aten::mul",
+  /// "MulBackward0"), "" when it ran none that was observed.
+  std::string op;
+  std::optional<int64_t> thread;  ///< "thr": the thread index of its op records; absent: none
+  int64_t tid = 0;                ///< "tid": the kernel's thread id
+  std::string thread_name;        ///< "thread_name" (pthread name)
+  std::optional<int64_t> time;    ///< "time": Unix time, seconds
+
+  nlohmann::json to_json() const;
+  /// From a JSON value; nullopt unless it is an object with an integer "signal".
+  static std::optional<CrashRecord> parse(const nlohmann::json& j);
+  /// "SIGSEGV at step 3 in aten::mul (thread 0)".
+  std::string describe() const;
+};
 
 /// The writer's counters as meta.json stores them under "writer" (docs/dump-format.md).
 nlohmann::json to_json(const WriterCounters& c);
@@ -118,15 +156,21 @@ struct RunMeta {
   std::optional<int64_t> pid;
   std::optional<std::string> device;
   std::optional<std::string> start_time, stop_time;  ///< UTC, "2024-01-31T12:00:00Z"
-  std::optional<std::string> state;                  ///< "running" | "stopped" | "signalled"
-  std::optional<int> signal;                         ///< the signal, when "signalled"
-  std::optional<int64_t> step;                       ///< the debugger's step when written
-  nlohmann::json counters;                           ///< the debugger's counters; null: absent
-  std::optional<WriterCounters> writer;              ///< "writer"
-  std::optional<uint64_t> dropped;                   ///< "dropped": records the writer dropped
+  /// "running" | "stopped" | "signalled" (SIGTERM/SIGINT, flushed) | "crashed" (a fatal
+  /// signal; what was complete flushed, `crash` says where)
+  std::optional<std::string> state;
+  std::optional<int> signal;             ///< the signal, when "signalled" or "crashed"
+  std::optional<int64_t> step;           ///< the debugger's step when written
+  nlohmann::json counters;               ///< the debugger's counters; null: absent
+  std::optional<WriterCounters> writer;  ///< "writer"
+  std::optional<uint64_t> dropped;       ///< "dropped": records the writer dropped
   /// "ops_grad_mode": true when ops.jsonl.zst records each op's grad mode (OpRecord::grad,
   /// `"grad":false` when off, absent when on). Absent (older writers): the mode is unknown.
   std::optional<bool> ops_grad_mode;
+  /// "step_end_events": true when the writer appends a "step_end" event at the end of each
+  /// step (kStepEndEventName). Absent (older writers): which steps are complete is unknown.
+  std::optional<bool> step_end_events;
+  std::optional<CrashRecord> crash;                 ///< "crash", when "crashed"
   nlohmann::json other = nlohmann::json::object();  ///< keys not listed above
 
   /// The records the writer dropped: "writer" "records_dropped" (or "dropped", as older

@@ -144,6 +144,11 @@ struct DebuggerOptions {
   int64_t overflow_nums = 1;
 
   // ---- precprobe keys (documented in docs/config.md) ----
+  /// "enable": false makes the debugger a no-op that costs nothing and needs no `if` in the
+  /// program: start() creates nothing, run_step() only calls its lambda, every other member
+  /// returns at once (docs/debugger.md, "Switching it off"). The environment variable
+  /// PRECPROBE_DISABLE=1 does the same without reading any configuration.
+  bool enable = true;
   /// "keep_dropout": do not force dropout to p=0 while started.
   bool keep_dropout = false;
   /// "overwrite": allow a non-empty dump directory (its files are replaced).
@@ -165,6 +170,12 @@ struct DebuggerOptions {
   /// "signal_flush": on the first start(), install SIGTERM/SIGINT handlers that flush the
   /// dump and then chain to the program's own handlers (precprobe/signal_flush.h).
   bool signal_flush = true;
+  /// "crash_flush": on the first start(), install handlers of SIGSEGV, SIGBUS, SIGFPE, SIGILL
+  /// and SIGABRT that write a crash record and what is complete, then hand the signal on to
+  /// the handler installed before (or the default action) (precprobe/crash_flush.h).
+  bool crash_flush = true;
+  /// "crash_flush_timeout_ms": how long the handler of a fatal signal waits for the flush.
+  int crash_flush_timeout_ms = 2000;
   /// "replica_check_every": every N steps, step() runs check_replicas() over the process
   /// group given to the debugger and records the result (events stream); 0 = never. A
   /// collective: every rank must call step() equally often. Needs start(model).

@@ -91,6 +91,13 @@ class DumpWriter {
   /// only when everything submitted before the call is on disk (write(2) done).
   void flush(bool wait = false) noexcept;
 
+  /// Ends step `step`: as flush(wait), and once every record submitted before the call is
+  /// written, the writer appends `{"step":step,"name":"step_end","value":step}` to
+  /// events.jsonl.zst in a frame of its own (kStepEndEventName, dump_format.h). Frames reach
+  /// the files in order, so a step_end on disk means every record submitted before it is
+  /// too. The event is not counted in counters()' records. Never throws.
+  void end_step(int64_t step, bool wait = false) noexcept;
+
   /// Drain the queue, close every stream and join the thread. Idempotent; never throws.
   void close() noexcept;
 

@@ -48,6 +48,7 @@ using Clock = std::chrono::steady_clock;
 
 struct FlushRequest {
   uint64_t ticket = 0;
+  int64_t step_end = -1;  ///< >= 0: append the step_end event of this step after the flush
 };
 using Item = std::variant<OpRecord, ScalerRecord, GradRecord, ScalarRecord, FlushRequest>;
 
@@ -87,6 +88,7 @@ void prepare_directory(const WriterOptions& o) {
     for (StreamKind k : kAllStreams) fs::remove(fs::path(o.dir) / stream_file_name(k), ec);
     fs::remove(fs::path(o.dir) / kMetaFile, ec);
     fs::remove(fs::path(o.dir) / kMetaTempFile, ec);
+    fs::remove(fs::path(o.dir) / kCrashFile, ec);
   }
   // Fail now, not in the middle of a run, when the directory cannot take files.
   std::string probe = (fs::path(o.dir) / ".precprobe_write_probe").string();
@@ -152,7 +154,8 @@ struct DumpWriter::Impl {
 
   template <class R>
   bool submit(R&& r) noexcept;
-  void request_flush(bool wait) noexcept;
+  void request_flush(bool wait, int64_t step_end = -1) noexcept;
+  void write_step_end(int64_t step);
   void run() noexcept;
   void process(Item& item);
   void encode(StreamKind kind, const Item& item);
@@ -195,12 +198,12 @@ bool DumpWriter::Impl::submit(R&& r) noexcept {
   }
 }
 
-void DumpWriter::Impl::request_flush(bool wait) noexcept {
+void DumpWriter::Impl::request_flush(bool wait, int64_t step_end) noexcept {
   try {
     std::unique_lock<std::mutex> lock(mu);
     if (stopping || thread_done) return;
     uint64_t ticket = ++flush_requested;
-    queue.emplace_back(FlushRequest{ticket});
+    queue.emplace_back(FlushRequest{ticket, step_end});
     urgent = true;
     cv_work.notify_one();
     if (wait) cv_flushed.wait(lock, [&] { return flush_done >= ticket || thread_done; });
@@ -270,6 +273,7 @@ void DumpWriter::Impl::run() noexcept {
 void DumpWriter::Impl::process(Item& item) {
   if (auto* f = std::get_if<FlushRequest>(&item)) {
     end_all_frames(opt.fsync);
+    if (f->step_end >= 0) write_step_end(f->step_end);
     std::lock_guard<std::mutex> lock(mu);
     flush_done = std::max(flush_done, f->ticket);
     cv_flushed.notify_all();
@@ -302,6 +306,29 @@ void DumpWriter::Impl::encode(StreamKind kind, const Item& item) {
       item);
   if (s.records++ == 0) s.first = Clock::now();
   if (s.records >= opt.flush_every_records) end_frame(i);
+}
+
+// After end_all_frames(): every earlier record is in a frame that write(2) took, so the event
+// goes out in a frame of its own, after them (a reader that finds it may trust the step).
+void DumpWriter::Impl::write_step_end(int64_t step) {
+  if (failed.load(std::memory_order_relaxed)) return;
+  ScalarRecord r;
+  r.step = step;
+  r.name = std::string(kStepEndEventName);
+  r.value = static_cast<double>(step);
+  const uint64_t before = written.load(std::memory_order_relaxed);
+  const uint64_t dropped_before = dropped.load(std::memory_order_relaxed);
+  encode(StreamKind::kEvents, Item(std::in_place_type<ScalarRecord>, std::move(r)));
+  const auto events = static_cast<size_t>(StreamKind::kEvents);
+  end_frame(events);  // (encode() ended it already when flush_every_records is 1)
+  if (opt.fsync && streams[events].file.is_open() && !failed.load(std::memory_order_relaxed) &&
+      !streams[events].file.sync(&error_scratch))
+    fail(error_scratch);
+  // Not a submitted record: written + dropped still equals the number of submit() calls.
+  if (written.load(std::memory_order_relaxed) > before)
+    written.fetch_sub(1, std::memory_order_relaxed);
+  if (dropped.load(std::memory_order_relaxed) > dropped_before)
+    dropped.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void DumpWriter::Impl::end_frame(size_t i) {
@@ -394,6 +421,10 @@ bool DumpWriter::submit(GradRecord&& r) noexcept { return impl_->submit(std::mov
 bool DumpWriter::submit(ScalarRecord&& r) noexcept { return impl_->submit(std::move(r)); }
 
 void DumpWriter::flush(bool wait) noexcept { impl_->request_flush(wait); }
+
+void DumpWriter::end_step(int64_t step, bool wait) noexcept {
+  impl_->request_flush(wait, step < 0 ? 0 : step);
+}
 
 void DumpWriter::close() noexcept {
   std::lock_guard<std::mutex> guard(impl_->close_mu);

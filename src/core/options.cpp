@@ -269,6 +269,7 @@ void DebuggerOptions::validate() const {
             detail::kFlushEveryLimits);
   check_int("flush_interval_ms", flush_interval_ms, detail::kFlushIntervalLimits);
   check_int("zstd_level", zstd_level, detail::kZstdLevelLimits);
+  check_int("crash_flush_timeout_ms", crash_flush_timeout_ms, detail::kCrashFlushTimeoutLimits);
   check_int("max_tensor_bytes", max_tensor_bytes, detail::kMaxTensorBytesLimits);
   check_int("replica_check_every", replica_check_every, detail::kReplicaCheckLimits);
   detail::validate_record(*this);
@@ -322,6 +323,7 @@ ordered_json DebuggerOptions::to_json_value() const {
   }
   if (task == Task::kOverflowCheck) section["overflow_nums"] = overflow_nums;
   j[detail::task_name(task)] = std::move(section);
+  j["enable"] = enable;
   j["keep_dropout"] = keep_dropout;
   j["overwrite"] = overwrite;
   j["async_stats"] = async_stats;
@@ -334,6 +336,8 @@ ordered_json DebuggerOptions::to_json_value() const {
   j["fsync"] = fsync;
   j["max_tensor_bytes"] = max_tensor_bytes;
   j["signal_flush"] = signal_flush;
+  j["crash_flush"] = crash_flush;
+  j["crash_flush_timeout_ms"] = crash_flush_timeout_ms;
   j["replica_check_every"] = replica_check_every;
   j["record"] = detail::record_mode_name(record);
   j["on_anomaly"] = detail::on_anomaly_json(on_anomaly);

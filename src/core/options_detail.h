@@ -24,6 +24,7 @@ constexpr IntLimits kQueueCapacityLimits{16, int64_t{1} << 30};
 constexpr IntLimits kFlushEveryLimits{1, int64_t{1} << 30};
 constexpr IntLimits kFlushIntervalLimits{1, std::numeric_limits<int>::max()};
 constexpr IntLimits kZstdLevelLimits{1, 19};
+constexpr IntLimits kCrashFlushTimeoutLimits{0, 60000};
 constexpr IntLimits kReplicaCheckLimits{0, std::numeric_limits<int32_t>::max()};
 constexpr IntLimits kMaxCallsPerOpLimits{-1, std::numeric_limits<int32_t>::max()};
 constexpr IntLimits kMaxTensorBytesLimits{0, std::numeric_limits<int64_t>::max()};

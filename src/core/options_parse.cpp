@@ -250,6 +250,12 @@ struct KeySpec {
   Apply apply;
 };
 
+// A bool key stored in a DebuggerOptions field.
+template <bool DebuggerOptions::*Field>
+void set_bool(const json& v, const std::string& k, DebuggerOptions& o) {
+  o.*Field = get_bool(v, k);
+}
+
 // msprobe keys precprobe knows but cannot honour: rejected with the reason.
 struct Rejected {
   const char* location;  // "" = top level, else the task section
@@ -278,8 +284,7 @@ const KeySpec kTopKeys[] = {
          o.seed = static_cast<uint64_t>(get_int(v, k, kSeedLimits));
        }
      }},
-    {"is_deterministic", [](const json& v, const std::string& k,
-                            DebuggerOptions& o) { o.is_deterministic = get_bool(v, k); }},
+    {"is_deterministic", set_bool<&DebuggerOptions::is_deterministic>},
     // Accepted for msprobe compatibility; they change nothing (docs/config.md says why).
     {"async_dump", [](const json& v, const std::string& k, DebuggerOptions&) { get_bool(v, k); }},
     {"extra_info", [](const json& v, const std::string& k, DebuggerOptions&) { get_bool(v, k); }},
@@ -296,14 +301,11 @@ const KeySpec kTopKeys[] = {
        }
      }},
     // precprobe's own keys.
-    {"keep_dropout", [](const json& v, const std::string& k,
-                        DebuggerOptions& o) { o.keep_dropout = get_bool(v, k); }},
-    {"overwrite",
-     [](const json& v, const std::string& k, DebuggerOptions& o) { o.overwrite = get_bool(v, k); }},
-    {"async_stats", [](const json& v, const std::string& k,
-                       DebuggerOptions& o) { o.async_stats = get_bool(v, k); }},
-    {"grad_monitor", [](const json& v, const std::string& k,
-                        DebuggerOptions& o) { o.grad_monitor = get_bool(v, k); }},
+    {"enable", set_bool<&DebuggerOptions::enable>},
+    {"keep_dropout", set_bool<&DebuggerOptions::keep_dropout>},
+    {"overwrite", set_bool<&DebuggerOptions::overwrite>},
+    {"async_stats", set_bool<&DebuggerOptions::async_stats>},
+    {"grad_monitor", set_bool<&DebuggerOptions::grad_monitor>},
     {"queue_capacity",
      [](const json& v, const std::string& k, DebuggerOptions& o) {
        o.queue_capacity = static_cast<size_t>(get_int(v, k, kQueueCapacityLimits));
@@ -325,24 +327,25 @@ const KeySpec kTopKeys[] = {
      [](const json& v, const std::string& k, DebuggerOptions& o) {
        o.zstd_level = static_cast<int>(get_int(v, k, kZstdLevelLimits));
      }},
-    {"fsync",
-     [](const json& v, const std::string& k, DebuggerOptions& o) { o.fsync = get_bool(v, k); }},
+    {"fsync", set_bool<&DebuggerOptions::fsync>},
     {"max_tensor_bytes",
      [](const json& v, const std::string& k, DebuggerOptions& o) {
        o.max_tensor_bytes = get_int(v, k, kMaxTensorBytesLimits);
      }},
-    {"signal_flush", [](const json& v, const std::string& k,
-                        DebuggerOptions& o) { o.signal_flush = get_bool(v, k); }},
+    {"signal_flush", set_bool<&DebuggerOptions::signal_flush>},
+    {"crash_flush", set_bool<&DebuggerOptions::crash_flush>},
+    {"crash_flush_timeout_ms",
+     [](const json& v, const std::string& k, DebuggerOptions& o) {
+       o.crash_flush_timeout_ms = static_cast<int>(get_int(v, k, kCrashFlushTimeoutLimits));
+     }},
     {"replica_check_every",
      [](const json& v, const std::string& k, DebuggerOptions& o) {
        o.replica_check_every = get_int(v, k, kReplicaCheckLimits);
      }},
     {"record", parse_record_mode},
     {"on_anomaly", parse_on_anomaly},
-    {"reuse_across_steps", [](const json& v, const std::string& k,
-                              DebuggerOptions& o) { o.reuse_across_steps = get_bool(v, k); }},
-    {"tune_malloc", [](const json& v, const std::string& k,
-                       DebuggerOptions& o) { o.tune_malloc = get_bool(v, k); }},
+    {"reuse_across_steps", set_bool<&DebuggerOptions::reuse_across_steps>},
+    {"tune_malloc", set_bool<&DebuggerOptions::tune_malloc>},
     {"max_calls_per_op",
      [](const json& v, const std::string& k, DebuggerOptions& o) {
        const char* allowed = "-1 (all calls) or an integer >= 1";

@@ -92,9 +92,14 @@ std::string_view stream_file_name(StreamKind kind) noexcept {
   return "unknown.jsonl.zst";
 }
 
-bool is_loss_scalar(std::string_view name) noexcept {
+bool is_debugger_event(std::string_view name) noexcept {
   const auto starts = [&](std::string_view p) { return name.substr(0, p.size()) == p; };
-  if (starts("check/") || starts("replicas/") || name == kAnomalyEventName) return false;
+  return starts("check/") || starts("replicas/") || name == kAnomalyEventName ||
+         name == kStepEndEventName;
+}
+
+bool is_loss_scalar(std::string_view name) noexcept {
+  if (is_debugger_event(name)) return false;
   constexpr std::string_view kWord = "loss";
   for (size_t i = 0; i + kWord.size() <= name.size(); ++i) {
     size_t k = 0;
@@ -119,6 +124,58 @@ nlohmann::json to_json(const WriterCounters& c) {
               {"bytes_compressed", c.bytes_compressed},
               {"frames", c.frames},
               {"failed", c.failed}};
+}
+
+nlohmann::json CrashRecord::to_json() const {
+  json j{{"signal", signal}, {"signal_name", signal_name}, {"code", code}};
+  put(j, "address", address);
+  put(j, "step", step);
+  j["op"] = op;
+  put(j, "thr", thread);
+  j["tid"] = tid;
+  j["thread_name"] = thread_name;
+  put(j, "time", time);
+  return j;
+}
+
+std::optional<CrashRecord> CrashRecord::parse(const nlohmann::json& j) {
+  if (!j.is_object()) return std::nullopt;
+  auto sig = j.find("signal");
+  if (sig == j.end() || !sig->is_number_integer()) return std::nullopt;
+  CrashRecord c;
+  c.signal = sig->get<int>();
+  const auto str = [&](const char* key, std::string& out) {
+    auto it = j.find(key);
+    if (it != j.end() && it->is_string()) out = it->get<std::string>();
+  };
+  const auto int64 = [&](const char* key) -> std::optional<int64_t> {
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_number_integer()) return std::nullopt;
+    return it->get<int64_t>();
+  };
+  str("signal_name", c.signal_name);
+  str("op", c.op);
+  str("thread_name", c.thread_name);
+  if (auto it = j.find("address"); it != j.end() && it->is_string())
+    c.address = it->get<std::string>();
+  c.code = static_cast<int>(int64("code").value_or(0));
+  c.step = int64("step");
+  c.thread = int64("thr");
+  c.tid = int64("tid").value_or(0);
+  c.time = int64("time");
+  return c;
+}
+
+std::string CrashRecord::describe() const {
+  std::string s = signal_name.empty() ? fmt::format("signal {}", signal) : signal_name;
+  if (step) s += fmt::format(" at step {}", *step);
+  s += op.empty() ? std::string(" outside any observed op") : " in " + op;
+  if (thread) {
+    s += fmt::format(" (thread {})", *thread);
+  } else if (!thread_name.empty()) {
+    s += " (thread \"" + thread_name + "\")";
+  }
+  return s;
 }
 
 uint64_t RunMeta::records_dropped() const noexcept {
@@ -158,6 +215,8 @@ nlohmann::json RunMeta::to_json() const {
   if (writer) j["writer"] = precprobe::to_json(*writer);
   put(j, "dropped", dropped);
   put(j, "ops_grad_mode", ops_grad_mode);
+  put(j, "step_end_events", step_end_events);
+  if (crash) j["crash"] = crash->to_json();
   return j;
 }
 
@@ -187,6 +246,11 @@ RunMeta RunMeta::parse(const nlohmann::json& j, const std::string& file) {
   take(rest, "counters", m.counters);
   take(rest, "dropped", m.dropped);
   take(rest, "ops_grad_mode", m.ops_grad_mode);
+  take(rest, "step_end_events", m.step_end_events);
+  if (auto c = rest.find("crash"); c != rest.end()) {
+    m.crash = CrashRecord::parse(*c);
+    if (m.crash) rest.erase(c);
+  }
   if (auto w = rest.find("writer"); w != rest.end()) {
     m.writer = writer_counters(*w);
     if (m.writer) rest.erase(w);

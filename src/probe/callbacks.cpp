@@ -9,6 +9,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "crash_state.h"
 #include "observer.h"
 #include "observer_internal.h"
 #include "own_code.h"
@@ -108,6 +109,7 @@ std::unique_ptr<at::ObserverContext> start_cb(const at::RecordFunction& fn) {
   if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION) {
     ts.nodes.push_back(NodeFrame{fn.name(), fn.seqNr(), ts.depth});
     ts.depth = 0;
+    inflight_push(fn.name(), &ts);  // for a crash record (crash_state.h)
     Inside in;
     Observer* o = g_observer.load(std::memory_order_acquire);
     return o ? o->on_node_start(fn) : nullptr;
@@ -123,6 +125,7 @@ std::unique_ptr<at::ObserverContext> start_cb(const at::RecordFunction& fn) {
     return nullptr;  // other events (user scopes...) are transparent
   }
   const int32_t depth = ts.depth++;
+  inflight_push(info->name.c_str(), &ts);
   if (info->outputs_uninitialized && ts.uninitialized_depth < 0) ts.uninitialized_depth = depth;
   Inside in;
   Observer* o = g_observer.load(std::memory_order_acquire);
@@ -133,6 +136,7 @@ void end_cb(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   if (tl_own_code) return;  // started under the same guard: nothing was counted
   ThreadState& ts = thread_state();
   if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION) {
+    inflight_pop();
     if (!ts.nodes.empty()) {
       ts.depth = ts.nodes.back().saved_depth;
       ts.nodes.pop_back();
@@ -142,6 +146,7 @@ void end_cb(const at::RecordFunction& fn, at::ObserverContext* ctx) {
       ts.nodes.back().seqnr = fn.seqNr();
   } else if (lookup_op(fn) != nullptr) {
     --ts.depth;
+    inflight_pop();
     if (ts.uninitialized_depth == ts.depth) ts.uninitialized_depth = -1;
   } else if (engine_node_name(fn) != nullptr) {
     if (!ts.nodes.empty() && ts.nodes.back().engine) {

@@ -14,23 +14,17 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <utility>
 
+#include "crash_state.h"
+#include "debugger_impl.h"
 #include "debugger_internal.h"
 #include "malloc_tuning.h"
-#include "observer.h"
-#include "own_code.h"
 #include "precprobe/checklist_probe.h"
+#include "precprobe/crash_flush.h"
 #include "precprobe/distributed.h"
-#include "precprobe/dump_format.h"
 #include "precprobe/error.h"
-#include "precprobe/grad_monitor.h"
 #include "precprobe/signal_flush.h"
 #include "precprobe/version.h"
-#include "replay.h"
 #include "torch_compat.h"
-#if __has_include("precprobe/dropout.h")
-#include "precprobe/dropout.h"
-#define PRECPROBE_HAVE_DROPOUT 1
-#endif
 #if __has_include("precprobe/seed.h")
 #include "precprobe/seed.h"
 #define PRECPROBE_HAVE_SEED 1
@@ -66,6 +60,20 @@ std::string host_name() {
   return buf;
 }
 
+// PRECPROBE_DISABLE: switches every debugger of the process off (docs/debugger.md).
+bool disabled_by_env() {
+  const char* v = std::getenv("PRECPROBE_DISABLE");
+  if (v == nullptr) return false;
+  const std::string s(v);
+  for (const char* off : {"", "0", "false", "no", "off"})
+    if (s == off) return false;
+  for (const char* on : {"1", "true", "yes", "on"})
+    if (s == on) return true;
+  throw Error("PRECPROBE_DISABLE='" + s +
+              "' is not understood; allowed: 1, true, yes, on (the debugger is off) or 0, "
+              "false, no, off, empty (on)");
+}
+
 }  // namespace
 
 namespace detail {
@@ -74,59 +82,6 @@ std::shared_ptr<DumpWriter> started_debugger_writer() {
   return g_signal_writer;
 }
 }  // namespace detail
-
-struct PrecisionDebugger::Impl {
-  DebuggerOptions options;
-  int rank = 0;
-  int world_size = 1;
-  bool rank_selected = true;
-  std::string rank_dir;
-  std::string malloc_tuning;  // tune_malloc()'s outcome, for meta.json
-
-  std::shared_ptr<DumpWriter> writer;
-  std::unique_ptr<detail::Observer> observer;
-  std::shared_ptr<torch::nn::Module> model;
-  std::shared_ptr<torch::nn::Module> model_set;  // the last start(models, ...)'s, reused
-  std::unique_ptr<GradMonitor> monitor;
-  const torch::nn::Module* monitored = nullptr;  // the module `monitor` watches
-#ifdef PRECPROBE_HAVE_DROPOUT
-  std::unique_ptr<DropoutGuard> no_dropout;
-#endif
-  bool started = false;
-  bool ever_started = false;
-  int64_t step = 0;
-  int64_t observer_step = -1;  // the step the observer's naming state belongs to
-  std::string start_time;
-  nlohmann::json seed_report;                            // null unless seeded
-  c10::intrusive_ptr<c10d::ProcessGroup> process_group;  // null: rank from the environment
-  bool installed_signal_flush = false;
-  int64_t replica_checks = 0;
-  int64_t replica_mismatches = 0;  // checks that found a difference
-  // "record": "on_anomaly" (replay.h): the optimizers of start(model, optimizer) or
-  // start(models, optimizers), the watch, and whether the step being replayed is recorded now.
-  std::vector<torch::optim::Optimizer*> optimizers;
-  std::unique_ptr<detail::AnomalyWatch> watch;
-  bool replaying = false;
-  bool in_run_step = false;
-  bool warned_step = false;
-
-  bool step_selected() const {
-    return options.step.contains(step) && !(observer && observer->overflow_done()) &&
-           (options.record == RecordMode::kAlways || replaying);
-  }
-  void set_replay_recording(bool on);
-  /// Options ($PRECPROBE_CONFIG wins, validated) and where this rank writes.
-  void configure(const DebuggerOptions& given, int rank, int world_size);
-  void sync_attachment();
-  void setup_monitor(const std::shared_ptr<torch::nn::Module>& m);
-  /// The parameters not observed yet this step (the observer's grad hook observes the
-  /// others before zero_grad clears their gradients).
-  void observe_grads() noexcept;
-  void observe_grads(const std::vector<size_t>& which) noexcept;
-  void check_replicas_if_due() noexcept;
-  RunMeta run_meta(bool final_meta) const;
-  DebuggerCounters counters() const;
-};
 
 void PrecisionDebugger::Impl::sync_attachment() {
   if (!observer) return;
@@ -170,63 +125,6 @@ void PrecisionDebugger::Impl::setup_monitor(const std::shared_ptr<torch::nn::Mod
   observer->arm_grad_hook(true);
 }
 
-// Each parameter once per recorded step: before zero_grad clears its gradient (the
-// observer's hook) or at step(), whichever comes first.
-void PrecisionDebugger::Impl::observe_grads() noexcept {
-  if (!monitor || !writer || !observer) return;
-  try {
-    observe_grads(observer->take_unobserved_grads());
-  } catch (const std::exception& e) {
-    report_error(std::string("precprobe: gradient monitor: ") + e.what());
-  }
-}
-
-void PrecisionDebugger::Impl::observe_grads(const std::vector<size_t>& which) noexcept {
-  if (!monitor || !writer || which.empty()) return;
-  detail::OwnCodeGuard own;  // its ATen calls (detach, a first copy) are not the program's
-  monitor->observe_params(step, which, writer.get());
-}
-
-// Every replica_check_every steps, at the end of the step (a collective on every rank, even
-// on ranks the "rank" filter does not dump). Records, in the events stream of dumped ranks:
-// replicas/tensors, replicas/mismatched (count), replicas/structure_differs and one
-// replicas/differs/<name> = 1 per differing tensor (the first kMaxNames).
-void PrecisionDebugger::Impl::check_replicas_if_due() noexcept {
-  const int64_t every = options.replica_check_every;
-  if (every <= 0 || !process_group || !model || (step + 1) % every != 0) return;
-  constexpr size_t kMaxNames = 32;
-  try {
-    ReplicaReport r;
-    {
-      at::RecordFunctionGuard no_callbacks(false);  // its ATen calls are not observed
-      r = check_replicas(*model, process_group);
-    }
-    ++replica_checks;
-    if (!r.consistent()) {
-      ++replica_mismatches;
-      report_error("precprobe: step " + std::to_string(step) + ": " + r.summary());
-    }
-    if (!writer) return;
-    auto scalar = [&](std::string name, double value) {
-      ScalarRecord s;
-      s.step = step;
-      s.name = std::move(name);
-      s.value = value;
-      writer->submit(std::move(s));
-    };
-    namespace cs = check_scalar;
-    scalar(std::string(cs::kReplicaTensors), static_cast<double>(r.tensors));
-    scalar(std::string(cs::kReplicaMismatched), static_cast<double>(r.mismatched.size()));
-    scalar(std::string(cs::kReplicaStructureDiffers), r.structure_differs ? 1.0 : 0.0);
-    for (size_t i = 0; i < r.mismatched.size() && i < kMaxNames; ++i)
-      scalar(std::string(cs::kReplicaDiffersPrefix) + r.mismatched[i], 1.0);
-  } catch (const std::exception& e) {
-    report_error(std::string("precprobe: replica check failed: ") + e.what());
-  } catch (...) {
-    report_error("precprobe: replica check failed");
-  }
-}
-
 DebuggerCounters PrecisionDebugger::Impl::counters() const {
   DebuggerCounters c;
   if (observer) {
@@ -266,7 +164,8 @@ RunMeta PrecisionDebugger::Impl::run_meta(bool final_meta) const {
   m.start_time = start_time;
   m.state = final_meta ? "stopped" : "running";
   m.step = step;
-  m.ops_grad_mode = true;  // the observer records each forward op's grad mode (OpRecord::grad)
+  m.ops_grad_mode = true;    // the observer records each forward op's grad mode (OpRecord::grad)
+  m.step_end_events = true;  // end_step(): DumpWriter::end_step
   if (final_meta) {
     m.stop_time = utc_now();
     const DebuggerCounters c = counters();
@@ -315,7 +214,13 @@ void PrecisionDebugger::Impl::configure(const DebuggerOptions& given, int r, int
 }
 
 PrecisionDebugger::PrecisionDebugger(DebuggerOptions options) : impl_(std::make_unique<Impl>()) {
+  if (disabled_by_env()) {
+    impl_->options = std::move(options);
+    impl_->options.enable = enabled_ = false;
+    return;
+  }
   impl_->configure(options, rank_from_env(), world_size_from_env());
+  enabled_ = impl_->options.enable;
 }
 
 PrecisionDebugger::PrecisionDebugger(DebuggerOptions options,
@@ -327,12 +232,19 @@ PrecisionDebugger::PrecisionDebugger(DebuggerOptions options,
         "group the training uses, or use PrecisionDebugger(options) to take the rank from "
         "RANK/WORLD_SIZE");
   }
+  if (disabled_by_env()) {
+    impl_->options = std::move(options);
+    impl_->options.enable = enabled_ = false;
+    return;
+  }
   impl_->configure(options, process_group->getRank(), process_group->getSize());
   impl_->process_group = process_group;
+  enabled_ = impl_->options.enable;
 }
 
 PrecisionDebugger::PrecisionDebugger(const std::string& config_path)
     : PrecisionDebugger([&config_path] {
+        if (disabled_by_env()) return DebuggerOptions{};  // switched off: no file is read
         const char* env = std::getenv("PRECPROBE_CONFIG");
         return DebuggerOptions::from_json_file(env && *env ? std::string(env) : config_path);
       }()) {}
@@ -340,6 +252,7 @@ PrecisionDebugger::PrecisionDebugger(const std::string& config_path)
 PrecisionDebugger::~PrecisionDebugger() {
   stop();
   if (impl_->installed_signal_flush) uninstall_signal_flush();
+  if (impl_->installed_crash_flush) uninstall_crash_flush();
   impl_->observer.reset();  // joins the statistics worker
   if (impl_->writer) impl_->writer->close();
 }
@@ -348,7 +261,7 @@ void PrecisionDebugger::start() { start(std::shared_ptr<torch::nn::Module>()); }
 
 void PrecisionDebugger::start(const std::shared_ptr<torch::nn::Module>& model) {
   Impl& d = *impl_;
-  if (d.started) return;
+  if (d.started || !enabled_) return;
   if (d.options.record == RecordMode::kOnAnomaly && d.optimizers.empty()) {
     throw Error(
         "precprobe: \"record\": \"on_anomaly\" needs the optimizer (its state is part of "
@@ -390,6 +303,10 @@ void PrecisionDebugger::start(const std::shared_ptr<torch::nn::Module>& model) {
       if (d.options.signal_flush && !signal_flush_installed()) {
         install_signal_flush();
         d.installed_signal_flush = true;
+      }
+      if (d.options.crash_flush && !crash_flush_installed()) {
+        install_crash_flush(d.options.crash_flush_timeout_ms);
+        d.installed_crash_flush = true;
       }
     }
     d.model = model;
@@ -435,6 +352,15 @@ void PrecisionDebugger::start(const std::shared_ptr<torch::nn::Module>& model) {
     d.sync_attachment();
     if (d.writer) d.writer->write_meta(d.run_meta(false));
     set_signal_writer(d.writer);
+    if (d.writer) {  // a fatal signal now writes crash.json and flushes (crash_flush.h)
+      auto target = std::make_shared<detail::CrashTarget>();
+      target->writer = d.writer;
+      target->drain = [observer = d.observer.get()] {
+        if (observer) observer->drain();
+      };
+      detail::arm_crash_flush(d.rank_dir, std::move(target));
+    }
+    d.publish_step();
   } catch (...) {
     d.started = false;
     d.optimizers.clear();
@@ -453,6 +379,7 @@ void PrecisionDebugger::stop() noexcept {
   if (!d.started) return;
   set_signal_writer(nullptr);
   try {
+    if (d.step_open) d.end_step();  // the step the last run_step() ran
     d.started = false;
     d.sync_attachment();
     if (d.observer) d.observer->drain();
@@ -472,6 +399,7 @@ void PrecisionDebugger::stop() noexcept {
   if (d.watch) d.watch->unbind();
   d.optimizers.clear();
   d.model.reset();
+  detail::disarm_crash_flush();
   PrecisionDebugger* self = this;
   g_current.compare_exchange_strong(self, nullptr);
 }
@@ -479,7 +407,7 @@ void PrecisionDebugger::stop() noexcept {
 void PrecisionDebugger::start(const std::shared_ptr<torch::nn::Module>& model,
                               torch::optim::Optimizer& optimizer) {
   Impl& d = *impl_;
-  if (d.started) return;
+  if (d.started || !enabled_) return;
   d.optimizers = {&optimizer};
   start(model);
 }
@@ -487,7 +415,7 @@ void PrecisionDebugger::start(const std::shared_ptr<torch::nn::Module>& model,
 void PrecisionDebugger::start(std::vector<NamedModel> models,
                               std::vector<torch::optim::Optimizer*> optimizers) {
   Impl& d = *impl_;
-  if (d.started) return;
+  if (d.started || !enabled_) return;
   for (size_t i = 0; i < optimizers.size(); ++i) {
     if (optimizers[i] == nullptr)
       throw Error("precprobe: start(models, optimizers): optimizer " + std::to_string(i) +
@@ -499,59 +427,10 @@ void PrecisionDebugger::start(std::vector<NamedModel> models,
   start(set);
 }
 
-at::Tensor PrecisionDebugger::run_step(c10::function_ref<at::Tensor()> f) {
-  Impl& d = *impl_;
-  at::Tensor loss;
-  if (d.started && d.watch && d.watch->bound()) {
-    loss = d.watch->run(d.step, f, [&d](bool on) { d.set_replay_recording(on); });
-    d.in_run_step = true;
-  } else {
-    loss = f();
-  }
-  step();
-  return loss;
-}
-
-void PrecisionDebugger::step() {
-  Impl& d = *impl_;
-  const bool via_run_step = std::exchange(d.in_run_step, false);
-  if (d.started && d.watch && d.watch->bound() && !via_run_step && !d.warned_step) {
-    d.warned_step = true;
-    report_error(
-        "precprobe: \"record\": \"on_anomaly\" watches only the steps run through "
-        "run_step(); this step() ended a step that was neither snapshot nor checked");
-  }
-  if (d.started && d.observer && d.observer->attached()) {
-    d.observe_grads();
-    d.observer->end_step();
-  }
-  if (d.started) d.check_replicas_if_due();
-  ++d.step;
-  if (d.started && d.observer) {
-    d.observer->begin_step(d.step);
-    d.observer_step = d.step;
-    d.sync_attachment();
-    d.observer->arm_grad_hook(d.monitor != nullptr);
-  }
-}
-
 int64_t PrecisionDebugger::current_step() const noexcept { return impl_->step; }
 bool PrecisionDebugger::started() const noexcept { return impl_->started; }
 int PrecisionDebugger::rank() const noexcept { return impl_->rank; }
 int PrecisionDebugger::world_size() const noexcept { return impl_->world_size; }
-
-void PrecisionDebugger::log_scalar(const std::string& name, double value) noexcept {
-  try {
-    if (!impl_->writer) return;
-    ScalarRecord r;
-    r.step = impl_->step;
-    r.name = name;
-    r.value = value;
-    impl_->writer->submit(std::move(r));
-  } catch (...) {
-    report_error("precprobe: log_scalar failed");
-  }
-}
 
 std::string PrecisionDebugger::parameter_name(const at::Tensor& t) const {
   if (impl_->observer) {
@@ -565,10 +444,12 @@ const torch::nn::Module* PrecisionDebugger::model() const noexcept { return impl
 
 void PrecisionDebugger::observe_batch(const at::Tensor& inputs, const at::Tensor& targets,
                                       int64_t epoch, int64_t ignore_index) noexcept {
+  if (!enabled_) return;
   detail::observe_batch_of(*this, model(), inputs, targets, epoch, ignore_index);
 }
 
 void PrecisionDebugger::expect_module_hash(uint64_t hash) noexcept {
+  if (!enabled_) return;
   precprobe::expect_module_hash(*this, hash);
 }
 

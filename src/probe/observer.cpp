@@ -190,6 +190,7 @@ void Observer::end_step() {
   marker->flush_marker = true;
   {
     std::lock_guard<std::mutex> lk(engine_->order_mutex());
+    marker->header.step = step_;  // the step_end event the writer appends (dump_format.h)
     engine_->push_op(std::move(marker));
   }
   engine_->clear_cache();
@@ -544,8 +545,8 @@ bool Observer::keep_overflow(const OpRecord& r) {
 }
 
 void Observer::emit(PendingOp& op) {
-  if (op.flush_marker) {
-    writer_->flush(false);
+  if (op.flush_marker) {  // every record of its step went out before it
+    writer_->end_step(op.header.step);
     return;
   }
   OpRecord r = std::move(op.header);

@@ -45,8 +45,22 @@ std::string what_of(const std::exception& e) {
 /// The loss as one float64 (a loss of several elements: their float64 sum), on the device.
 at::Tensor loss_scalar(const at::Tensor& loss) { return loss.detach().sum(at::kDouble); }
 
-/// The name of the scalar the watch writes for each checked step (the report's loss chart).
+/// The name of the scalar the watch writes for each checked step (the report's loss chart),
+/// and of each of several losses: "loss/0", "loss/1", ...
 constexpr const char* kLossScalar = "loss";
+
+bool has_elements(const at::Tensor& t) { return t.defined() && t.numel() > 0; }
+
+/// "loss = nan" for one loss, "loss/0 = 1.2, loss/1 = nan" for several.
+std::string losses_text(const std::vector<std::string>& names, const std::vector<double>& values,
+                        const std::vector<bool>& present) {
+  std::string s;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (!present[i]) continue;
+    s += fmt::format("{}{} = {}", s.empty() ? "" : ", ", names[i], number_text(values[i]));
+  }
+  return s;
+}
 
 /// The elements that describe a gradient (a sparse one's values, a complex one's real and
 /// imaginary parts), and how many zeros it leaves implicit.
@@ -157,20 +171,21 @@ void AnomalyWatch::remember(double loss) {
   history_size_ = std::min(history_size_ + 1, history_.size());
 }
 
-double AnomalyWatch::read_grads(const at::Tensor& loss, bool with_loss) {
+void AnomalyWatch::read_grads(const std::vector<at::Tensor>& losses, Check& c) {
   at::RecordFunctionGuard no_callbacks(false);
   at::NoGradGuard no_grad;
   stats_.assign(params_.size(), GradStat{});
   rows_.clear();
-  double value = std::numeric_limits<double>::quiet_NaN();
-  bool loss_row = false;
-  if (with_loss) {
-    at::Tensor l = loss_scalar(loss);
+  c.values.assign(losses.size(), std::numeric_limits<double>::quiet_NaN());
+  std::vector<size_t> loss_rows;  // losses off the CPU, in rows_ order
+  for (size_t i = 0; i < losses.size(); ++i) {
+    if (!c.present[i]) continue;
+    at::Tensor l = loss_scalar(losses[i]);
     if (l.device().is_cpu()) {
-      value = l.item<double>();
+      c.values[i] = l.item<double>();
     } else {
       rows_.push_back(l.reshape({1}));
-      loss_row = true;
+      loss_rows.push_back(i);
     }
   }
   std::vector<size_t> on_device;
@@ -212,11 +227,11 @@ double AnomalyWatch::read_grads(const at::Tensor& loss, bool with_loss) {
     s.inf = acc.inf;
     s.finite = acc.finite + implicit_zeros;
   }
-  if (rows_.empty()) return value;
+  if (rows_.empty()) return;
   for (at::Tensor& r : rows_) r = r.to(rows_.front().device(), /*non_blocking=*/true);
   const at::Tensor host = at::cat(rows_).to(at::kCPU).contiguous();  // one host sync
   const double* v = host.data_ptr<double>();
-  if (loss_row) value = *v++;
+  for (size_t i : loss_rows) c.values[i] = *v++;
   for (size_t i : on_device) {
     GradStat& s = stats_[i];
     s.sumsq = v[0];
@@ -227,22 +242,36 @@ double AnomalyWatch::read_grads(const at::Tensor& loss, bool with_loss) {
     s.finite = static_cast<int64_t>(v[5]);
     v += kRowFields;
   }
-  return value;
 }
 
-AnomalyWatch::Check AnomalyWatch::check(const at::Tensor& loss) {
+AnomalyWatch::Check AnomalyWatch::check(const std::vector<at::Tensor>& losses, bool several) {
   const auto& t = options_.on_anomaly;
   Check c;
-  c.with_loss = loss.defined() && loss.numel() > 0;
-  c.loss = read_grads(loss, c.with_loss);
+  for (size_t i = 0; i < losses.size(); ++i) {
+    c.names.push_back(several ? fmt::format("{}/{}", kLossScalar, i) : std::string(kLossScalar));
+    c.present.push_back(has_elements(losses[i]));
+    c.with_loss = c.with_loss || c.present.back();
+  }
+  read_grads(losses, c);
+  std::optional<size_t> bad_loss;
+  for (size_t i = 0; i < losses.size(); ++i) {
+    if (!c.present[i]) continue;
+    if (std::isfinite(c.values[i])) {
+      c.loss += c.values[i];
+    } else if (!bad_loss) {
+      bad_loss = i;
+    }
+  }
   bool bad_grads = false;
   for (const GradStat& s : stats_) bad_grads = bad_grads || s.nan + s.inf > 0;
-  if (t.loss_nonfinite && c.with_loss && !std::isfinite(c.loss)) {
+  if (t.loss_nonfinite && bad_loss) {
     c.trigger = "loss_nonfinite";
-    c.detail = "loss = " + number_text(c.loss);
+    c.detail = c.names[*bad_loss] + " = " + number_text(c.values[*bad_loss]);
   } else if (t.grad_nonfinite && bad_grads) {
     c.trigger = "grad_nonfinite";
-    c.detail = bad_grads_text() + "; loss = " + number_text(c.loss);
+    c.detail = bad_grads_text();
+    const std::string l = losses_text(c.names, c.values, c.present);
+    if (!l.empty()) c.detail += "; " + l;
   } else if (t.spike_k > 0 && c.with_loss && history_size_ == history_.size()) {
     scratch_.assign(history_.begin(), history_.end());
     auto mid = scratch_.begin() + static_cast<std::ptrdiff_t>(scratch_.size() / 2);
@@ -281,11 +310,12 @@ std::string AnomalyWatch::bad_grads_text() const {
 void AnomalyWatch::write_records(int64_t step, const Check& c, bool grads) noexcept {
   if (writer_ == nullptr) return;
   try {
-    if (c.with_loss) {
+    for (size_t i = 0; i < c.names.size(); ++i) {
+      if (!c.present[i]) continue;
       ScalarRecord r;
       r.step = step;
-      r.name = kLossScalar;
-      r.value = c.loss;
+      r.name = c.names[i];
+      r.value = c.values[i];
       writer_->submit(std::move(r));
     }
     if (!grads) return;
@@ -313,14 +343,25 @@ void AnomalyWatch::write_records(int64_t step, const Check& c, bool grads) noexc
   }
 }
 
-AnomalyWatch::Pattern AnomalyWatch::pattern(const at::Tensor& loss) const {
+bool AnomalyWatch::Pattern::operator==(const Pattern& o) const {
+  if (loss_bits.size() != o.loss_bits.size() || bad_grads != o.bad_grads) return false;
+  for (size_t i = 0; i < loss_bits.size(); ++i)
+    if (loss_bits[i] != o.loss_bits[i] && !(loss_nan[i] && o.loss_nan[i])) return false;
+  return true;
+}
+
+AnomalyWatch::Pattern AnomalyWatch::pattern(const std::vector<at::Tensor>& losses) const {
   at::RecordFunctionGuard no_callbacks(false);
   at::NoGradGuard no_grad;
   Pattern p;
-  const double l = loss.defined() && loss.numel() > 0 ? loss_scalar(loss).item<double>()
-                                                      : std::numeric_limits<double>::quiet_NaN();
-  std::memcpy(&p.loss_bits, &l, sizeof l);
-  p.loss_nan = std::isnan(l);
+  for (const at::Tensor& loss : losses) {
+    const double l = has_elements(loss) ? loss_scalar(loss).item<double>()
+                                        : std::numeric_limits<double>::quiet_NaN();
+    uint64_t bits = 0;
+    std::memcpy(&bits, &l, sizeof l);
+    p.loss_bits.push_back(bits);
+    p.loss_nan.push_back(std::isnan(l));
+  }
   for (const auto& [name, t] : params_) {
     const at::Tensor& g = t.grad();
     p.bad_grads.push_back(g.defined() && !all_finite(g));
@@ -328,8 +369,8 @@ AnomalyWatch::Pattern AnomalyWatch::pattern(const at::Tensor& loss) const {
   return p;
 }
 
-at::Tensor AnomalyWatch::run(int64_t step, c10::function_ref<at::Tensor()> f,
-                             const std::function<void(bool)>& record) {
+void AnomalyWatch::run(int64_t step, c10::function_ref<std::vector<at::Tensor>()> f, bool several,
+                       const std::function<void(bool)>& record) {
   bool watch = bound() && static_cast<int64_t>(replays_) < options_.on_anomaly.max_replays &&
                options_.step.contains(step);
   if (watch) {
@@ -347,16 +388,16 @@ at::Tensor AnomalyWatch::run(int64_t step, c10::function_ref<at::Tensor()> f,
     StepSnapshot& snapshot;
     ~EndCapture() { snapshot.abandon_capture(); }
   } end_capture{snapshot_};
-  at::Tensor loss = f();  // the user's exceptions propagate unchanged
-  if (!watch) return loss;
+  const std::vector<at::Tensor> losses = f();  // the user's exceptions propagate unchanged
+  if (!watch) return;
   Check c;
   try {
-    c = check(loss);
+    c = check(losses, several);
   } catch (const std::exception& e) {
     ++errors_;
     report_error("precprobe: step " + std::to_string(step) +
                  ": checking the triggers failed: " + what_of(e));
-    return loss;
+    return;
   }
   const std::string written = snapshot_.finish_capture();
   if (!written.empty()) {
@@ -370,32 +411,32 @@ at::Tensor AnomalyWatch::run(int64_t step, c10::function_ref<at::Tensor()> f,
   const bool healthy = c.trigger.empty();
   write_records(step, c, healthy || !written.empty() || !replay_grads_recorded_);
   if (healthy) {
-    remember(c.loss);
-    return loss;
+    if (c.with_loss) remember(c.loss);
+    return;
   }
   if (!written.empty()) {
     ++errors_;
     report_error("precprobe: step " + std::to_string(step) + " (" + c.detail +
                  ") is not replayed: its snapshot is not valid (" + written +
                  " was written before it was known to be copied)");
-    return loss;
+    return;
   }
-  return replay(step, f, loss, c, record);
+  replay(step, f, losses, c, record);
 }
 
-at::Tensor AnomalyWatch::replay(int64_t step, c10::function_ref<at::Tensor()> f,
-                                const at::Tensor& loss, const Check& why,
-                                const std::function<void(bool)>& record) {
+void AnomalyWatch::replay(int64_t step, c10::function_ref<std::vector<at::Tensor>()> f,
+                          const std::vector<at::Tensor>& losses, const Check& why,
+                          const std::function<void(bool)>& record) {
   ++replays_;
   Pattern first;
   try {
-    first = pattern(loss);
+    first = pattern(losses);
     snapshot_.restore();
   } catch (const std::exception& e) {
     ++errors_;
     report_error("precprobe: step " + std::to_string(step) + " (" + why.detail +
                  "): restoring the snapshot failed, the step is not replayed: " + what_of(e));
-    return loss;
+    return;
   }
   // The debugger's own failures are reported, never thrown; f's exceptions propagate.
   auto recording = [&](bool on) {
@@ -413,10 +454,11 @@ at::Tensor AnomalyWatch::replay(int64_t step, c10::function_ref<at::Tensor()> f,
     return false;
   };
   OriginTracker tracker;
-  at::Tensor again;
+  std::vector<at::Tensor> again;
   if (!recording(true)) {
     recording(false);
-    return f();  // the state was put back: the step runs once more, unrecorded
+    f();  // the state was put back: the step runs once more, unrecorded
+    return;
   }
   observer_->set_origin_tracker(&tracker);
   try {
@@ -505,7 +547,6 @@ at::Tensor AnomalyWatch::replay(int64_t step, c10::function_ref<at::Tensor()> f,
                reproduced ? "reproduced" : "NOT reproduced",
                o.record.empty() ? "none" : o.record.c_str(), o.classification.c_str(),
                o.why.c_str());
-  return again;
 }
 
 }  // namespace detail

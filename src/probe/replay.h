@@ -2,8 +2,9 @@
 // PrecisionDebugger::run_step it snapshots the training state (step_snapshot.h; the bulk of
 // the copy overlaps the step), runs the step with nothing observed, and checks the triggers
 // (non-finite loss, non-finite gradient, loss spike) in one pass over each gradient, which
-// also gives what it writes for every checked step: the loss (scalar "loss") and each
-// gradient's norm, max, mean and NaN/Inf counts (grads records without weight statistics).
+// also gives what it writes for every checked step: the losses (scalar "loss", or "loss/0",
+// "loss/1", ... when the step returned several) and each gradient's norm, max, mean and
+// NaN/Inf counts (grads records without weight statistics).
 // On a trigger it restores the snapshot, runs the same step again
 // with every op recorded, checks that the replay reproduced the anomaly, finds and
 // classifies the origin op (replay_origin.h), saves its inputs and writes the "anomaly"
@@ -43,11 +44,13 @@ class AnomalyWatch {
   bool bound() const noexcept { return snapshot_.bound(); }
 
   /// Runs step `step`: f(), or, on an anomaly, f() again from the snapshot with every op
-  /// recorded; returns the loss of the run training continues from. `record(true)` makes
-  /// the debugger record this step's ops, `record(false)` finishes them (drained, on
-  /// disk). Exceptions of f propagate; the watch's own failures are reported and counted.
-  at::Tensor run(int64_t step, c10::function_ref<at::Tensor()> f,
-                 const std::function<void(bool)>& record);
+  /// recorded (the caller keeps what the last run of f returned). f returns the step's
+  /// losses, every one checked; `several`: they are named "loss/<i>", else "loss".
+  /// `record(true)` makes the debugger record this step's ops, `record(false)` finishes
+  /// them (drained, on disk). Exceptions of f propagate; the watch's own failures are
+  /// reported and counted.
+  void run(int64_t step, c10::function_ref<std::vector<at::Tensor>()> f, bool several,
+           const std::function<void(bool)>& record);
 
   uint64_t replays() const noexcept { return replays_; }
   uint64_t errors() const noexcept { return errors_; }
@@ -58,8 +61,11 @@ class AnomalyWatch {
   struct Check {
     std::string trigger;  // "" = healthy
     std::string detail;
-    double loss = 0;
-    bool with_loss = false;  // a loss of at least one element
+    std::vector<std::string> names;  // of the losses ("loss", or "loss/0", "loss/1", ...)
+    std::vector<double> values;      // each loss as one float64 (NaN: empty or undefined)
+    std::vector<bool> present;       // a loss of at least one element
+    double loss = 0;                 // the finite losses' sum: the spike check's value
+    bool with_loss = false;          // some loss of at least one element
   };
   /// What the one pass over a parameter's gradient found.
   struct GradStat {
@@ -67,25 +73,24 @@ class AnomalyWatch {
     double sumsq = 0, abs_sum = 0, abs_max = 0;  // over finite elements
     int64_t nan = 0, inf = 0, finite = 0;
   };
-  /// Loss bits and which gradients are non-finite: what a replay must reproduce.
+  /// Each loss's bits and which gradients are non-finite: what a replay must reproduce.
   struct Pattern {
-    uint64_t loss_bits = 0;
-    bool loss_nan = false;
+    std::vector<uint64_t> loss_bits;
+    std::vector<bool> loss_nan;
     std::vector<bool> bad_grads;
-    bool operator==(const Pattern& o) const {
-      return (loss_bits == o.loss_bits || (loss_nan && o.loss_nan)) && bad_grads == o.bad_grads;
-    }
+    bool operator==(const Pattern& o) const;
   };
-  Check check(const at::Tensor& loss);
-  /// Fills stats_ (one per params_); returns the loss as one float64 (NaN: none).
-  double read_grads(const at::Tensor& loss, bool with_loss);
-  /// The step's "loss" scalar and, with `grads`, one GradRecord per parameter.
+  Check check(const std::vector<at::Tensor>& losses, bool several);
+  /// Fills stats_ (one per params_) and each loss's float64 value (NaN: none).
+  void read_grads(const std::vector<at::Tensor>& losses, Check& c);
+  /// The step's loss scalars and, with `grads`, one GradRecord per parameter.
   void write_records(int64_t step, const Check& c, bool grads) noexcept;
-  Pattern pattern(const at::Tensor& loss) const;
+  Pattern pattern(const std::vector<at::Tensor>& losses) const;
   std::string bad_grads_text() const;
   void remember(double loss);
-  at::Tensor replay(int64_t step, c10::function_ref<at::Tensor()> f, const at::Tensor& loss,
-                    const Check& why, const std::function<void(bool)>& record);
+  void replay(int64_t step, c10::function_ref<std::vector<at::Tensor>()> f,
+              const std::vector<at::Tensor>& losses, const Check& why,
+              const std::function<void(bool)>& record);
 
   DebuggerOptions options_;
   DumpWriter* writer_;

@@ -48,9 +48,12 @@ TEST_CASE("check: the checklist on the probe's own records", "[cli][check]") {
   json c = run_json("check " + dump("clean"), 0);
   CHECK(c["problem"] == false);
   CHECK(c["path"].get<std::string>().find("clean") != std::string::npos);
-  REQUIRE(c["items"].size() == 15);
-  const std::map<std::string, std::string> prefix = {
-      {"data", "data."}, {"hyper-parameters", "hp."}, {"api", "api."}, {"mixed precision", "mp."}};
+  REQUIRE(c["items"].size() == 16);
+  const std::map<std::string, std::string> prefix = {{"run", "run."},
+                                                     {"data", "data."},
+                                                     {"hyper-parameters", "hp."},
+                                                     {"api", "api."},
+                                                     {"mixed precision", "mp."}};
   for (auto& item : c["items"]) {
     const std::string id = item["id"];
     INFO(id);
@@ -60,6 +63,7 @@ TEST_CASE("check: the checklist on the probe's own records", "[cli][check]") {
     CHECK(item["figures"].is_object());
   }
   const std::map<std::string, std::string> verdicts = {
+      {"run.stopped", "ok"},
       {"data.missing_values", "ok"},
       {"data.class_imbalance", "ok"},
       {"data.inputs_not_normalised", "ok"},

@@ -27,7 +27,7 @@ endif()
 if(TARGET precprobe_cli)
   # One executable per topic (test_cli.cpp says which); helpers in cli_test_util.h.
   foreach(_t test_cli test_cli_compare test_cli_history_export test_cli_report_check
-             test_cli_summary_verdict
+             test_cli_summary_verdict test_cli_run_state
              test_cli_precision)
     precprobe_add_test(${CMAKE_CURRENT_LIST_DIR}/${_t}.cpp nlohmann_json::nlohmann_json
                        precprobe::core)

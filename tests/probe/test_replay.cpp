@@ -195,8 +195,9 @@ PlantRun run_plant(const TempDir& dir, Plant& net, int64_t bad_step, double shif
       });
       CHECK(loss.defined());
     }
-    CHECK(dbg.current_step() == 50);
+    CHECK(dbg.current_step() == 49);  // the last step stays open until stop()
     dbg.stop();
+    CHECK(dbg.current_step() == 50);
     out.counters = dbg.counters();
   }
   out.events = anomaly_events(dir);
@@ -511,12 +512,13 @@ TEST_CASE("run_step: not started, always, exceptions of f", "[replay]") {
   auto one = torch::ones({});
   auto l = dbg.run_step([&] { return one * 2; });
   CHECK(l.item<float>() == Approx(2.0));
-  CHECK(dbg.current_step() == 1);
+  CHECK(dbg.current_step() == 0);  // the step stays open: the next run_step/step/stop ends it
   dbg.start();
   l = dbg.run_step([&] { return one * 3; });
   CHECK(l.item<float>() == Approx(3.0));
-  CHECK(dbg.current_step() == 2);
+  CHECK(dbg.current_step() == 1);
   dbg.stop();
+  CHECK(dbg.current_step() == 2);
   // "always": the step's mul was recorded (the checks' item() calls too).
   CHECK(precprobe::test::with_name(precprobe::test::read_ops(dir), "aten::mul").size() == 1);
 

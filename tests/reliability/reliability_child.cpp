@@ -12,11 +12,22 @@
 //   precprobe_reliability_child threads DIR T K            T threads x K iterations of 2 ops
 //   precprobe_reliability_child long    DIR STEPS          tiny model; "rss STEP KB" lines
 //   precprobe_reliability_child badpath DIR                start() must throw precprobe::Error
+//   precprobe_reliability_child crash   DIR HOW K [sync]   crashes at step K, statistics async
+//                                                          (sync: not). HOW: segv (writes through
+//                                                          a null pointer before the step's
+//                                                          ops), op (a custom op that does so,
+//                                                          inside forward), abort, user (segv
+//                                                          with a SIGSEGV handler of the
+//                                                          program: marker DIR.marker, exit 9),
+//                                                          stuck (segv while the writer thread
+//                                                          is held: the flush cannot finish)
+//   precprobe_reliability_child slow    DIR                trains 30 ms a step until killed
 //
 // "step K" is printed after step K's records are on disk (dbg.step() + writer flush).
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <torch/library.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -30,6 +41,7 @@
 #include <vector>
 
 #include "../../examples/fashion_mnist.h"
+#include "dump_files.h"  // the writer's test hook (stuck)
 #include "precprobe/debugger.h"
 #include "precprobe/error.h"
 #include "precprobe/signal_flush.h"
@@ -221,6 +233,86 @@ int badpath(const std::string& dir) {
 
 }  // namespace
 
+// ---- crashes ----
+
+int* volatile g_null = nullptr;  // the compiler cannot know it is null: a real fault, no trap
+std::atomic<bool> g_hold_writer{false};
+
+at::Tensor crash_kernel(const at::Tensor& x) {
+  *g_null = 1;
+  return x;
+}
+
+TORCH_LIBRARY(precprobe_test, m) { m.def("crash(Tensor x) -> Tensor", crash_kernel); }
+
+void user_segv_handler(int) {
+  int fd = ::open(g_marker.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd >= 0) {
+    ssize_t n = ::write(fd, "user segv handler\n", 18);
+    (void)n;
+    ::close(fd);
+  }
+  ::_exit(9);
+}
+
+// As train_fashion, with no flush after the steps (what is complete reaches the dump through
+// the crash flush), and the crash `how` at step `at`.
+int crash(const std::string& dir, const std::string& how, int64_t at, bool async) {
+  if (how == "user") {
+    g_marker = dir + ".marker";
+    ::signal(SIGSEGV, user_segv_handler);  // the program's own, installed before ours
+  }
+  precprobe::DebuggerOptions o = options(dir);
+  o.async_stats = async;
+  if (how == "stuck") {
+    o.crash_flush_timeout_ms = 300;
+    precprobe::detail::set_writer_batch_hook([] {
+      while (g_hold_writer.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    });
+  }
+  precprobe::PrecisionDebugger dbg(o);
+  torch::manual_seed(0);
+  auto data = fashion_mnist::load("t10k");
+  auto x_all = data.images.slice(0, 0, 4096).reshape({4096, 784});
+  auto y_all = data.labels.slice(0, 0, 4096);
+  auto model = std::make_shared<Mlp>(784, 32, 10);
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.05));
+  static auto crash_op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("precprobe_test::crash", "")
+                             .typed<at::Tensor(const at::Tensor&)>();
+  dbg.start(model);
+  for (int64_t k = 0;; ++k) {
+    if (k == at) {
+      if (how == "segv" || how == "user") *g_null = 1;
+      if (how == "abort") std::abort();
+      if (how == "stuck") {  // the earlier steps reach the files, then the writer is held
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        g_hold_writer.store(true);
+        *g_null = 1;
+      }
+    }
+    const int64_t i = (k * 64) % 4096;
+    auto h = model->forward(x_all.slice(0, i, i + 64));
+    if (k == at && how == "op") h = crash_op.call(h);
+    auto loss = torch::nn::functional::cross_entropy(h, y_all.slice(0, i, i + 64));
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+    dbg.step();
+    SAY("step %lld\n", static_cast<long long>(k));
+  }
+}
+
+// Still running: the test reads the dump meanwhile, then kills it.
+int slow(const std::string& dir) {
+  precprobe::DebuggerOptions o = options(dir);
+  o.async_stats = true;
+  precprobe::PrecisionDebugger dbg(o);
+  train_fashion(dbg, 1000000,
+                [](int64_t) { std::this_thread::sleep_for(std::chrono::milliseconds(30)); });
+  return 3;
+}
+
 int main(int argc, char** argv) {
   if (argc < 3) return 2;
   const std::string mode = argv[1], dir = argv[2];
@@ -233,5 +325,8 @@ int main(int argc, char** argv) {
   if (mode == "threads") return threads(dir, static_cast<int>(arg(3)), static_cast<int>(arg(4)));
   if (mode == "long") return long_run(dir, arg(3));
   if (mode == "badpath") return badpath(dir);
+  if (mode == "crash" && argc >= 5)
+    return crash(dir, argv[3], arg(4), !(argc > 5 && std::string(argv[5]) == "sync"));
+  if (mode == "slow") return slow(dir);
   return 2;
 }

@@ -16,141 +16,14 @@
 #include <vector>
 
 #include "core/temp_dir.h"
+#include "precprobe/analysis.h"
 #include "precprobe/reader.h"
 #include "precprobe_catch.h"
+#include "reliability/reliability_dump.h"
 
 namespace fs = std::filesystem;
 using precprobe::test::TempDir;
-
-namespace {
-
-// A running child with its stdout on a pipe.
-class Child {
- public:
-  explicit Child(const std::vector<std::string>& args) {
-    int fds[2];
-    REQUIRE(::pipe(fds) == 0);
-    pid_ = ::fork();
-    REQUIRE(pid_ >= 0);
-    if (pid_ == 0) {
-      ::dup2(fds[1], 1);
-      ::close(fds[0]);
-      ::close(fds[1]);
-      std::vector<char*> argv;
-      static std::string exe = PRECPROBE_RELIABILITY_CHILD;
-      argv.push_back(exe.data());
-      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      ::execv(exe.c_str(), argv.data());
-      ::_exit(127);
-    }
-    ::close(fds[1]);
-    out_ = ::fdopen(fds[0], "r");
-    REQUIRE(out_ != nullptr);
-  }
-  ~Child() {
-    if (pid_ > 0 && status_ < 0) {
-      ::kill(pid_, SIGKILL);
-      wait();
-    }
-    if (out_) std::fclose(out_);
-  }
-  // The next line of output ("" at end of file).
-  std::string line() {
-    char buf[512];
-    if (std::fgets(buf, sizeof buf, out_) == nullptr) return "";
-    std::string s(buf);
-    if (!s.empty() && s.back() == '\n') s.pop_back();
-    lines_.push_back(s);
-    return s;
-  }
-  // Reads lines until "step <k>"; false at end of output.
-  bool wait_for_step(int64_t k) {
-    const std::string want = "step " + std::to_string(k);
-    for (std::string s = line(); !s.empty(); s = line())
-      if (s == want) return true;
-    return false;
-  }
-  void drain() {
-    while (!line().empty()) {
-    }
-  }
-  int wait() {
-    if (status_ < 0) REQUIRE(::waitpid(pid_, &status_, 0) == pid_);
-    return status_;
-  }
-  void signal(int sig) { REQUIRE(::kill(pid_, sig) == 0); }
-  const std::vector<std::string>& lines() const { return lines_; }
-
- private:
-  pid_t pid_ = -1;
-  FILE* out_ = nullptr;
-  int status_ = -1;
-  std::vector<std::string> lines_;
-};
-
-struct Dump {
-  std::map<int64_t, int64_t> ops_per_step;
-  std::vector<precprobe::OpRecord> ops;
-  std::vector<precprobe::StreamStatus> statuses;
-  nlohmann::json meta;
-};
-
-Dump read_dump(const std::string& dir) {
-  Dump d;
-  precprobe::DumpReader reader(dir);
-  d.ops = reader.ops();
-  reader.grads();
-  reader.scalars();
-  reader.scaler();
-  for (const auto& r : d.ops) d.ops_per_step[r.step]++;
-  d.statuses = reader.statuses();
-  REQUIRE(reader.ranks().size() == 1);
-  d.meta = nlohmann::json::parse(reader.ranks()[0].meta_json);
-  for (const auto& s : d.statuses) {
-    INFO(s.path << ": " << s.message);
-    CHECK(s.bad_lines == 0);  // every record of every complete frame parses
-    if (s.truncated) CHECK(s.truncated_bytes > 0);
-  }
-  return d;
-}
-
-bool any_truncated(const Dump& d) {
-  for (const auto& s : d.statuses)
-    if (s.truncated) return true;
-  return false;
-}
-
-// Records per step of an undisturbed run (the model and data are deterministic).
-const std::map<int64_t, int64_t>& clean_counts() {
-  static std::map<int64_t, int64_t> counts = [] {
-    TempDir dir("rel_clean");
-    Child c({"train", dir / "dump", "12"});
-    c.drain();
-    const int st = c.wait();
-    REQUIRE(WIFEXITED(st));
-    REQUIRE(WEXITSTATUS(st) == 0);
-    Dump d = read_dump(dir / "dump");
-    CHECK_FALSE(any_truncated(d));
-    CHECK(d.meta.value("state", "") == "stopped");
-    REQUIRE(d.ops_per_step.size() == 12);
-    return d.ops_per_step;
-  }();
-  return counts;
-}
-
-// Every step up to `last` has exactly the clean run's number of records.
-void check_steps_complete(const Dump& d, int64_t last) {
-  const auto& clean = clean_counts();
-  for (int64_t s = 0; s <= last; ++s) {
-    INFO("step " << s);
-    REQUIRE(clean.count(s));
-    CHECK(d.ops_per_step.count(s));
-    if (d.ops_per_step.count(s)) CHECK(d.ops_per_step.at(s) == clean.at(s));
-  }
-}
-
-}  // namespace
+using namespace precprobe::test::reliability;  // NOLINT(google-build-using-namespace)
 
 TEST_CASE("clean training run: every step has the same records", "[reliability]") {
   const auto& clean = clean_counts();

@@ -385,7 +385,8 @@ void add_compare_command(CLI::App& app, int& exit_code) {
       "when the runs ran different ops that is said first, with the places and the ops of\n"
       "one run only, which are not compared.\n"
       "Exit status 1 when something differs (statistics mode: warnings or ops of one run\n"
-      "only; --first: a divergent op; --exact: not identical, different ops included);\n"
+      "only; --first: a divergent op; --exact: not identical, different ops included; and\n"
+      "when a run did not stop: crashed, killed or still running);\n"
       "2 when nothing can be compared (no (step, rank) with op records in both dumps).\n\n"
       "Examples:\n"
       "  precprobe compare run_bf16 run_fp32 --first\n"
@@ -417,9 +418,16 @@ void add_compare_command(CLI::App& app, int& exit_code) {
       r = compare_dumps(*a, *b, opt, progress.callback());
     }
     require_common_groups(r, *args);
+    // A run that did not stop holds fewer (or partial) steps: said first, and a difference.
+    const RunState run_a = run_state(*a), run_b = run_state(*b);
     if (args->json) {
-      print_json(r.to_json());
+      nlohmann::json j = r.to_json();
+      j["run_a"] = run_a.to_json();
+      j["run_b"] = run_b.to_json();
+      print_json(j);
     } else {
+      if (!run_a.stopped()) std::cout << paint(term, Tone::kRed, "A: " + run_a.describe()) << '\n';
+      if (!run_b.stopped()) std::cout << paint(term, Tone::kRed, "B: " + run_b.describe()) << '\n';
       if (args->exact) {
         print_exact(r, *args, term);
       } else if (args->first) {
@@ -429,7 +437,7 @@ void add_compare_command(CLI::App& app, int& exit_code) {
       }
       print_modules(r, term);
     }
-    exit_code = r.differs() ? kExitFound : kExitClean;
+    exit_code = r.differs() || !run_a.stopped() || !run_b.stopped() ? kExitFound : kExitClean;
   });
 }
 

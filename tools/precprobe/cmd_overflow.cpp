@@ -19,8 +19,9 @@ void print_args(const char* label, const std::vector<Arg>& args) {
     std::cout << fmt::format("  {:<8}#{} {}\n", i == 0 ? label : "", i, arg_str(args[i]));
 }
 
-void print_op(const OpBrief& o) {
+void print_op(const OpBrief& o, const std::optional<std::string>& module) {
   std::cout << fmt::format("  {:<8}{}\n", "op", o.op);
+  if (module) std::cout << fmt::format("  {:<8}{}\n", "module", *module);
   std::cout << fmt::format("  {:<8}rank {}, step {}, seq {}, {}, depth {}\n", "where", o.rank,
                            o.step, o.seq, o.direction, o.depth);
   if (!o.scope.empty()) std::cout << fmt::format("  {:<8}{}\n", "scope", o.scope);
@@ -44,11 +45,34 @@ void print_rank_table(const OverflowResult& r, const Terminal& term) {
   t.print(std::cout, term);
 }
 
-void print_overflow(const OverflowResult& r, const Terminal& term) {
-  if (!r.any_nonfinite) {
-    std::cout << paint(term, Tone::kGreen, "No NaN/Inf in any recorded op.") << '\n';
+// Which steps "no NaN/Inf" covers, and whether the run stopped.
+void print_clean(const OverflowResult& r, const Terminal& term) {
+  std::string steps;
+  if (r.step_min) {
+    steps = r.step_min == r.step_max ? fmt::format(" of step {}", *r.step_min)
+                                     : fmt::format(" of steps {}..{}", *r.step_min, *r.step_max);
+  }
+  if (r.run.stopped()) {
+    std::cout << paint(term, Tone::kGreen, "No NaN/Inf in any recorded op" + steps + ".") << '\n';
     return;
   }
+  const auto through = r.run.complete_through();
+  std::string partial;
+  if (r.step_max && (!through || *r.step_max > *through))
+    partial = fmt::format(" (step {} only in part)", *r.step_max);
+  std::cout << paint(term, Tone::kYellow, "No NaN/Inf in any recorded op" + steps + partial + ",")
+            << '\n'
+            << paint(term, Tone::kRed,
+                     "but " + r.run.describe() + ": what came after is not in the dump.")
+            << '\n';
+}
+
+void print_overflow(const OverflowResult& r, const Terminal& term) {
+  if (!r.any_nonfinite) {
+    print_clean(r, term);
+    return;
+  }
+  if (!r.run.stopped()) std::cout << paint(term, Tone::kRed, "note: " + r.run.describe()) << '\n';
   const RankOverflow* mine = nullptr;
   for (const RankOverflow& ro : r.ranks) {
     if (r.found && ro.rank == r.origin.rank) mine = &ro;
@@ -56,7 +80,7 @@ void print_overflow(const OverflowResult& r, const Terminal& term) {
   if (r.found) {
     std::cout << paint(term, Tone::kRed, "First non-finite value produced by " + r.origin.name)
               << '\n';
-    print_op(r.origin);
+    print_op(r.origin, r.origin_module);
     std::cout << fmt::format(
         "spread: {} later ops with non-finite outputs; {} steps affected ({}{})\n",
         mine->later_nonfinite_ops, mine->steps_affected,
@@ -97,7 +121,10 @@ void add_overflow_command(CLI::App& app, int& exit_code) {
   cmd->footer(
       "The origin is the earliest op (by step, then start order) whose inputs are all finite\n"
       "and whose outputs are not; an op nested inside it that does the same is preferred.\n"
-      "Exit status 1 when NaN/Inf was found.\n\n"
+      "The origin's module is named as `precprobe precision` attributes it, when parameters\n"
+      "were named (dbg.start(model)).\n"
+      "Exit status 1 when NaN/Inf was found, or when the run did not stop (crashed, killed or\n"
+      "still running: what came after the last complete step is unknown).\n\n"
       "Example:\n  precprobe overflow ./precprobe_dump\n"
       "  precprobe overflow ./precprobe_dump --json | jq -r .name");
   cmd->callback([args, &exit_code] {
@@ -115,7 +142,7 @@ void add_overflow_command(CLI::App& app, int& exit_code) {
     } else {
       print_overflow(r, term);
     }
-    exit_code = r.any_nonfinite ? kExitFound : kExitClean;
+    exit_code = r.any_nonfinite || !r.run.stopped() ? kExitFound : kExitClean;
   });
 }
 

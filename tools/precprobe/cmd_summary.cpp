@@ -178,6 +178,9 @@ void print_verdict(const SummaryResult& s, const ChecklistResult& check, const T
   } else {
     std::cout << fmt::format("recorded      no op records on {} rank(s)\n", s.ranks.size());
   }
+  // How the run ended, before anything is read as a whole run.
+  if (!s.run.stopped())
+    std::cout << paint(term, Tone::kRed, "run           " + s.run.describe()) << '\n';
   const CheckItem* overflow = check.find("mp.overflow");
   if (overflow != nullptr && overflow->verdict == Verdict::kProblem) {
     std::cout << paint(term, Tone::kRed, "NaN/Inf       " + overflow->evidence) << '\n';
@@ -239,7 +242,16 @@ void print_verdict(const SummaryResult& s, const ChecklistResult& check, const T
     if (st.present && st.truncated)
       lost.push_back(fmt::format("{} truncated ({} bytes lost)", st.path, st.truncated_bytes));
   if (s.bad_lines > 0) lost.push_back(fmt::format("{} unreadable lines", s.bad_lines));
-  std::cout << paint(term, lost.empty() ? Tone::kGreen : Tone::kYellow,
+  // A run that did not stop is never "complete", whatever its frames say.
+  if (!s.run.stopped()) {
+    const auto through = s.run.complete_through();
+    lost.insert(
+        lost.begin(),
+        through ? fmt::format("partial: complete through step {} (the run did not stop)", *through)
+                : std::string("partial: no step complete (the run did not stop)"));
+  }
+  std::cout << paint(term,
+                     lost.empty() ? Tone::kGreen : (s.run.stopped() ? Tone::kYellow : Tone::kRed),
                      "data          " + (lost.empty() ? std::string("complete")
                                                       : fmt::format("{}", fmt::join(lost, "; "))))
             << '\n';
@@ -336,7 +348,9 @@ void add_summary_command(CLI::App& app, int& exit_code) {
       "The first lines are the verdict: what was recorded, the origin of the first NaN/Inf,\n"
       "the replayed anomalies (\"record\": \"on_anomaly\"), the losses, anomalies (replayed steps "
       "only), watchpoint hits (the earliest named), gradients with NaN/Inf and skipped steps, the "
-      "checklist's problems (precprobe check), lost data.\n\n"
+      "checklist's problems (precprobe check), lost data. A run that did not stop (a crash, a\n"
+      "kill, or still running) says so first, with the last step complete; never \"data "
+      "complete\".\nExit status 0 (the summary finds nothing; see overflow, check, compare).\n\n"
       "Example:\n  precprobe summary ./precprobe_dump\n  precprobe summary ./precprobe_dump --by "
       "module\n  precprobe summary ./precprobe_dump --json | jq .scaler");
   cmd->callback([args, &exit_code] {

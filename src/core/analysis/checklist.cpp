@@ -12,6 +12,7 @@
 
 #include "checklist_items.h"
 #include "json_util.h"
+#include "run_state.h"
 
 namespace precprobe {
 namespace {
@@ -22,19 +23,47 @@ using namespace checklist_detail;  // NOLINT(google-build-using-namespace): the 
 
 // -------------------------------------------------------------------- mixed precision
 
-CheckItem check_overflow(const OverflowResult& r, int64_t op_records) {
+CheckItem check_overflow(const OverflowResult& r, int64_t op_records, const RunState& run) {
   CheckItem c = item("mp.overflow", "mixed precision", "no overflow (NaN/Inf) in the ops");
   if (op_records == 0) return set(c, Verdict::kNotApplicable, "no op records in the dump"), c;
   c.figures = {{"op_records", double(op_records)}};
   if (r.found) {
     set(c, Verdict::kProblem,
-        fmt::format("first NaN/Inf produced by {} (rank {}, step {}, seq {})", r.origin.name,
+        fmt::format("first NaN/Inf produced by {}{} (rank {}, step {}, seq {})", r.origin.name,
+                    r.origin_module ? " in module " + *r.origin_module : std::string(),
                     r.origin.rank, r.origin.step, r.origin.seq));
   } else if (r.any_nonfinite) {
     set(c, Verdict::kProblem, "NaN/Inf in op inputs, not produced by a recorded op");
   } else {
-    set(c, Verdict::kOk, fmt::format("{} op records, all finite", op_records));
+    std::string steps;
+    if (r.step_min) steps = fmt::format(" of steps {}..{}", *r.step_min, *r.step_max);
+    std::string partial;
+    if (!run.stopped()) partial = "; " + run.describe() + ": later steps are not in the dump";
+    set(c, Verdict::kOk, fmt::format("{} op records{}, all finite{}", op_records, steps, partial));
   }
+  return c;
+}
+
+// A run that did not stop is a problem whatever else the dump says: a crash, or a process
+// killed (SIGKILL, the OOM killer, power lost) or still running, whose later steps are missing.
+CheckItem check_run(const RunState& run) {
+  CheckItem c = item("run.stopped", "run", "the run stopped (no crash, not killed)");
+  if (run.ranks.empty() || std::all_of(run.ranks.begin(), run.ranks.end(),
+                                       [](const auto& r) { return r.state == "unknown"; })) {
+    return set(c, Verdict::kNotApplicable, "meta.json records no run state"), c;
+  }
+  if (const auto through = run.complete_through())
+    c.figures = {{"complete_through", double(*through)}};
+  if (!run.stopped()) return set(c, Verdict::kProblem, run.describe()), c;
+  std::vector<std::string> signalled;
+  for (const RankRunState& r : run.ranks) {
+    if (r.state == "signalled")
+      signalled.push_back(fmt::format("rank {} by signal {}", r.rank, r.signal.value_or(0)));
+  }
+  set(c, Verdict::kOk,
+      signalled.empty()
+          ? std::string("stop() ended the run; the dump is complete")
+          : fmt::format("stopped: {} (the dump was flushed first)", fmt::join(signalled, ", ")));
   return c;
 }
 
@@ -122,11 +151,12 @@ CheckItem check_replicas(const Observed& o) {
 ChecklistResult build(const std::string& path, const std::vector<ScalarRecord>& scalars,
                       const std::vector<GradRecord>& grads, const std::vector<ScalerRecord>& scaler,
                       const OverflowResult& overflow, int64_t op_records, int64_t half_ops,
-                      const RecordsView& rv, const ChecklistOptions& options) {
+                      const RecordsView& rv, const ChecklistOptions& options, const RunState& run) {
   const Observed o = collect(scalars);
   ChecklistResult r;
   r.path = path;
-  r.items = {check_missing(o, rv),
+  r.items = {check_run(run),
+             check_missing(o, rv),
              check_imbalance(o, rv),
              check_normalised(o, rv),
              check_shuffling(o, rv),
@@ -138,7 +168,7 @@ ChecklistResult build(const std::string& path, const std::vector<ScalarRecord>& 
              check_init(o, rv),
              check_module_hash(o, options),
              check_replicas(o),
-             check_overflow(overflow, op_records),
+             check_overflow(overflow, op_records, run),
              check_scaler(scaler, half_ops),
              check_clip_order(o, scaler)};
   return r;
@@ -185,7 +215,7 @@ std::vector<const CheckItem*> ChecklistResult::problems_by_cause() const {
                                                 "api.replicas",        "api.frozen_weights",
                                                 "hp.learning_rate",    "mp.clip_before_unscale",
                                                 "mp.grad_scaler",      "mp.overflow",
-                                                "hp.loss_trend"};
+                                                "hp.loss_trend",       "run.stopped"};
   auto rank = [](const CheckItem* c) {
     const auto* it = std::find(std::begin(kOrder), std::end(kOrder), c->id);
     return it - std::begin(kOrder);
@@ -225,8 +255,10 @@ ChecklistResult run_checklist(const DumpData& data, const ChecklistOptions& opti
     if (is_half(op.inputs) || is_half(op.outputs)) ++half;
     records.add(op);
   }
-  return build("", data.scalars, data.grads, data.scaler, find_overflow(data),
-               static_cast<int64_t>(data.ops.size()), half, records.finish(), options);
+  const OverflowResult overflow = find_overflow(data);
+  return build("", data.scalars, data.grads, data.scaler, overflow,
+               static_cast<int64_t>(data.ops.size()), half, records.finish(), options,
+               overflow.run);
 }
 
 ChecklistResult run_checklist(DumpReader& reader, const ChecklistOptions& options,
@@ -244,8 +276,10 @@ ChecklistResult run_checklist(DumpReader& reader, const ChecklistOptions& option
     return true;
   });
   const OverflowResult overflow = ops > 0 ? find_overflow(reader, read) : OverflowResult{};
-  ChecklistResult r =
-      build(reader.path(), scalars, grads, scaler, overflow, ops, half, records.finish(), options);
+  analysis_detail::RunStateBuilder run;
+  for (const ScalarRecord& s : scalars) run.add(s);
+  ChecklistResult r = build(reader.path(), scalars, grads, scaler, overflow, ops, half,
+                            records.finish(), options, run.finish(reader.ranks()));
   return r;
 }
 

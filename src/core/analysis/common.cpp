@@ -1,5 +1,6 @@
 // OpBrief and the JSON conversions shared by the analyses.
 #include <cmath>
+#include <unordered_map>
 
 #include "json_util.h"
 #include "modules.h"
@@ -65,6 +66,26 @@ std::optional<std::string> consumed_module(const OpRecord& r) {
     return dot == std::string::npos ? std::string("(root)") : p.substr(0, dot);
   }
   return std::nullopt;
+}
+
+std::vector<std::string> attribute_modules(const std::vector<ModuleOp>& ops) {
+  std::vector<std::string> out;
+  out.reserve(ops.size());
+  std::unordered_map<int64_t, std::string> node_module;  // sn -> module of its forward op
+  std::string forward, backward;
+  for (const ModuleOp& p : ops) {
+    std::string* current = p.dir == Direction::kBackward ? &backward : &forward;
+    if (p.consumed) *current = *p.consumed;
+    std::string module = *current;
+    if (p.dir == Direction::kForward && p.sn >= 0) {
+      node_module.try_emplace(p.sn, module);
+    } else if (p.dir == Direction::kBackward && p.sn >= 0) {
+      auto it = node_module.find(p.sn);
+      if (it != node_module.end()) module = it->second;
+    }
+    out.push_back(std::move(module));
+  }
+  return out;
 }
 
 }  // namespace analysis_detail

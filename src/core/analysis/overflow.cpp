@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "json_util.h"
+#include "modules.h"
 #include "nesting.h"
 #include "source.h"
 
@@ -40,9 +41,30 @@ bool is_candidate(const OpRecord& r) { return r.outputs_non_finite() && !inputs_
 struct StepState {
   int64_t nonfinite_ops = 0;
   std::optional<OpBrief> origin;
+  std::optional<std::string> origin_module;
   int64_t after_origin = 0;  ///< non-finite outputs after the origin (or around it)
   std::optional<OpBrief> first_bad_input;
 };
+
+// The module of g[c] as `precprobe precision` attributes it (modules.h); nullopt when no op
+// of the step before it consumed a named parameter.
+std::optional<std::string> module_of(const std::vector<OpRecord>& g, size_t c) {
+  std::vector<size_t> order(g.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return g[a].seq < g[b].seq; });
+  std::vector<analysis_detail::ModuleOp> ops;
+  ops.reserve(g.size());
+  size_t at = 0;
+  for (size_t k = 0; k < order.size(); ++k) {
+    const OpRecord& r = g[order[k]];
+    if (order[k] == c) at = k;
+    ops.push_back({analysis_detail::consumed_module(r), r.dir, r.seqnr});
+  }
+  std::string m = std::move(analysis_detail::attribute_modules(ops)[at]);
+  if (m.empty()) return std::nullopt;
+  return m;
+}
 
 StepState analyse_group(const std::vector<OpRecord>& g) {
   StepState s;
@@ -60,6 +82,7 @@ StepState analyse_group(const std::vector<OpRecord>& g) {
   const analysis_detail::CallTree tree(places);
   const size_t c = tree.innermost_earliest(cands);
   s.origin = OpBrief::from(g[c]);
+  s.origin_module = module_of(g, c);
   // Spread: ops that started after the origin, and the ops around it (they end after it).
   for (size_t i = 0; i < g.size(); ++i) {
     if (i == c || !g[i].outputs_non_finite()) continue;
@@ -76,6 +99,7 @@ void merge(StepState& into, StepState&& s) {
   into.nonfinite_ops += s.nonfinite_ops;
   if (s.origin && (!into.origin || before(*s.origin, *into.origin))) {
     into.origin = std::move(s.origin);
+    into.origin_module = std::move(s.origin_module);
     into.after_origin = s.after_origin;
   }
   if (s.first_bad_input &&
@@ -94,6 +118,7 @@ RankOverflow conclude(int rank, const std::map<int64_t, StepState>& steps) {
       origin_step = step;
       r.found = true;
       r.origin = *s.origin;
+      r.origin_module = s.origin_module;
       r.later_nonfinite_ops = s.after_origin;
     } else if (origin_step) {
       r.later_nonfinite_ops += s.nonfinite_ops;
@@ -118,14 +143,16 @@ OverflowResult find_overflow_in(RecordSource& src) {
     group.clear();
   };
   bool any_bad = false;
+  OverflowResult out;
   src.ops([&](const OpRecord& r) {
     if (!group.empty() && (r.rank != group.front().rank || r.step != group.front().step)) flush();
     any_bad = any_bad || r.outputs_non_finite() || inputs_bad(r);
+    out.step_min = std::min(out.step_min.value_or(r.step), r.step);
+    out.step_max = std::max(out.step_max.value_or(r.step), r.step);
     group.push_back(r);
     return true;
   });
   flush();
-  OverflowResult out;
   out.any_nonfinite = any_bad;
   for (const auto& [rank, steps] : per_rank) {
     out.ranks.push_back(conclude(rank, steps));
@@ -133,6 +160,7 @@ OverflowResult find_overflow_in(RecordSource& src) {
     if (ro.found && (!out.found || before(ro.origin, out.origin))) {
       out.found = true;
       out.origin = ro.origin;
+      out.origin_module = ro.origin_module;
     }
   }
   return out;
@@ -147,6 +175,7 @@ nlohmann::json rank_json(const RankOverflow& r) {
                    {"nonfinite_ops", r.nonfinite_ops},
                    {"nonfinite_before_origin", r.nonfinite_before_origin}};
   j["origin"] = r.found ? analysis_detail::to_json(r.origin) : nlohmann::json(nullptr);
+  j["origin_module"] = r.origin_module ? nlohmann::json(*r.origin_module) : nlohmann::json();
   j["first_nonfinite_input"] = r.first_nonfinite_input
                                    ? analysis_detail::to_json(*r.first_nonfinite_input)
                                    : nlohmann::json(nullptr);
@@ -163,13 +192,18 @@ nlohmann::json OverflowResult::to_json() const {
   }
   if (found) {
     j.update(analysis_detail::to_json(origin));
+    j["module"] = origin_module ? nlohmann::json(*origin_module) : nlohmann::json();
     j["later_nonfinite_ops"] = mine->later_nonfinite_ops;
     j["steps_affected"] = mine->steps_affected;
     j["first_steps_affected"] = mine->first_steps_affected;
     j["nonfinite_before_origin"] = mine->nonfinite_before_origin;
   } else {
-    for (const char* k : {"step", "rank", "seq", "name", "op", "direction"}) j[k] = nullptr;
+    for (const char* k : {"step", "rank", "seq", "name", "op", "direction", "module"})
+      j[k] = nullptr;
   }
+  j["steps"] = {{"min", step_min ? nlohmann::json(*step_min) : nlohmann::json()},
+                {"max", step_max ? nlohmann::json(*step_max) : nlohmann::json()}};
+  j["run"] = run.to_json();
   nlohmann::json rs = nlohmann::json::array();
   for (const RankOverflow& r : ranks) rs.push_back(rank_json(r));
   j["ranks"] = std::move(rs);
@@ -178,12 +212,16 @@ nlohmann::json OverflowResult::to_json() const {
 
 OverflowResult find_overflow(DumpReader& reader, const ReadOptions& read) {
   analysis_detail::ReaderSource src(reader, read);
-  return find_overflow_in(src);
+  OverflowResult r = find_overflow_in(src);
+  r.run = run_state(reader);
+  return r;
 }
 
 OverflowResult find_overflow(const DumpData& data) {
   analysis_detail::DataSource src(data);
-  return find_overflow_in(src);
+  OverflowResult r = find_overflow_in(src);
+  r.run = run_state(data);
+  return r;
 }
 
 }  // namespace precprobe

@@ -280,18 +280,12 @@ class PrecisionBuilder {
   void flush_step() {
     std::stable_sort(pending_.begin(), pending_.end(),
                      [](const Pending& a, const Pending& b) { return a.seq < b.seq; });
-    std::unordered_map<int64_t, std::string> node_module;  // sn -> module of its forward op
-    std::string forward, backward;
-    for (Pending& p : pending_) {
-      std::string* current = p.dir == Direction::kBackward ? &backward : &forward;
-      if (p.consumed) *current = std::move(*p.consumed);
-      std::string module = *current;
-      if (p.dir == Direction::kForward && p.sn >= 0) {
-        node_module.try_emplace(p.sn, module);
-      } else if (p.dir == Direction::kBackward && p.sn >= 0) {
-        auto it = node_module.find(p.sn);
-        if (it != node_module.end()) module = it->second;
-      }
+    std::vector<analysis_detail::ModuleOp> ops;
+    ops.reserve(pending_.size());
+    for (Pending& p : pending_) ops.push_back({std::move(p.consumed), p.dir, p.sn});
+    std::vector<std::string> modules = analysis_detail::attribute_modules(ops);
+    for (size_t i = 0; i < pending_.size(); ++i) {
+      Pending& p = pending_[i];
       for (const Gradient& g : p.gradients) {
         gradients_.add(g.range, g.abs_max);
         if (std::isfinite(g.abs_max)) step_amax_[step_] = std::max(step_amax_[step_], g.abs_max);
@@ -300,7 +294,7 @@ class PrecisionBuilder {
       if (it == index_.end()) continue;
       OpAccumulator& acc = accs_[it->second];
       if (!acc.has_module) {
-        acc.op.module = std::move(module);
+        acc.op.module = std::move(modules[i]);
         acc.has_module = true;
       }
     }

@@ -9,6 +9,7 @@
 #include "precprobe/dump_format.h"
 #include "precprobe/error.h"
 #include "replicas.h"
+#include "run_state.h"
 #include "source.h"
 
 namespace precprobe {
@@ -180,12 +181,16 @@ SummaryResult summarize(RecordSource& src, bool by_module) {
   count_grads(src, s);
   analysis_detail::ReplicaCounter replicas;
   LossCounter losses;
+  analysis_detail::RunStateBuilder run;
   src.scalars([&](const ScalarRecord& r) {
+    run.add(r);
+    if (r.name == kStepEndEventName) return true;  // the writer's, not a record submitted
     ++s.scalar_records;
     replicas.add(r, s.replicas);
     losses.add(r);
     return true;
   });
+  s.run = run.finish(s.ranks);
   replicas.finish(s.replicas);
   s.losses = losses.finish();
   src.anomalies([&](const AnomalyEvent& a) {
@@ -292,6 +297,7 @@ nlohmann::json SummaryResult::to_json() const {
                    l.nonfinite_step ? nlohmann::json(*l.nonfinite_step) : nlohmann::json()}});
   }
   j["losses"] = std::move(ls);
+  j["run"] = run.to_json();
   j["step_min"] = step_min ? nlohmann::json(*step_min) : nlohmann::json();
   j["step_max"] = step_max ? nlohmann::json(*step_max) : nlohmann::json();
   return j;

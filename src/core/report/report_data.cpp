@@ -192,17 +192,16 @@ json loss_curve(DumpReader& reader, const ReportOptions& o) {
           {"step", b.step},    {"min", opt_array(b.min)},      {"max", opt_array(b.max)}};
 }
 
-// Every scalar logged with log_scalar on the first rank (the checklist's own "check/...",
-// "replicas/..." and "lr_range" records and the "anomaly" event excepted), each downsampled, in
-// order of first appearance, at most kMaxScalarCharts of them.
+// Every scalar logged with log_scalar on the first rank (the debugger's own events excepted:
+// is_debugger_event(), "check/...", "replicas/...", "anomaly", "step_end"), each downsampled,
+// in order of first appearance, at most kMaxScalarCharts of them.
 json scalar_curves(DumpReader& reader, const ReportOptions& o) {
   std::vector<std::string> order;
   std::map<std::string, std::pair<std::vector<int64_t>, std::vector<double>>> series;
   RecordFilter f;
   if (!reader.ranks().empty()) f.ranks = {reader.ranks().front().rank};
   reader.for_each_scalar(f, [&](const ScalarRecord& r) {
-    if (r.name.rfind("check/", 0) == 0 || r.name.rfind("replicas/", 0) == 0 || is_anomaly_event(r))
-      return true;
+    if (is_debugger_event(r.name)) return true;
     auto it = series.find(r.name);
     if (it == series.end()) {
       if (series.size() >= kMaxScalarCharts) return true;

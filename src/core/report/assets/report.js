@@ -223,7 +223,7 @@
       const box = el("div", { class: "grid" }, kvTable(facts));
       const warn = [];
       if (dropped) warn.push(`${dropped} records were dropped (overflow_policy = drop): counts below are lower bounds.`);
-      if (trunc.length) warn.push(`${trunc.length} stream(s) end in a truncated frame: the run was killed mid-write.`);
+      if (trunc.length) warn.push(`${trunc.length} stream(s) end in a truncated frame: the run was killed mid-write.`); if (sum.run && !sum.run.stopped) warn.push(`${sum.run.text}.`);
       warn.forEach((w) => s.appendChild(el("p", { class: "warn", text: w })));
       s.appendChild(el("details", { class: "run-details" }, el("summary", { text: "records, meta.json, config, counters" }), box));
       // meta.json of rank 0: its plain fields (versions, host, task, times) in one table, each
@@ -259,7 +259,7 @@
     row("recorded", sum.step_min !== undefined && sum.step_min !== null
       ? `steps ${sum.step_min} … ${sum.step_max} on ${(run.ranks || []).length} rank(s), ${fmt(sum.op_records)} op records`
       : `no op records on ${(run.ranks || []).length} rank(s)`);
-    const ov = item("mp.overflow");
+    const ov = item("mp.overflow"); if (sum.run && !sum.run.stopped) row("run", sum.run.text, "bad");  // before anything reads as a whole run
     if (ov && ov.verdict === "problem") row("NaN/Inf", ov.evidence, "bad");
     else if (sum.nonfinite_op_records) row("NaN/Inf", `in the outputs of ${sum.nonfinite_op_records} op records`, "bad");
     else if (sum.op_records) row("NaN/Inf", "none in the op records", "ok");
@@ -298,10 +298,10 @@
     row("checklist", causes.length ? `${causes.length} problem(s), likely cause first` : "no problem",
          causes.length ? "bad" : "ok");
     const st = sum.streams || run.streams || [];
-    const lost = [];
+    const lost = sum.run && !sum.run.stopped ? [sum.run.complete_through === null ? "partial: no step complete (the run did not stop)" : `partial: complete through step ${sum.run.complete_through} (the run did not stop)`] : [];
     if (sum.dropped) lost.push(`${sum.dropped} records dropped (writer queue full)`);
     st.filter((x) => x.truncated).forEach((x) => lost.push(`${x.path} truncated (${x.truncated_bytes} B lost)`));
-    row("data", lost.length ? lost.join("; ") : "complete", lost.length ? "warn" : "ok");
+    row("data", lost.length ? lost.join("; ") : "complete", sum.run && !sum.run.stopped ? "bad" : lost.length ? "warn" : "ok");
     s.appendChild(el("table", { class: "verdict" }, el("tbody", {}, ...rows)));
     if (causes.length) {
       const ol = el("ol", { id: "likely-causes" });
@@ -491,12 +491,12 @@
     }
     if (O && O.found) {
       const o = Object.assign({}, O);
-      for (const k of ["found", "any_nonfinite", "ranks"]) delete o[k];
+      for (const k of ["found", "any_nonfinite", "ranks", "run", "steps"]) delete o[k];
       s.appendChild(opCard(o, "Origin: the first op whose output went non-finite while its inputs were finite", "origin-op"));
     } else if (O) {
       s.appendChild(el("div", { class: "card ok", id: "origin-op" }, O.any_nonfinite
         ? "Non-finite values were recorded, but no op turned finite inputs into a non-finite output: they came from outside the observed ops (data, parameters, or code that ran before recording started)."
-        : "No non-finite value was recorded."));
+        : "No non-finite value was recorded." + (O.run && !O.run.stopped ? ` But ${O.run.text}: what came after is not in the dump.` : "")));
     }
     if (O) s.appendChild(el("details", {}, el("summary", { text: "precprobe overflow --json" }), el("pre", { text: JSON.stringify(O, null, 2) })));
   }

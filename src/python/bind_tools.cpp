@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bindings.h"
@@ -43,14 +44,23 @@ class PyScope {
   PyScope& enter() {
     if (scope_) throw Error("precprobe: Scope('" + name_ + "') is already entered");
     scope_.emplace(name_);
+    thread_ = std::this_thread::get_id();
     return *this;
   }
-  void exit() { scope_.reset(); }
+  void exit() {
+    // The path is the entering thread's: popped on another thread, it would cut that
+    // thread's scopes instead.
+    if (scope_ && thread_ != std::this_thread::get_id())
+      throw Error("precprobe: Scope('" + name_ +
+                  "') must be left on the thread that entered it, not another thread");
+    scope_.reset();
+  }
   const std::string& name() const { return name_; }
 
  private:
   std::string name_;
   std::optional<Scope> scope_;
+  std::thread::id thread_;
 };
 
 /// dst[i].copy_(src[i]) for every i, unobserved.

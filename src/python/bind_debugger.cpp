@@ -7,14 +7,19 @@
 //     torch::optim::SGD (lr 0, never stepped) over them: "on_anomaly" checks those
 //     parameters' gradients and snapshots them; the Python optimizer's own state is
 //     snapshot by the Python side (_optim.py), which run_step's fn restores on a replay.
-// The GIL is released around every call that may wait for precprobe's threads (the statistics
-// worker may free a tensor whose Python object needs the GIL) and re-taken to run Python code.
+// The GIL is released around every call into the debugger (the statistics worker may free a
+// tensor whose Python object needs the GIL) and re-taken only to run Python code (run_step's
+// fn). A recursive mutex, taken after the GIL is released, serialises the calls: the C++
+// debugger is driven from one thread at a time, and fn may call back (log_scalar) on the same
+// thread.
 //
-// Threads: the Python thread that created the debugger.
+// Threads: any Python thread; calls are serialised (the training loop's thread is meant).
 #include <torch/extension.h>
 #include <torch/optim/sgd.h>
 
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -46,6 +51,14 @@ at::Tensor loss_of(const py::object& result) {
 
 class PyDebugger {
  public:
+  /// Runs f on the debugger: the GIL released first, then the debugger's lock taken.
+  template <typename F>
+  auto locked(F&& f) {
+    py::gil_scoped_release no_gil;
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    return f();
+  }
+
   PyDebugger(const std::string& config_path, const std::string& config_json) {
     if (!config_path.empty()) {
       dbg_ = std::make_unique<PrecisionDebugger>(config_path);
@@ -55,54 +68,22 @@ class PyDebugger {
   }
 
   ~PyDebugger() {
-    py::gil_scoped_release no_gil;
-    dbg_.reset();
+    locked([&] { dbg_.reset(); });
   }
 
   /// `models` empty: no model. `named`: start({"G": g, ...}); else models[0] is the model.
   /// `optimizers`: each optimizer's parameters.
   void start(const std::vector<ModelSpec>& models, bool named,
              const std::vector<std::vector<at::Tensor>>& optimizers) {
-    if (dbg_->started()) return;
-    std::vector<std::shared_ptr<torch::nn::Module>> mirrors;
-    for (const ModelSpec& spec : models) mirrors.push_back(mirror_for(spec));
-    proxies_.clear();
-    if (named) {
-      for (const auto& params : optimizers) proxies_.push_back(make_proxy(params));
-    } else if (!optimizers.empty()) {
-      // One model and several optimizers (parameter groups split between them): one proxy
-      // over all their parameters; the gradient check and the snapshot are the same.
-      std::vector<at::Tensor> all;
-      for (const auto& params : optimizers) all.insert(all.end(), params.begin(), params.end());
-      proxies_.push_back(make_proxy(all));
-    }
-    py::gil_scoped_release no_gil;
-    if (named) {
-      std::vector<NamedModel> named_models;
-      for (size_t i = 0; i < models.size(); ++i)
-        named_models.emplace_back(models[i].name, mirrors[i]);
-      std::vector<torch::optim::Optimizer*> opts;
-      for (auto& p : proxies_) opts.push_back(p.get());
-      dbg_->start(std::move(named_models), std::move(opts));
-    } else {
-      std::shared_ptr<torch::nn::Module> model = mirrors.empty() ? nullptr : mirrors[0];
-      if (proxies_.empty()) {
-        dbg_->start(model);
-      } else {
-        dbg_->start(model, *proxies_[0]);
-      }
-    }
-    current_ = std::move(mirrors);
+    locked([&] { start_locked(models, named, optimizers); });
   }
 
   void stop() {
-    py::gil_scoped_release no_gil;
-    dbg_->stop();
+    locked([&] { dbg_->stop(); });
   }
 
   void step() {
-    py::gil_scoped_release no_gil;
-    dbg_->step();
+    locked([&] { dbg_->step(); });
   }
 
   py::object run_step(const py::function& fn) {
@@ -112,33 +93,35 @@ class PyDebugger {
       result = fn();
       return loss_of(result);
     };
-    {
-      py::gil_scoped_release no_gil;
-      dbg_->run_step(f);
-    }
+    locked([&] { dbg_->run_step(f); });
     return result;
   }
 
-  void log_scalar(const std::string& name, double value) { dbg_->log_scalar(name, value); }
+  void log_scalar(const std::string& name, double value) {
+    locked([&] { dbg_->log_scalar(name, value); });
+  }
 
   void observe_batch(const at::Tensor& inputs, const at::Tensor& targets, int64_t epoch,
                      int64_t ignore_index, const std::vector<std::vector<bool>>& training) {
-    for (size_t i = 0; i < current_.size() && i < training.size(); ++i)
-      set_training(*current_[i], specs_.at(current_[i].get()).modules, training[i]);
-    py::gil_scoped_release no_gil;
-    dbg_->observe_batch(inputs, targets, epoch, ignore_index);
+    locked([&] {
+      for (size_t i = 0; i < current_.size() && i < training.size(); ++i)
+        set_training(*current_[i], specs_.at(current_[i].get()).modules, training[i]);
+      dbg_->observe_batch(inputs, targets, epoch, ignore_index);
+    });
   }
 
   /// A record of the GradScaler watch (python/precprobe/_scaler.py) into this rank's dump.
   bool submit_scaler(ScalerRecord r) {
-    DumpWriter* w = dbg_->writer();
-    if (w == nullptr || !dbg_->started()) return false;
-    r.rank = dbg_->rank();
-    return w->submit(std::move(r));
+    return locked([&] {
+      DumpWriter* w = dbg_->writer();
+      if (w == nullptr || !dbg_->started()) return false;
+      r.rank = dbg_->rank();
+      return w->submit(std::move(r));
+    });
   }
 
-  py::dict counters() const {
-    const DebuggerCounters c = dbg_->counters();
+  py::dict counters() {
+    const DebuggerCounters c = locked([&] { return dbg_->counters(); });
     py::dict d;
     d["ops_seen"] = c.ops_seen;
     d["ops_recorded"] = c.ops_recorded;
@@ -157,6 +140,39 @@ class PyDebugger {
   PrecisionDebugger& get() { return *dbg_; }
 
  private:
+  void start_locked(const std::vector<ModelSpec>& models, bool named,
+                    const std::vector<std::vector<at::Tensor>>& optimizers) {
+    if (dbg_->started()) return;
+    std::vector<std::shared_ptr<torch::nn::Module>> mirrors;
+    for (const ModelSpec& spec : models) mirrors.push_back(mirror_for(spec));
+    proxies_.clear();
+    if (named) {
+      for (const auto& params : optimizers) proxies_.push_back(make_proxy(params));
+    } else if (!optimizers.empty()) {
+      // One model and several optimizers (parameter groups split between them): one proxy
+      // over all their parameters; the gradient check and the snapshot are the same.
+      std::vector<at::Tensor> all;
+      for (const auto& params : optimizers) all.insert(all.end(), params.begin(), params.end());
+      proxies_.push_back(make_proxy(all));
+    }
+    if (named) {
+      std::vector<NamedModel> named_models;
+      for (size_t i = 0; i < models.size(); ++i)
+        named_models.emplace_back(models[i].name, mirrors[i]);
+      std::vector<torch::optim::Optimizer*> opts;
+      for (auto& p : proxies_) opts.push_back(p.get());
+      dbg_->start(std::move(named_models), std::move(opts));
+    } else {
+      std::shared_ptr<torch::nn::Module> model = mirrors.empty() ? nullptr : mirrors[0];
+      if (proxies_.empty()) {
+        dbg_->start(model);
+      } else {
+        dbg_->start(model, *proxies_[0]);
+      }
+    }
+    current_ = std::move(mirrors);
+  }
+
   std::shared_ptr<torch::nn::Module> mirror_for(const ModelSpec& spec) {
     // The same Python model again (a later start): its mirror, so the gradient monitor keeps
     // its history. Mirrors are kept while the debugger lives: the monitor knows a model by
@@ -186,6 +202,7 @@ class PyDebugger {
     return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.0));
   }
 
+  std::recursive_mutex mu_;
   std::unique_ptr<PrecisionDebugger> dbg_;
   std::vector<std::shared_ptr<torch::nn::Module>> mirrors_;  // every mirror made
   std::map<const torch::nn::Module*, ModelSpec> specs_;
@@ -235,13 +252,15 @@ void bind_debugger(py::module_& m) {
       .def("submit_scaler",
            [](PyDebugger& d, const py::dict& r) { return d.submit_scaler(scaler_record(r)); })
       .def("counters", &PyDebugger::counters)
-      .def("current_step", [](PyDebugger& d) { return d.get().current_step(); })
-      .def("started", [](PyDebugger& d) { return d.get().started(); })
+      .def("current_step",
+           [](PyDebugger& d) { return d.locked([&] { return d.get().current_step(); }); })
+      .def("started", [](PyDebugger& d) { return d.locked([&] { return d.get().started(); }); })
       .def("rank", [](PyDebugger& d) { return d.get().rank(); })
       .def("world_size", [](PyDebugger& d) { return d.get().world_size(); })
       .def("options_json", [](PyDebugger& d) { return d.get().options().to_json(); })
-      .def("parameter_name",
-           [](PyDebugger& d, const at::Tensor& t) { return d.get().parameter_name(t); });
+      .def("parameter_name", [](PyDebugger& d, const at::Tensor& t) {
+        return d.locked([&] { return d.get().parameter_name(t); });
+      });
 }
 
 }  // namespace python

@@ -109,3 +109,30 @@ def test_ops_on_other_threads_are_recorded(dump_dir):
     dbg.stop()
     cos = [o for o in read_stream(dump_dir, "ops") if o["op"] == "aten::cos"]
     assert len(cos) == 1 and cos[0]["thr"] != 0
+
+
+def test_calls_from_several_threads_are_serialised(dump_dir):
+    """The C++ debugger is driven from one thread at a time: calls from Python threads at
+    once wait for each other instead of racing."""
+    net = torch.nn.Linear(8, 8)
+    dbg = precprobe.PrecisionDebugger(dump_path=dump_dir, overwrite=True)
+    dbg.start(net)
+    errors = []
+
+    def work(i):
+        try:
+            for s in range(30):
+                dbg.run_step(lambda: net(torch.randn(4, 8)).sum())
+                dbg.log_scalar(f"t{i}", s)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    dbg.stop()
+    assert not errors
+    assert dbg.current_step == 90
+    assert len([e for e in read_stream(dump_dir, "events") if e["name"].startswith("t")]) == 90

@@ -12,4 +12,9 @@ if(TARGET precprobe_python AND TARGET precprobe_cli)
   set_tests_properties(python:pytest PROPERTIES TIMEOUT 900 ENVIRONMENT
     "PYTHONPATH=${PROJECT_BINARY_DIR}/python;PRECPROBE_CLI=$<TARGET_FILE:precprobe_cli>;PRECPROBE_TEST_TOOL=$<TARGET_FILE:precprobe_pytest_tool>;PRECPROBE_SOURCE_DIR=${PROJECT_SOURCE_DIR};OMP_NUM_THREADS=1")
   add_dependencies(precprobe_pytest_tool precprobe_python precprobe_cli)
+  if(TARGET train_fashion_mnist)  # the example twin's test (test_example_twin.py)
+    set_property(TEST python:pytest APPEND PROPERTY ENVIRONMENT
+                 "PRECPROBE_EXAMPLE=$<TARGET_FILE:train_fashion_mnist>")
+    add_dependencies(precprobe_pytest_tool train_fashion_mnist)
+  endif()
 endif()

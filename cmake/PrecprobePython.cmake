@@ -40,8 +40,9 @@ endforeach()
 
 string(REGEX MATCH "^[0-9]+\\.[0-9]+" _pp_libtorch_mm "${Torch_VERSION}")
 if(NOT _pp_exe)
-  set(PRECPROBE_PYTHON_WHY "no Python interpreter that imports torch (tried: ${_pp_candidates}; "
-                           "Debian: apt-get install python3-torch)")
+  string(REPLACE ";" ", " _pp_tried "${_pp_candidates}")
+  set(PRECPROBE_PYTHON_WHY
+      "no Python interpreter that imports torch (tried: ${_pp_tried}); Debian: apt-get install python3-torch")
 else()
   string(REGEX MATCH "^[0-9]+\\.[0-9]+" _pp_torch_mm "${_pp_torch}")
   if(_pp_libtorch_mm AND NOT _pp_torch_mm STREQUAL _pp_libtorch_mm)

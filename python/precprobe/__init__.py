@@ -28,6 +28,9 @@ from ._debugger import PrecisionDebugger, _stop_all
 from ._state import save_state, load_state, read_state, state_tensors
 
 __version__ = _precprobe.__version__
+for _t in (Error, Scope, SeedReport):
+    _t.__module__ = "precprobe"  # tracebacks say precprobe.Error, not precprobe._precprobe.Error
+del _t
 
 __all__ = [
     "Error",

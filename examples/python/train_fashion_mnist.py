@@ -152,7 +152,10 @@ def main(argv=None):
         dbg = precprobe.PrecisionDebugger(a.config or None, **options)
         dbg.start(net)
     # The C++ example's GradScaler is disabled unless --bf16: scale/unscale_/update do nothing.
-    scaler = torch.cuda.amp.GradScaler(enabled=False)
+    if hasattr(torch.amp, "GradScaler"):  # PyTorch 2.3+
+        scaler = torch.amp.GradScaler("cpu", enabled=False)
+    else:
+        scaler = torch.cuda.amp.GradScaler(enabled=False)
 
     n = train_x.shape[0]
     step = 0

@@ -12,7 +12,7 @@ from torch import nn
 from torch.cuda.amp import GradScaler
 
 import precprobe
-from conftest import read_stream
+from conftest import read_stream, run_cli
 
 
 class CpuGradScaler(GradScaler):
@@ -119,6 +119,10 @@ def test_scale_history_and_per_group_inf_nan(cpu_amp, dump_dir):
             r = by[(s, g)]
             assert r["gn_scaled"] == pytest.approx(seen[s][g], rel=1e-9), (s, g)
             assert r["gn"] == pytest.approx(seen[s][g] / r["scale"], rel=1e-6), (s, g)
+    # The CLI reads them as it reads precprobe::GradScaler's.
+    out = run_cli("scale", dump_dir)
+    assert out.returncode == 0, out.stderr
+    assert "5 optimizer steps, 1 skipped, final scale 1024" in out.stdout
 
 
 def test_a_disabled_scaler_writes_nothing_and_trains_as_without(dump_dir):

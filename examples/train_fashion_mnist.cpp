@@ -8,6 +8,12 @@
 //                       [--no-normalise] [--sorted-labels] [--eval-in-train-mode]
 //                       [--perturb-step S [--perturb R]]
 //                       [--no-observe-batch] [--record-on-anomaly] [--no-mkldnn]
+//                       [--load-state FILE] [--save-state FILE]
+//
+// --load-state starts from the weights of a state file (precprobe::load_state; e.g. written by
+// the Python twin, examples/python/train_fashion_mnist.py, with precprobe.save_state);
+// --save-state writes the initial weights (after --load-state) before training. Both runs then
+// start from the same point (docs/python.md).
 //
 // --no-normalise, --sorted-labels and --eval-in-train-mode plant the bugs `precprobe check`
 // finds (docs/checklist.md): raw 0..255 pixels (pixels in [0, 1] are not a problem), batches
@@ -60,6 +66,8 @@ struct Flags {
   bool observe_batch = true;
   bool record_on_anomaly = false;
   bool mkldnn = true;
+  std::string load_state;
+  std::string save_state;
 };
 
 [[noreturn]] void usage(const char* argv0, int code) {
@@ -70,11 +78,14 @@ struct Flags {
                "          [--no-normalise] [--sorted-labels] [--eval-in-train-mode]\n"
                "          [--perturb-step S [--perturb R]]\n"
                "          [--no-observe-batch] [--record-on-anomaly] [--no-mkldnn]\n"
+               "          [--load-state FILE] [--save-state FILE]\n"
                "  --perturb-step S: multiply conv1's output by a constant every step (1, and\n"
                "  1 + R at step S): two runs with different R differ in that one op\n"
                "  --record-on-anomaly: record nothing while steps are healthy; replay a step\n"
                "  whose loss or gradients turn NaN/Inf with every op recorded\n"
                "  --no-mkldnn: convolutions through ATen's im2col + GEMM, not oneDNN\n"
+               "  --load-state FILE: start from these weights (precprobe::load_state)\n"
+               "  --save-state FILE: write the initial weights before training\n"
                "Trains a small CNN on Fashion-MNIST with precprobe's PrecisionDebugger on.\n",
                argv0);
   std::exit(code);
@@ -131,6 +142,10 @@ Flags parse_flags(int argc, char** argv) {
       f.record_on_anomaly = true;
     else if (a == "--no-mkldnn")
       f.mkldnn = false;
+    else if (a == "--load-state")
+      f.load_state = value();
+    else if (a == "--save-state")
+      f.save_state = value();
     else if (a == "--help" || a == "-h")
       usage(argv[0], 0);
     else {
@@ -233,6 +248,8 @@ int main(int argc, char** argv) try {
               static_cast<long long>(test.images.size(0)));
 
   Net net;
+  if (!flags.load_state.empty()) precprobe::load_state(*net, flags.load_state);
+  if (!flags.save_state.empty()) precprobe::save_state(*net, flags.save_state);
   torch::optim::Adam opt(net->parameters(), torch::optim::AdamOptions(flags.lr));
 
   precprobe::DebuggerOptions opts;

@@ -44,7 +44,7 @@ stage "probe under ASan+UBSan (its own code; LibTorch uninstrumented)"
 TARGETS="test_stats test_stats_engine test_stats_range test_debugger test_debugger_values test_dropout test_seed
   test_grad_monitor test_grad_watchpoints test_grad_scaler test_grad_scaler_state test_grad_scaler_multi
   test_multi_model test_scaler_debugger test_checklist_probe test_replay test_replay_overlap
-  test_reuse_across_steps test_run_step test_reliability test_crash
+  test_reuse_across_steps test_run_step test_reliability test_crash test_state_file test_arg_shapes test_loader_threads
   precprobe_reliability_child" \
   BUILD_DIR=build-asan-probe scripts/build.sh -DPRECPROBE_SANITIZE=address,undefined \
   -DPRECPROBE_BUILD_BENCH=OFF -DPRECPROBE_BUILD_EXAMPLES=OFF -DPRECPROBE_BUILD_TOOLS=OFF \

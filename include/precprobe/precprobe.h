@@ -12,3 +12,4 @@
 #include "precprobe/scope.h"
 #include "precprobe/seed.h"
 #include "precprobe/signal_flush.h"
+#include "precprobe/state.h"

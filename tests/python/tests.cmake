@@ -1,0 +1,20 @@
+# The Python module's tests: pytest (Debian's python3-pytest) on the built package, as one
+# ctest entry, with the C++ twin of their small model (state_tool.cpp) and the CLI beside it.
+if(TARGET precprobe_python AND TARGET precprobe_cli)
+  add_executable(precprobe_pytest_tool ${CMAKE_CURRENT_LIST_DIR}/state_tool.cpp)
+  target_link_libraries(precprobe_pytest_tool PRIVATE precprobe::precprobe)
+  precprobe_target(precprobe_pytest_tool)
+  precprobe_reuse_torch_pch(precprobe_pytest_tool)
+  add_test(NAME python:pytest
+           COMMAND ${PRECPROBE_PYTHON_EXECUTABLE} -m pytest -q -p no:cacheprovider
+                   ${CMAKE_CURRENT_LIST_DIR}
+           WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
+  set_tests_properties(python:pytest PROPERTIES TIMEOUT 900 ENVIRONMENT
+    "PYTHONPATH=${PROJECT_BINARY_DIR}/python;PRECPROBE_CLI=$<TARGET_FILE:precprobe_cli>;PRECPROBE_TEST_TOOL=$<TARGET_FILE:precprobe_pytest_tool>;PRECPROBE_SOURCE_DIR=${PROJECT_SOURCE_DIR};OMP_NUM_THREADS=1")
+  add_dependencies(precprobe_pytest_tool precprobe_python precprobe_cli)
+  if(TARGET train_fashion_mnist)  # the example twin's test (test_example_twin.py)
+    set_property(TEST python:pytest APPEND PROPERTY ENVIRONMENT
+                 "PRECPROBE_EXAMPLE=$<TARGET_FILE:train_fashion_mnist>")
+    add_dependencies(precprobe_pytest_tool train_fashion_mnist)
+  endif()
+endif()

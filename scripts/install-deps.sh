@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything precprobe needs from Debian bookworm's packages. Idempotent: packages
 # already present are not downloaded again. Needs root (or sudo).
-#   --core   only what the torch-free core, the CLI and their tests need
+#   --core     only what the torch-free core, the CLI and their tests need
+#   --example  only what scripts/run-example.sh needs: the library, the CLI and the example
+#              built with LibTorch (no clang, browser, Python or trixie-root packages)
 #   LIBTORCH=/path/to/libtorch  your own LibTorch (pytorch.org's zip, or a PyTorch wheel's
 #            `python3 -c 'import torch; print(torch.utils.cmake_prefix_path)'`): Debian's
 #            libtorch-dev and libgloo-dev are not installed; scripts/build.sh uses this one.
@@ -20,11 +22,18 @@ torch_pkgs=(libtorch-dev libgloo-dev libopenblas0-pthread dataset-fashion-mnist
 # The trixie root for the LibTorch 2.6 stage of scripts/test.sh.
 core_pkgs+=(mmdebstrap)
 
+if [[ "${1:-}" == "--example" ]]; then
+  core_pkgs=(build-essential cmake ninja-build pkg-config ccache zlib1g-dev libfmt-dev
+             nlohmann-json3-dev libzstd-dev libxxhash-dev catch2 libcli11-dev libbenchmark-dev)
+  torch_pkgs=(libtorch-dev libgloo-dev libopenblas0-pthread dataset-fashion-mnist)
+fi
 pkgs=("${core_pkgs[@]}")
 # The report's browser test runs node (playwright-core from npm) against Debian's chromium.
 # A node that is already there (e.g. a newer one with its own npm) is kept.
-command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
-command -v npm >/dev/null 2>&1 || pkgs+=(npm)
+if [[ "${1:-}" != "--example" ]]; then
+  command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
+  command -v npm >/dev/null 2>&1 || pkgs+=(npm)
+fi
 if [[ -n "${LIBTORCH:-}" ]]; then
   torch_pkgs=(libopenblas0-pthread dataset-fashion-mnist)
   echo "install-deps: LIBTORCH=$LIBTORCH given: Debian's libtorch-dev is not installed"

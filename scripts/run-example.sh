@@ -4,7 +4,7 @@
 # Extra arguments go to the example, e.g. --steps 200 or --bf16.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
+scripts/install-deps.sh --example
 # Only what this job runs (the library, the CLI, the example); the tests are built by
 # scripts/test.sh.
 TARGETS="${TARGETS:-precprobe_cli train_fashion_mnist}" scripts/build.sh

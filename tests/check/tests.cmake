@@ -96,7 +96,8 @@ if(TARGET precprobe::precprobe AND TARGET precprobe_cli AND TARGET train_fashion
 endif()
 
 # The probe-side checklist test reads Fashion-MNIST through examples/fashion_mnist.h (zlib).
-if(TARGET test_checklist_probe)
+precprobe_test_target(test_checklist_probe t)
+if(t)
   find_package(ZLIB REQUIRED)
-  target_link_libraries(test_checklist_probe PRIVATE ZLIB::ZLIB)
+  target_link_libraries(${t} PRIVATE ZLIB::ZLIB)
 endif()

@@ -12,6 +12,14 @@ if(TARGET precprobe_python AND TARGET precprobe_cli)
   set_tests_properties(python:pytest PROPERTIES TIMEOUT 900 ENVIRONMENT
     "PYTHONPATH=${PROJECT_BINARY_DIR}/python;PRECPROBE_CLI=$<TARGET_FILE:precprobe_cli>;PRECPROBE_TEST_TOOL=$<TARGET_FILE:precprobe_pytest_tool>;PRECPROBE_SOURCE_DIR=${PROJECT_SOURCE_DIR};OMP_NUM_THREADS=1")
   add_dependencies(precprobe_pytest_tool precprobe_python precprobe_cli)
+  # Under AddressSanitizer the module needs the ASan runtime loaded before anything else in
+  # an interpreter that is not instrumented; Python's own allocations are not ours to check.
+  if(PRECPROBE_SANITIZE MATCHES "address")
+    execute_process(COMMAND ${CMAKE_CXX_COMPILER} -print-file-name=libasan.so
+                    OUTPUT_VARIABLE _pp_asan OUTPUT_STRIP_TRAILING_WHITESPACE)
+    set_property(TEST python:pytest APPEND PROPERTY ENVIRONMENT
+                 "LD_PRELOAD=${_pp_asan}" "ASAN_OPTIONS=detect_leaks=0")
+  endif()
   if(TARGET train_fashion_mnist)  # the example twin's test (test_example_twin.py)
     set_property(TEST python:pytest APPEND PROPERTY ENVIRONMENT
                  "PRECPROBE_EXAMPLE=$<TARGET_FILE:train_fashion_mnist>")

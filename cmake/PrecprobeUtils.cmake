@@ -57,6 +57,11 @@ endfunction()
 function(precprobe_unity_build target)
   if(PRECPROBE_UNITY_BUILD)
     set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 10)
+    # What only a batch shows: a file-local name shadowing another file's, a type of an
+    # anonymous namespace inside a class of a file that is no longer the main file. The
+    # default build (one file per translation unit) keeps both warnings.
+    target_compile_options(${target} PRIVATE -Wno-shadow
+                                             $<$<CXX_COMPILER_ID:GNU>:-Wno-subobject-linkage>)
     if(ARGN)
       set_source_files_properties(${ARGN} PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
     endif()

@@ -3,10 +3,13 @@
 #   1. LibTorch 1.13 (the host's, Debian bookworm), everything built once under ASan+UBSan
 #      (gcc; LibTorch itself is not instrumented): probe, core, CLI, Python module, examples,
 #      bench, and the whole suite with ctest;
-#   2. the torch-free core's readers fuzzed (clang, libFuzzer, bounded runs);
-#   3. the torch-free core and the op capture (observer, statistics worker, writer) under TSan;
-#   4. the whole suite again, Release, against LibTorch 2.6 in a Debian trixie root
-#      (scripts/test-trixie.sh), with a cross-version compare of the example trained under both.
+#   2. the torch-free core and CLI in Release: the report's browser test, flat reading (pandas,
+#      DuckDB), which the sanitizer builds leave out;
+#   3. the torch-free core's readers fuzzed (clang, libFuzzer, bounded runs);
+#   4. the torch-free core and the op capture (observer, statistics worker, writer) under TSan;
+#   5. the whole suite again, Release, against LibTorch 2.6 in a Debian trixie root
+#      (scripts/test-trixie.sh), but the browser and flat-reading tests of stage 2, with a
+#      cross-version compare of the example trained under both.
 # The suite in a plain Release build is `scripts/build.sh && (cd build && ctest -LE slow)`.
 #   PRECPROBE_QUICK=1        only stage 1
 #   PRECPROBE_SKIP_TRIXIE=1  no LibTorch 2.6 stage (it needs root and ~2 GB of packages)
@@ -43,6 +46,14 @@ stage "the example under LibTorch 1.13, 30 steps: the dump the 2.6 stage compare
 rm -rf build-asan/xversion && mkdir -p build-asan/xversion
 build-asan/bin/train_fashion_mnist --steps 30 --dump build-asan/xversion/libtorch-1.13 \
   >build-asan/xversion/train.log 2>&1 || { cat build-asan/xversion/train.log; exit 1; }
+
+stage "the torch-free core and CLI in Release: the HTML report in a browser, flat reading"
+# Torch-free, so LibTorch's version does not matter: run once, here (the 2.6 root has no
+# browser, Node.js or pandas).
+TARGETS="precprobe_cli precprobe_make_dump precprobe_make_anomaly_dump precprobe_rewrite_dump" \
+  BUILD_DIR=build-core scripts/build.sh -DPRECPROBE_WITH_TORCH=OFF -DPRECPROBE_UNITY_BUILD=ON \
+  -DPRECPROBE_BUILD_BENCH=OFF
+(cd build-core && ctest --output-on-failure -j "$jobs" -R '^(browser|flat)\.')
 
 stage "the torch-free core's readers fuzzed (clang, libFuzzer, ASan+UBSan, bounded runs)"
 fuzzers=$(cd tests/fuzz && ls fuzz_*.cpp | sed 's/\.cpp$//' | tr '\n' ' ')

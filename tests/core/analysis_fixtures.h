@@ -7,11 +7,9 @@
 #include <vector>
 
 #include "precprobe/analysis.h"
+#include "support/ieee_specials.h"
 
 namespace precprobe::test {
-
-inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-inline constexpr double kInf = std::numeric_limits<double>::infinity();
 
 /// Statistics of a small vector, computed here in float64 (finite values only).
 inline TensorStats stats_of(const std::vector<double>& v, std::string dtype = "Float") {

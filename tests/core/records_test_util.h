@@ -8,11 +8,9 @@
 
 #include "precprobe/records.h"
 #include "precprobe_catch.h"
+#include "support/ieee_specials.h"
 
 namespace precprobe::test {
-
-inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-inline constexpr double kInf = std::numeric_limits<double>::infinity();
 
 inline TensorStats tensor(std::string dtype, std::vector<int64_t> shape) {
   TensorStats t;

@@ -14,14 +14,18 @@
 
 #include "precprobe/grad_monitor.h"
 #include "precprobe_catch.h"
+#include "support/ieee_specials.h"
 
 using precprobe::GradMonitor;
 using precprobe::GradMonitorOptions;
 using precprobe::GradRecord;
 
+// The specials as double, as in the other test helpers (one definition per bundle); the
+// tests assign them to float elements, where they stay NaN and +-Inf exactly.
+using precprobe::test::kInf;
+using precprobe::test::kNaN;
+
 namespace {
-const float kInf = std::numeric_limits<float>::infinity();
-const float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 std::set<std::string> watches(const GradRecord& r) { return {r.watch.begin(), r.watch.end()}; }
 }  // namespace

@@ -13,12 +13,11 @@
 #include "precprobe/error.h"
 #include "precprobe/grad_scaler.h"
 #include "precprobe_catch.h"
+#include "support/ieee_specials.h"
 
 using precprobe::GradScaler;
 using precprobe::GradScalerOptions;
 using precprobe::ScalerRecord;
 
-namespace {
-const double kInf = std::numeric_limits<double>::infinity();
-const double kNaN = std::numeric_limits<double>::quiet_NaN();
-}  // namespace
+using precprobe::test::kInf;
+using precprobe::test::kNaN;

@@ -289,6 +289,12 @@ class PrecisionDebugger {
     }
   }
 
+  /// run_step() for a caller that knows the shape of the step's result only once f has run
+  /// (the Python module): f returns the step's losses and sets `several` before it returns
+  /// (read after f: several losses are named "loss/<i>", one is "loss"). Otherwise exactly
+  /// run_step().
+  void run_step_losses(c10::function_ref<std::vector<at::Tensor>()> f, const bool& several);
+
   /// Stops observing; flushes. Ends the step a run_step() left open. Idempotent.
   void stop() noexcept;
 
@@ -343,8 +349,8 @@ class PrecisionDebugger {
 
  private:
   /// run_step() without its result type: `f` runs the lambda and returns its losses;
-  /// `several`: they are named "loss/<i>" rather than "loss".
-  void run_step_impl(c10::function_ref<std::vector<at::Tensor>()> f, bool several);
+  /// `several` (read once f has returned): they are named "loss/<i>" rather than "loss".
+  void run_step_impl(c10::function_ref<std::vector<at::Tensor>()> f, const bool& several);
 
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -177,11 +177,12 @@ class PrecisionDebugger:
 
     def run_step(self, fn):
         """Runs one training step fn() (zero_grad, forward, backward, optimizer step) and ends
-        it with step(); returns what fn returned: the loss tensor, or a tuple/list whose
-        first element is the loss. With "record": "on_anomaly", the state before the step is
-        kept (parameters, buffers, optimizer state, RNG) and a step whose loss or gradients
-        turn non-finite runs again from it with every op recorded (fn is then called twice).
-        fn's exceptions propagate."""
+        it with step(); returns what fn returned: the loss tensor, a tuple or list of losses
+        (a GAN's d_loss and g_loss: its tensors are the losses, "loss/0", "loss/1", ...;
+        other elements are passed through) or None. With "record": "on_anomaly", the state
+        before the step is kept (parameters, buffers, optimizer state, RNG) and a step whose
+        losses or gradients turn non-finite runs again from it with every op recorded (fn is
+        then called twice). fn's exceptions propagate."""
         if not callable(fn):
             raise TypeError(f"precprobe: run_step(fn): fn must be callable, not {type(fn).__name__}")
         snaps = self._snapshots if self.started else []

@@ -96,8 +96,17 @@ void PrecisionDebugger::Impl::end_step() {
   }
 }
 
+void PrecisionDebugger::run_step_losses(c10::function_ref<std::vector<at::Tensor>()> f,
+                                        const bool& several) {
+  if (!enabled_) {
+    f();
+    return;
+  }
+  run_step_impl(f, several);
+}
+
 void PrecisionDebugger::run_step_impl(c10::function_ref<std::vector<at::Tensor>()> f,
-                                      bool several) {
+                                      const bool& several) {
   Impl& d = *impl_;
   if (d.step_open) d.end_step();  // the previous run_step's step
   if (d.started && d.watch && d.watch->bound()) {

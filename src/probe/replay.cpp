@@ -369,7 +369,8 @@ AnomalyWatch::Pattern AnomalyWatch::pattern(const std::vector<at::Tensor>& losse
   return p;
 }
 
-void AnomalyWatch::run(int64_t step, c10::function_ref<std::vector<at::Tensor>()> f, bool several,
+void AnomalyWatch::run(int64_t step, c10::function_ref<std::vector<at::Tensor>()> f,
+                       const bool& several,
                        const std::function<void(bool)>& record) {
   bool watch = bound() && static_cast<int64_t>(replays_) < options_.on_anomaly.max_replays &&
                options_.step.contains(step);

@@ -45,11 +45,12 @@ class AnomalyWatch {
 
   /// Runs step `step`: f(), or, on an anomaly, f() again from the snapshot with every op
   /// recorded (the caller keeps what the last run of f returned). f returns the step's
-  /// losses, every one checked; `several`: they are named "loss/<i>", else "loss".
+  /// losses, every one checked; `several` (read once f has returned): they are named
+  /// "loss/<i>", else "loss".
   /// `record(true)` makes the debugger record this step's ops, `record(false)` finishes
   /// them (drained, on disk). Exceptions of f propagate; the watch's own failures are
   /// reported and counted.
-  void run(int64_t step, c10::function_ref<std::vector<at::Tensor>()> f, bool several,
+  void run(int64_t step, c10::function_ref<std::vector<at::Tensor>()> f, const bool& several,
            const std::function<void(bool)>& record);
 
   uint64_t replays() const noexcept { return replays_; }

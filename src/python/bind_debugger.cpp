@@ -35,17 +35,26 @@ namespace precprobe {
 namespace python {
 namespace {
 
-/// The loss of a step: fn's tensor, or the first tensor of the tuple/list it returns.
-at::Tensor loss_of(const py::object& result) {
-  if (THPVariable_Check(result.ptr())) return THPVariable_Unpack(result.ptr());
+/// The losses of a step, as C++ run_step() takes them: fn's tensor is "the loss"; the
+/// tensors of a tuple or list it returns are several ("loss/0", "loss/1", ...; its other
+/// elements, an accuracy say, are not losses); None: no loss (only gradients are checked).
+std::vector<at::Tensor> losses_of(const py::object& result, bool& several) {
+  several = false;
+  if (result.is_none()) return {};
+  if (THPVariable_Check(result.ptr())) return {THPVariable_Unpack(result.ptr())};
   if (py::isinstance<py::tuple>(result) || py::isinstance<py::list>(result)) {
-    py::sequence seq = result;
-    if (seq.size() > 0 && THPVariable_Check(py::object(seq[0]).ptr()))
-      return THPVariable_Unpack(py::object(seq[0]).ptr());
+    std::vector<at::Tensor> out;
+    for (py::handle item : py::sequence(result)) {
+      if (THPVariable_Check(item.ptr())) out.push_back(THPVariable_Unpack(item.ptr()));
+    }
+    if (!out.empty()) {
+      several = true;
+      return out;
+    }
   }
   throw py::type_error(
-      "precprobe: run_step(fn): fn must return the loss tensor, or a tuple/list whose first "
-      "element is the loss tensor; it returned " +
+      "precprobe: run_step(fn): fn must return the loss tensor, a tuple or list holding its "
+      "losses (tensors), or None; it returned " +
       std::string(py::str(py::type::of(result).attr("__name__"))));
 }
 
@@ -88,12 +97,13 @@ class PyDebugger {
 
   py::object run_step(const py::function& fn) {
     py::object result;
-    auto f = [&]() -> at::Tensor {
+    bool several = false;
+    auto f = [&]() -> std::vector<at::Tensor> {
       py::gil_scoped_acquire gil;
       result = fn();
-      return loss_of(result);
+      return losses_of(result, several);
     };
-    locked([&] { dbg_->run_step(f); });
+    locked([&] { dbg_->run_step_losses(f, several); });
     return result;
   }
 

@@ -5,6 +5,7 @@
 // and a debugger switched off ("enable": false, PRECPROBE_DISABLE=1) does nothing.
 #include <torch/torch.h>
 
+#include <cstring>
 #include <filesystem>
 #include <set>
 #include <tuple>
@@ -273,5 +274,82 @@ TEST_CASE("a debugger switched off does nothing and needs no if", "[run_step][en
   SECTION("the key's type is checked") {
     CHECK_THROWS_WITH(DebuggerOptions::from_json(R"({"enable": "no"})"),
                       Catch::Matchers::ContainsSubstring("enable"));
+  }
+}
+
+TEST_CASE("a GAN step returning its two losses, in every task: same losses, no error",
+          "[run_step][arg_shapes]") {
+  struct Config {
+    const char* what;
+    Task task;
+    Level level;
+    bool async;
+    RecordMode record;
+  };
+  const Config configs[] = {
+      {"statistics L1 async", Task::kStatistics, Level::kL1, true, RecordMode::kAlways},
+      {"statistics L1 sync", Task::kStatistics, Level::kL1, false, RecordMode::kAlways},
+      {"statistics L2 async", Task::kStatistics, Level::kL2, true, RecordMode::kAlways},
+      {"statistics L2 sync", Task::kStatistics, Level::kL2, false, RecordMode::kAlways},
+      {"overflow_check", Task::kOverflowCheck, Level::kL1, true, RecordMode::kAlways},
+      {"tensor", Task::kTensor, Level::kL1, true, RecordMode::kAlways},
+      {"on_anomaly", Task::kStatistics, Level::kL1, true, RecordMode::kOnAnomaly},
+  };
+  constexpr int kSteps = 4;
+  // Step 2's g_loss is NaN (a NaN constant added: the gradients stay finite).
+  auto train = [&](PrecisionDebugger* dbg) {
+    torch::manual_seed(3);
+    torch::nn::Linear g(3, 3), d(3, 1);
+    torch::optim::SGD opt_g(g->parameters(), torch::optim::SGDOptions(0.05));
+    torch::optim::SGD opt_d(d->parameters(), torch::optim::SGDOptions(0.05));
+    if (dbg) dbg->start({{"G", g}, {"D", d}}, {&opt_g, &opt_d});
+    const auto z = torch::linspace(-1, 1, 12).reshape({4, 3});
+    std::vector<std::pair<double, double>> losses;
+    for (int k = 0; k < kSteps; ++k) {
+      auto step = [&] {
+        opt_d.zero_grad();
+        auto d_loss = d(g(z).detach()).mean();
+        d_loss.backward();
+        opt_d.step();
+        opt_g.zero_grad();
+        auto g_loss = -d(g(z)).mean() + torch::full({}, k == 2 ? std::nan("") : 0.0);
+        g_loss.backward();
+        opt_g.step();
+        return std::make_tuple(d_loss, g_loss);
+      };
+      auto [d_loss, g_loss] = dbg ? dbg->run_step(step) : step();
+      losses.emplace_back(d_loss.item<double>(), g_loss.item<double>());
+    }
+    if (dbg) dbg->stop();
+    return losses;
+  };
+  const auto reference_losses = train(nullptr);
+  for (const Config& c : configs) {
+    INFO(c.what);
+    TempDir dir("run_step_tasks");
+    auto o = options_in(dir, c.async);
+    o.task = c.task;
+    o.level = c.level;
+    o.record = c.record;
+    o.overflow_nums = -1;
+    if (c.task == Task::kTensor) o.list = {"aten::mean", "aten::add"};
+    PrecisionDebugger dbg(o);
+    const auto losses = train(&dbg);
+    CHECK(dbg.counters().errors == 0);
+    REQUIRE(losses.size() == reference_losses.size());
+    for (size_t k = 0; k < losses.size(); ++k) {
+      // Bit for bit what the program computes without the debugger (NaN at step 2 alike).
+      CHECK(std::memcmp(&losses[k], &reference_losses[k], sizeof(losses[k])) == 0);
+    }
+    DumpReader reader(dir.path().string());
+    const auto ops = reader.ops();
+    CHECK(!ops.empty());
+    for (const OpRecord& op : ops) CHECK(op.step < kSteps);
+    if (c.record == RecordMode::kOnAnomaly) {
+      const auto anomalies = reader.anomalies();
+      REQUIRE(anomalies.size() == 1);
+      CHECK(anomalies[0].step == 2);
+      CHECK(anomalies[0].trigger_detail == "loss/1 = nan");
+    }
   }
 }

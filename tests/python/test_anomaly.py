@@ -104,3 +104,48 @@ def test_a_first_step_replay_removes_the_state_the_step_created(dump_dir):
     # The replay started from the snapshot, which had no state: only its own entry is left.
     assert list(opt.state[net[0].weight]) == ["made1"]
     assert len(opt.state) == 1
+
+
+def test_run_step_with_two_losses_checks_each(dump_dir):
+    """A GAN step returns (d_loss, g_loss, accuracy): both tensors are checked and logged as
+    loss/0 and loss/1, as C++ run_step does with a std::tuple; the float passes through."""
+    torch.manual_seed(2)
+    g, d = nn.Linear(3, 3), nn.Linear(3, 1)
+    opt_g = torch.optim.SGD(g.parameters(), lr=0.05)
+    opt_d = torch.optim.SGD(d.parameters(), lr=0.05)
+    z = torch.linspace(-1, 1, 12).reshape(4, 3)
+    dbg = precprobe.PrecisionDebugger(task="statistics", level="L1", dump_path=dump_dir,
+                                      overwrite=True, record="on_anomaly")
+    dbg.start({"G": g, "D": d}, [opt_g, opt_d])
+    for k in range(4):
+        def fn():
+            opt_d.zero_grad()
+            d_loss = d(g(z).detach()).mean()
+            d_loss.backward()
+            opt_d.step()
+            opt_g.zero_grad()
+            g_loss = -d(g(z)).mean() + (float("nan") if k == 2 else 0.0)
+            g_loss.backward()
+            opt_g.step()
+            return d_loss, g_loss, 0.5
+        d_loss, g_loss, acc = dbg.run_step(fn)
+        assert acc == 0.5
+        assert torch.isnan(g_loss).item() == (k == 2)
+    dbg.stop()
+    records = read_stream(dump_dir, "events")  # log_scalar's scalars and the events
+    events = [e for e in records if e["name"] == "anomaly"]
+    assert len(events) == 1
+    assert events[0]["step"] == 2 and events[0]["trigger"] == "loss_nonfinite"
+    assert events[0]["trigger_detail"] == "loss/1 = nan"
+    names = {e["name"] for e in records}
+    assert {"loss/0", "loss/1"} <= names and "loss" not in names
+
+
+def test_run_step_rejects_a_result_without_a_tensor(dump_dir):
+    net, opt = make()
+    dbg = precprobe.PrecisionDebugger(task="statistics", level="L1", dump_path=dump_dir,
+                                      overwrite=True)
+    dbg.start(net, opt)
+    with pytest.raises(TypeError, match="losses"):
+        dbg.run_step(lambda: "not a loss")
+    dbg.stop()

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
 #include <c10/util/SmallVector.h>
 
 #include <array>

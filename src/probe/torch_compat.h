@@ -9,6 +9,7 @@
   (TORCH_VERSION_MAJOR > (major) ||            \
    (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
+#include <ATen/core/function_schema.h>
 #include <ATen/record_function.h>
 
 /// ATen's GradScaler kernels _amp_foreach_non_finite_check_and_unscale_ and _amp_update_scale_

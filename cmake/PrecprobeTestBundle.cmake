@@ -10,8 +10,8 @@
 # Each file still reads as its own program: the generated batch file includes the headers
 # the files include, at global scope and in their order, then each file inside a namespace
 # of its own (so helpers of the same name in two files do not meet). The ctest names are
-# unchanged, "<file>:<test case>": each file's cases are discovered through Catch2's
-# filename tags (-# gives every case the tag [#<file>]).
+# unchanged, "<file>:<test case>": each file's cases are listed through Catch2's filename
+# tags (-# gives every case the tag [#<file>]) by cmake/bundle_discover.sh.
 #
 #   precprobe_add_test_bundle(<bundle> BATCHES <n> SOURCES <test_*.cpp>... LIBS <libs>...)
 #   precprobe_test_target(<test file name> <out-var>)   the target that holds a test file
@@ -105,11 +105,25 @@ function(precprobe_add_test_bundle bundle)
     PRECPROBE_BINARY_DIR="${PROJECT_BINARY_DIR}"
     PRECPROBE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
   precprobe_target(${bundle})
+  # The ctest tests: listed after each link by cmake/bundle_discover.sh (one listing per
+  # file, in parallel), included by ctest from the file it writes.
+  set(names "")
   foreach(src IN LISTS B_SOURCES)
     get_filename_component(name "${src}" NAME_WE)
-    catch_discover_tests(${bundle} TEST_SPEC "-#" "[#${name}]" TEST_PREFIX "${name}:"
-                         PROPERTIES TIMEOUT 600)
+    list(APPEND names "${name}")
   endforeach()
+  string(REGEX MATCH "^[0-9]+" catch_major "${Catch2_VERSION}")
+  set(ctest_file "${CMAKE_CURRENT_BINARY_DIR}/${bundle}_tests.cmake")
+  add_custom_command(TARGET ${bundle} POST_BUILD
+    COMMAND bash "${PROJECT_SOURCE_DIR}/cmake/bundle_discover.sh" "$<TARGET_FILE:${bundle}>"
+            "${ctest_file}" "${CMAKE_CURRENT_BINARY_DIR}" "${catch_major}" ${names}
+    BYPRODUCTS "${ctest_file}"
+    VERBATIM)
+  set(include_file "${CMAKE_CURRENT_BINARY_DIR}/${bundle}_include.cmake")
+  file(WRITE "${include_file}"
+    "if(EXISTS \"${ctest_file}\")\n  include(\"${ctest_file}\")\nelse()\n"
+    "  add_test(${bundle}_NOT_BUILT ${bundle}_NOT_BUILT)\nendif()\n")
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${include_file}")
 endfunction()
 
 function(precprobe_test_target name out_var)

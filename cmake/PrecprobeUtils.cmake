@@ -33,7 +33,14 @@ function(precprobe_enable_sanitizers target)
       target_compile_options(${target} PRIVATE -fsanitize=${compile_sanitizers}
                                                -fno-omit-frame-pointer -fno-sanitize-recover=all)
     endif()
-    target_link_options(${target} PRIVATE -fsanitize=${PRECPROBE_SANITIZE})
+    # A static library hands the sanitizer runtimes on to whatever links it (a program of a
+    # test's that is not a precprobe_target still links).
+    get_target_property(type ${target} TYPE)
+    if(type MATCHES "STATIC_LIBRARY|OBJECT_LIBRARY")
+      target_link_options(${target} INTERFACE -fsanitize=${PRECPROBE_SANITIZE})
+    else()
+      target_link_options(${target} PRIVATE -fsanitize=${PRECPROBE_SANITIZE})
+    endif()
   endif()
 endfunction()
 

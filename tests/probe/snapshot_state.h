@@ -13,7 +13,7 @@
 namespace precprobe::test {
 
 // Bitwise equality, NaN and -0.0 included.
-bool same_bits(const at::Tensor& a, const at::Tensor& b) {
+inline bool same_bits(const at::Tensor& a, const at::Tensor& b) {
   if (a.defined() != b.defined()) return false;
   if (!a.defined()) return true;
   if (a.sizes() != b.sizes() || a.scalar_type() != b.scalar_type()) return false;
@@ -39,7 +39,7 @@ typename Map::key_type key_of(const Map&, const at::Tensor& p) {
   }
 }
 
-State copy_state(torch::nn::Module& m, torch::optim::Optimizer& opt) {
+inline State copy_state(torch::nn::Module& m, torch::optim::Optimizer& opt) {
   State s;
   for (const auto& p : m.parameters()) s.tensors.push_back(p.detach().clone());
   for (const auto& b : m.buffers()) s.tensors.push_back(b.clone());
@@ -63,7 +63,7 @@ State copy_state(torch::nn::Module& m, torch::optim::Optimizer& opt) {
   return s;
 }
 
-bool same_state(const State& a, const State& b) {
+inline bool same_state(const State& a, const State& b) {
   if (a.tensors.size() != b.tensors.size() || a.steps != b.steps) return false;
   for (size_t i = 0; i < a.tensors.size(); ++i)
     if (!same_bits(a.tensors[i], b.tensors[i])) return false;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The LibTorch 2.x stage of the test command: builds and runs the whole suite against Debian
-# trixie's LibTorch 2.6 (Catch2 3, fmt 10, CLI11 2.4, GCC 14) in a root made by mmdebstrap
-# (scripts/trixie-root.sh), no container engine needed. Needs root.
+# The LibTorch 2.x stage of the test command: builds against Debian trixie's LibTorch 2.6
+# (Catch2 3, fmt 10, CLI11 2.4, GCC 14) in a root made by mmdebstrap (scripts/trixie-root.sh),
+# no container engine needed, and runs the tests whose outcome depends on LibTorch's version
+# (scripts/trixie-suite.sh says which; FULL=1: the whole suite). Needs root.
 #   ROOT=dir          the trixie root (default /var/cache/precprobe/trixie-root, outside the
 #                     checkout so nothing that walks the checkout meets its /proc, /dev or
 #                     the checkout mounted inside it; reused when complete)
@@ -28,10 +29,10 @@ scripts/trixie-root.sh "$root"
 trap 'scripts/trixie-root.sh --umount "$root"' EXIT
 scripts/trixie-root.sh --mount "$root" "$repo"
 
-xversion=()
+xversion_dump=""
 if [[ -n "${XVERSION_DUMP:-}" ]]; then
   case "$XVERSION_DUMP" in
-    "$repo"/*) xversion=(-DPRECPROBE_XVERSION_DUMP="/src/precprobe/${XVERSION_DUMP#"$repo"/}") ;;
+    "$repo"/*) xversion_dump="/src/precprobe/${XVERSION_DUMP#"$repo"/}" ;;
     *) echo "test-trixie: XVERSION_DUMP must lie inside the checkout ($repo)" >&2; exit 2 ;;
   esac
 fi
@@ -47,9 +48,5 @@ fi
 
 # A clean environment inside: the host's PATH and compiler settings mean nothing there.
 chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
-  CI="${CI:-}" "${host_ca[@]}" bash -euo pipefail -c "
-    cd /src/precprobe
-    echo \"== libtorch-dev \$(dpkg-query -W -f='\${Version}' libtorch-dev), catch2 \$(dpkg-query -W -f='\${Version}' catch2), \$(g++ --version | head -1)\"
-    BUILD_DIR=$build_dir scripts/build.sh -DPRECPROBE_BUILD_BENCH=OFF -DPRECPROBE_PIC_PROBE=ON ${xversion[*]}
-    cd $build_dir && ctest --output-on-failure -j $jobs -LE 'slow|epoch' -E '^(browser|flat)\\.'
-  "
+  CI="${CI:-}" FULL="${FULL:-0}" "${host_ca[@]}" \
+  bash /src/precprobe/scripts/trixie-suite.sh "$build_dir" "${xversion_dump:-}"

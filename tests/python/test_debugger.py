@@ -190,6 +190,10 @@ def test_run_step_returns_what_fn_returns_and_propagates_its_exceptions(dump_dir
     assert isinstance(loss, torch.Tensor)
     pair = dbg.run_step(lambda: (net(torch.ones(1, 2)).sum(), torch.zeros(2)))
     assert isinstance(pair, tuple) and len(pair) == 2
+    # As in C++: the step run_step ran stays open (a log_scalar after it belongs to it) until
+    # the next run_step(), step() or stop(); step() ends that same step.
+    assert dbg.current_step == 1
+    dbg.step()
     assert dbg.current_step == 2
 
     def boom():

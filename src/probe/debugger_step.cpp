@@ -78,14 +78,19 @@ void PrecisionDebugger::Impl::publish_step() noexcept { detail::set_crash_step(s
 // records (the worker emits them later); otherwise straight to the writer.
 void PrecisionDebugger::Impl::end_step() {
   step_open = false;
-  if (started && observer && observer->attached()) {
-    observe_grads();
+  const bool observing = started && observer && observer->attached();
+  if (observing) observe_grads();
+  // The replica check's scalars belong to this step: submitted before the step's end goes
+  // to the writer, so that its step_end event follows them. (After it, the statistics
+  // worker's end marker raced the training thread's submits: two seeded DDP runs wrote
+  // step_end and the last step's replica scalars in either order.)
+  if (started) check_replicas_if_due();
+  if (observing) {
     observer->end_step();
     if (!options.async_stats) observer->drain();  // sync: the end is emitted now, not later
   } else if (started && writer) {
     writer->end_step(step);
   }
-  if (started) check_replicas_if_due();
   ++step;
   publish_step();
   if (started && observer) {

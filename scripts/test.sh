@@ -6,8 +6,8 @@
 #   2. the library's code under ASan+UBSan (LeakSanitizer on; LibTorch is not instrumented):
 #      every test of the core, of the probe and of the reliability drivers;
 #   3. the torch-free core's readers fuzzed (clang, libFuzzer, ASan+UBSan, bounded runs);
-#   4. under TSan: every test of the core, and the op capture (observer, statistics worker,
-#      writer) from several threads;
+#   4. under TSan: the core's tests that run threads (the writer's producers), and the op
+#      capture (observer, statistics worker, writer) from several threads;
 #   5. LibTorch 2.6 in a Debian trixie root (scripts/test-trixie.sh), Release: the probe's
 #      tests, the reliability drivers, pytest, and a cross-version compare of the example
 #      trained under both. The root is made (mmdebstrap; downloads) in the background while
@@ -47,7 +47,7 @@ build/bin/train_fashion_mnist --steps 30 --dump build/xversion/libtorch-1.13 \
 core_tests=$(cd tests/core && ls test_*.cpp | sed 's/\.cpp$//' | paste -sd '|')
 probe_tests=$(cd tests/probe && ls test_*.cpp | sed 's/\.cpp$//' | grep -v '^test_stats_cuda$' |
               paste -sd '|')
-probe_targets="core_tests probe_tests capture_tests test_precision_reality test_reliability
+probe_targets="core_tests core_thread_tests probe_tests capture_tests test_precision_reality test_reliability
   test_crash precprobe_reliability_child precprobe_repro_train precprobe_cli"
 
 stage "ASan+UBSan: the core's, the probe's and the reliability tests (LibTorch uninstrumented)"
@@ -69,10 +69,10 @@ CXX=clang++ TARGETS="$fuzzers" BUILD_DIR=build-fuzz scripts/build.sh -DPRECPROBE
   -DPRECPROBE_BUILD_BENCH=OFF -DPRECPROBE_BUILD_TOOLS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
 (cd build-fuzz && ctest --output-on-failure -j "$jobs" -L fuzz)
 
-stage "TSan: the core's tests, and the op capture (observer, statistics worker, writer)"
+stage "TSan: the writer and the op capture (observer, statistics worker, writer) from several threads"
 # gcc's TSan (clang 14 crashes on LibTorch's precompiled header). LibTorch is not
 # instrumented, so only races in our code and the tensor refcounts it inlines are seen.
-TARGETS="core_tests capture_tests test_reliability precprobe_reliability_child" \
+TARGETS="core_thread_tests capture_tests test_reliability precprobe_reliability_child" \
   BUILD_DIR=build-tsan scripts/build.sh -DPRECPROBE_SANITIZE=thread \
   -DPRECPROBE_BUILD_BENCH=OFF -DPRECPROBE_BUILD_EXAMPLES=OFF -DPRECPROBE_BUILD_TOOLS=OFF \
   -DPRECPROBE_WITH_PYTHON=OFF -DPRECPROBE_UNITY_BUILD=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -82,7 +82,7 @@ capture_tests="debugger|debugger_values|stats_engine|arg_shapes|loader_threads|r
 # tests/sanitizers/tsan.supp: false positives from LibTorch's uninstrumented refcounts.
 (cd build-tsan && TSAN_OPTIONS="suppressions=$PWD/../tests/sanitizers/tsan.supp" \
   ctest --output-on-failure -j "$jobs" \
-  -R "^($core_tests|test_($capture_tests)):|^test_reliability:ops from several threads" \
+  -R "^test_(dump_writer|name_matcher|$capture_tests):|^test_reliability:ops from several threads" \
   -E "killed with SIGKILL")
 
 [[ "${PRECPROBE_SKIP_TRIXIE:-0}" == "1" ]] && exit 0

@@ -30,8 +30,6 @@ if python3 -c "import torch" 2>/dev/null; then
   targets+=" precprobe_python precprobe_pytest_tool"
   run+="|^python:"
 fi
-# The default (non-unity) build: the host's stages build in unity batches, this one compiles
-# each file on its own, as a user's build does.
 TARGETS="$targets" BUILD_DIR="$build_dir" scripts/build.sh -DPRECPROBE_BUILD_BENCH=OFF \
-  -DPRECPROBE_PIC_PROBE=ON "${xversion[@]}"
+  -DPRECPROBE_PIC_PROBE=ON -DPRECPROBE_UNITY_BUILD=ON "${xversion[@]}"
 cd "$build_dir" && ctest --output-on-failure -j "$jobs" -R "$run"

@@ -10,6 +10,7 @@
 // on the op path are rare (device tensors, lazy conj/neg, zero tensors).
 #pragma once
 
+#include <ATen/core/grad_mode.h>
 #include <c10/core/AutogradState.h>
 #include <c10/core/GradMode.h>
 

@@ -22,9 +22,9 @@
 // a fatal signal leaves a crash record and what was complete (precprobe/crash_flush.h).
 //
 // Threads: construct, start(), stop(), step() and run_step() from one controlling thread
-// (the training loop). Ops are observed on every thread (autograd engine threads, user threads). At most
-// one debugger is started in a process at a time; start() on a second throws.
-// Nothing here throws into a training step: errors while observing are reported through
+// (the training loop). Ops are observed on every thread (autograd engine threads, user threads). At
+// most one debugger is started in a process at a time; start() on a second throws. Nothing here
+// throws into a training step: errors while observing are reported through
 // precprobe::report_error() and counted.
 #pragma once
 

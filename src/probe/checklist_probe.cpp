@@ -3,8 +3,8 @@
 // PrecisionDebugger members that call them are in debugger.cpp.
 #include "precprobe/checklist_probe.h"
 
-#include <ATen/core/grad_mode.h>
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/record_function.h>
 #include <torch/nn/module.h>
 

@@ -2,8 +2,8 @@
 // one transfer (CUDA), then the watchpoints on the host.
 #include "precprobe/grad_monitor.h"
 
-#include <ATen/core/grad_mode.h>
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/nn/module.h>
 
 #include <algorithm>

@@ -486,10 +486,9 @@ void Observer::capture_args(c10::ArrayRef<const c10::IValue> values, ArgRefs& ou
     mine = how;
     // An out= argument's values before the op are not its input: a destination, often
     // memory nothing wrote yet.
-    const bool destination =
-        alias != nullptr && alias->destinations != nullptr &&
-        std::find(alias->destinations->begin(), alias->destinations->end(), i) !=
-            alias->destinations->end();
+    const bool destination = alias != nullptr && alias->destinations != nullptr &&
+                             std::find(alias->destinations->begin(), alias->destinations->end(),
+                                       i) != alias->destinations->end();
     mine.unread = how.unread || (!inputs && op.header.outputs_uninitialized()) || destination;
     mine.unread_if_new = aliased && alias->unread_if_new;
     if (v.isTensor()) {

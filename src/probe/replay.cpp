@@ -370,8 +370,7 @@ AnomalyWatch::Pattern AnomalyWatch::pattern(const std::vector<at::Tensor>& losse
 }
 
 void AnomalyWatch::run(int64_t step, c10::function_ref<std::vector<at::Tensor>()> f,
-                       const bool& several,
-                       const std::function<void(bool)>& record) {
+                       const bool& several, const std::function<void(bool)>& record) {
   bool watch = bound() && static_cast<int64_t>(replays_) < options_.on_anomaly.max_replays &&
                options_.step.contains(step);
   if (watch) {

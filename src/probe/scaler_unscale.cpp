@@ -3,9 +3,9 @@
 // CPU gradients: one fused pass per gradient (grad_loops.h), host results at once.
 // CUDA gradients: PyTorch's kernels, bucketed per (device, dtype) as grad_scaler.py does, plus
 // _foreach_norm before and after for the logs; nothing is read back here (see resolve_groups).
-#include <ATen/core/grad_mode.h>
 #include <ATen/ATen.h>
 #include <ATen/MemoryOverlap.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/optim/optimizer.h>
 
 #include <cmath>

@@ -10,8 +10,8 @@
 //     the end of the file; names are unique; "__metadata__" is a map of strings to strings;
 //   - values little-endian, C order, no strides.
 // Threads: any; no shared state.
-#include <ATen/core/grad_mode.h>
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/record_function.h>
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,7 +1,7 @@
 // The ATen path of the statistics (tensors not on the CPU), the header fields every path
 // fills, range statistics' dense-to-sparse step, and the cache key of a tensor.
-#include <ATen/core/grad_mode.h>
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <cmath>
 #include <limits>

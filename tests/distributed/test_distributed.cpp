@@ -162,7 +162,7 @@ TEST_CASE("two runs of 2 ranks write identical event, scaler and grads streams",
       // dump-format.md). They are checked on their own: one per step, after every record
       // of it. Everything the program and the debugger logged must be the same.
       std::vector<precprobe::ScalarRecord> logged;
-      std::map<int64_t, size_t> end_at;  // step -> position of its step_end
+      std::map<int64_t, size_t> end_at;   // step -> position of its step_end
       std::map<int64_t, size_t> last_at;  // step -> position of its last other record
       const auto all = reader.scalars(only);
       for (size_t i = 0; i < all.size(); ++i) {

@@ -24,7 +24,8 @@ if(PRECPROBE_WITH_TORCH AND PRECPROBE_INSTALL)
                        FIXTURES_REQUIRED precprobe_installed TIMEOUT 900)
 
   # The vendored tree's CMake, targets, include paths and link: configured in full, the
-  # torch-free consumer built and run (a core-only build of the subproject). The full
+  # torch-free consumer built and run (a core-only build of the subproject, in unity batches
+  # when the outer build is). The full
   # consumer, which compiles the probe's LibTorch sources a second time, is labelled slow.
   set(_as_build "${PROJECT_BINARY_DIR}/consumer/add_subdirectory")
   add_test(NAME consumer.add_subdirectory.build
@@ -34,6 +35,7 @@ if(PRECPROBE_WITH_TORCH AND PRECPROBE_INSTALL)
                    --build-generator "${CMAKE_GENERATOR}" --build-target consumer_core
                    --build-options -DPRECPROBE_SOURCE_DIR=${PROJECT_SOURCE_DIR}
                                    -DCMAKE_BUILD_TYPE=Release -DCONSUMER_CORE_ONLY=ON
+                                   -DPRECPROBE_UNITY_BUILD=${PRECPROBE_UNITY_BUILD}
                                    ${_launcher}
                    --test-command ${_as_build}/consumer_core ${_as_build}/dump)
   set_tests_properties(consumer.add_subdirectory.build PROPERTIES TIMEOUT 600)
@@ -44,7 +46,8 @@ if(PRECPROBE_WITH_TORCH AND PRECPROBE_INSTALL)
                    ${CMAKE_CURRENT_LIST_DIR}/add_subdirectory ${_as_full}
                    --build-generator "${CMAKE_GENERATOR}"
                    --build-options -DPRECPROBE_SOURCE_DIR=${PROJECT_SOURCE_DIR}
-                                   -DCMAKE_BUILD_TYPE=Release ${_launcher}
+                                   -DCMAKE_BUILD_TYPE=Release
+                                   -DPRECPROBE_UNITY_BUILD=${PRECPROBE_UNITY_BUILD} ${_launcher}
                    --test-command ${_as_full}/consumer ${_as_full}/dump)
   set_tests_properties(consumer.add_subdirectory.full PROPERTIES TIMEOUT 2400 LABELS slow)
 endif()

@@ -29,7 +29,10 @@ class CpuGradScaler(GradScaler):
         self._init_growth_tracker = 0
         self._growth_tracker = None
         from collections import defaultdict
-        from torch.cuda.amp.grad_scaler import _refresh_per_optimizer_state
+        try:  # PyTorch 2.x: torch.cuda.amp.GradScaler is torch.amp.GradScaler("cuda")
+            from torch.amp.grad_scaler import _refresh_per_optimizer_state
+        except ImportError:  # 1.13
+            from torch.cuda.amp.grad_scaler import _refresh_per_optimizer_state
         self._per_optimizer_states = defaultdict(_refresh_per_optimizer_state)
 
     def scale(self, outputs):
@@ -86,14 +89,24 @@ def train(dbg, scaler, net, opt, steps, bad_step, seen):
 
 
 def test_scale_history_and_per_group_inf_nan(cpu_amp, dump_dir):
+    scaler_history_case(CpuGradScaler(init_scale=1024.0, growth_interval=3), dump_dir)
+
+
+@pytest.mark.skipif(not hasattr(torch.amp, "GradScaler"),
+                    reason="PyTorch 1.13 has no torch.amp.GradScaler (2.3+ runs it on the CPU)")
+def test_torch_amp_grad_scaler_on_the_cpu(dump_dir):
+    # PyTorch 2.x's own CPU kernels, nothing replaced: the same records as above.
+    scaler_history_case(torch.amp.GradScaler("cpu", init_scale=1024.0, growth_interval=3),
+                        dump_dir)
+
+
+def scaler_history_case(scaler, dump_dir):
     torch.manual_seed(0)
     net = nn.Linear(3, 2)
     opt = torch.optim.SGD([{"params": [net.weight]}, {"params": [net.bias], "lr": 0.01}], lr=0.1)
-    scaler = CpuGradScaler(init_scale=1024.0, growth_interval=3)
     dbg = precprobe.PrecisionDebugger(task="statistics", dump_path=dump_dir, overwrite=True)
     dbg.start(net, opt, scaler=scaler)
     seen = []
-    w_before = None
     train(dbg, scaler, net, opt, 5, bad_step=1, seen=seen)
     dbg.stop()
     assert "unscale_" not in scaler.__dict__ and "update" not in scaler.__dict__  # unwatched

@@ -9,6 +9,7 @@
 //                       [--perturb-step S [--perturb R]]
 //                       [--no-observe-batch] [--record-on-anomaly] [--no-mkldnn]
 //                       [--load-state FILE] [--save-state FILE]
+//                       [--act-scale X] [--bn-eps X] [--dropout P] [--no-fc-bias]
 //
 // --load-state starts from the weights of a state file (precprobe::load_state; e.g. written by
 // the Python twin, examples/python/train_fashion_mnist.py, with precprobe.save_state);
@@ -26,6 +27,12 @@
 // nothing is recorded while the steps are healthy; a step whose loss or gradients turn
 // non-finite is replayed from its snapshot with every op recorded (docs/debugger.md). Try
 // it with a planted overflow: --record-on-anomaly --perturb-step 50 --perturb 1e39.
+//
+// --act-scale, --bn-eps, --dropout and --no-fc-bias change the model the way a port can go
+// wrong: conv1's output multiplied by a constant at every step (1.01 where the original has
+// 1.0), BatchNorm's eps (1e-3 where PyTorch's default is 1e-5), dropout's p (default 0.25; it
+// runs only with "keep_dropout": true), fc without its bias. `precprobe compare` against the
+// Python twin names each (docs/python.md, tests/python/test_example_twin.py).
 //
 // --no-mkldnn runs the convolutions through ATen's own im2col + GEMM instead of oneDNN: the
 // same arithmetic summed in another order, a port in miniature (`precprobe compare` calls
@@ -68,6 +75,10 @@ struct Flags {
   bool mkldnn = true;
   std::string load_state;
   std::string save_state;
+  std::optional<double> act_scale;  // conv1's output times this at every step
+  double bn_eps = 1e-5;
+  double dropout = 0.25;
+  bool fc_bias = true;
 };
 
 [[noreturn]] void usage(const char* argv0, int code) {
@@ -79,6 +90,7 @@ struct Flags {
                "          [--perturb-step S [--perturb R]]\n"
                "          [--no-observe-batch] [--record-on-anomaly] [--no-mkldnn]\n"
                "          [--load-state FILE] [--save-state FILE]\n"
+               "          [--act-scale X] [--bn-eps X] [--dropout P] [--no-fc-bias]\n"
                "  --perturb-step S: multiply conv1's output by a constant every step (1, and\n"
                "  1 + R at step S): two runs with different R differ in that one op\n"
                "  --record-on-anomaly: record nothing while steps are healthy; replay a step\n"
@@ -146,6 +158,14 @@ Flags parse_flags(int argc, char** argv) {
       f.load_state = value();
     else if (a == "--save-state")
       f.save_state = value();
+    else if (a == "--act-scale")
+      f.act_scale = std::stod(value());
+    else if (a == "--bn-eps")
+      f.bn_eps = std::stod(value());
+    else if (a == "--dropout")
+      f.dropout = std::stod(value());
+    else if (a == "--no-fc-bias")
+      f.fc_bias = false;
     else if (a == "--help" || a == "-h")
       usage(argv[0], 0);
     else {
@@ -158,15 +178,18 @@ Flags parse_flags(int argc, char** argv) {
 
 // conv(1→16) → BN → ReLU → pool, conv(16→32) → BN → ReLU → pool, dropout, linear(1568→10).
 struct NetImpl : torch::nn::Module {
-  NetImpl()
+  explicit NetImpl(double bn_eps = 1e-5, double dropout = 0.25, bool fc_bias = true)
       : conv1(register_module("conv1",
                               torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 16, 3).padding(1)))),
-        bn1(register_module("bn1", torch::nn::BatchNorm2d(16))),
+        bn1(register_module("bn1",
+                            torch::nn::BatchNorm2d(torch::nn::BatchNorm2dOptions(16).eps(bn_eps)))),
         conv2(register_module("conv2",
                               torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 3).padding(1)))),
-        bn2(register_module("bn2", torch::nn::BatchNorm2d(32))),
-        drop(register_module("drop", torch::nn::Dropout(0.25))),
-        fc(register_module("fc", torch::nn::Linear(32 * 7 * 7, 10))) {}
+        bn2(register_module("bn2",
+                            torch::nn::BatchNorm2d(torch::nn::BatchNorm2dOptions(32).eps(bn_eps)))),
+        drop(register_module("drop", torch::nn::Dropout(dropout))),
+        fc(register_module("fc", torch::nn::Linear(
+                                     torch::nn::LinearOptions(32 * 7 * 7, 10).bias(fc_bias)))) {}
 
   torch::Tensor forward(torch::Tensor x) {
     x = conv1(x);
@@ -247,9 +270,14 @@ int main(int argc, char** argv) try {
               static_cast<long long>(train.images.size(0)),
               static_cast<long long>(test.images.size(0)));
 
-  Net net;
+  Net net(flags.bn_eps, flags.dropout, flags.fc_bias);
+  net->act_scale = flags.act_scale;
   if (!flags.load_state.empty()) precprobe::load_state(*net, flags.load_state);
   if (!flags.save_state.empty()) precprobe::save_state(*net, flags.save_state);
+  // The batches' order and dropout's masks draw from the generator seeded again here, after the
+  // model's initialisation: a port whose model draws otherwise (a layer without its bias)
+  // still sees the same batches as the original it is compared with.
+  torch::manual_seed(flags.seed);
   torch::optim::Adam opt(net->parameters(), torch::optim::AdamOptions(flags.lr));
 
   precprobe::DebuggerOptions opts;
@@ -318,7 +346,7 @@ int main(int argc, char** argv) try {
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (flags.bf16) set_cpu_autocast_bf16(false);
-  net->act_scale.reset();
+  net->act_scale = flags.act_scale;  // the perturbation ends; a constant of the model stays
   if (dbg) {
     checked_evaluation(net, test, *dbg, !flags.eval_in_train_mode, flags.observe_batch);
     dbg->stop();

@@ -68,17 +68,20 @@ class Net(nn.Module):
     """conv(1->16) -> BN -> ReLU -> pool, conv(16->32) -> BN -> ReLU -> pool, dropout,
     linear(1568->10): the C++ example's NetImpl, its modules registered in the same order."""
 
-    def __init__(self):
+    def __init__(self, bn_eps=1e-5, dropout=0.25, fc_bias=True, act_scale=None):
         super().__init__()
         self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
-        self.bn1 = nn.BatchNorm2d(16)
+        self.bn1 = nn.BatchNorm2d(16, eps=bn_eps)
         self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
-        self.bn2 = nn.BatchNorm2d(32)
-        self.drop = nn.Dropout(0.25)
-        self.fc = nn.Linear(32 * 7 * 7, 10)
+        self.bn2 = nn.BatchNorm2d(32, eps=bn_eps)
+        self.drop = nn.Dropout(dropout)
+        self.fc = nn.Linear(32 * 7 * 7, 10, bias=fc_bias)
+        self.act_scale = act_scale  # conv1's output times this (the C++ example's --act-scale)
 
     def forward(self, x):
         x = self.conv1(x)
+        if self.act_scale is not None:
+            x = x * self.act_scale
         x = F.max_pool2d(F.relu(self.bn1(x)), 2)
         x = F.max_pool2d(F.relu(self.bn2(self.conv2(x))), 2)
         return self.fc(self.drop(x.flatten(1)))
@@ -123,6 +126,11 @@ def parse(argv):
     p.add_argument("--no-mkldnn", action="store_true")
     p.add_argument("--load-state", default="", help="start from these weights")
     p.add_argument("--save-state", default="", help="write the initial weights first")
+    # The C++ example's model options (its --act-scale, --bn-eps, --dropout, --no-fc-bias).
+    p.add_argument("--act-scale", type=float, default=None)
+    p.add_argument("--bn-eps", type=float, default=1e-5)
+    p.add_argument("--dropout", type=float, default=0.25)
+    p.add_argument("--no-fc-bias", action="store_true")
     return p.parse_args(argv)
 
 
@@ -137,11 +145,13 @@ def main(argv=None):
     test_x, test_y = load("t10k")
     print(f"fashion-mnist: {train_x.shape[0]} train, {test_x.shape[0]} test images")
 
-    net = Net()
+    net = Net(a.bn_eps, a.dropout, not a.no_fc_bias, a.act_scale)
     if a.load_state:
         precprobe.load_state(net, a.load_state)
     if a.save_state:
         precprobe.save_state(net, a.save_state)
+    # As the C++ example: batches and dropout draw from the generator seeded after the model.
+    torch.manual_seed(a.seed)
     opt = torch.optim.Adam(net.parameters(), lr=a.lr)
 
     options = {"dump_path": a.dump}

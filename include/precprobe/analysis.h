@@ -427,6 +427,9 @@ struct CompareResult {
   int64_t flip_ops = 0;                ///< decision ops whose indices differ (near-tie flips)
   int64_t excused_ops = 0;             ///< ops beyond their rounding bound, downstream of a flip
   std::optional<OpCompare> first_excused;  ///< earliest of those
+  /// --first: places where the runs ran different ops whose results differ beyond rounding
+  /// (each compared by the last op of each side; counted in divergent_ops).
+  std::vector<OpCompare> divergent_places;
   /// Per module in order of first appearance (filled with CompareOptions::by_module).
   std::vector<ModuleCompare> modules;
   int64_t ops_a = 0, ops_b = 0;  ///< ops read from each dump (selected steps/ranks)

@@ -1,14 +1,19 @@
 """The Fashion-MNIST example and its Python twin from the same saved state: the same batches
 and the same step-0 arithmetic, op for op, on Debian's real data (skipped without the
-dataset-fashion-mnist package or the built C++ example)."""
+dataset-fashion-mnist package or the built C++ example). `compare --first` of the two finds
+no divergent op, and finds each planted port bug at its op, step and module."""
 
+import importlib.util
+import json
 import os
 import subprocess
 import sys
 
 import pytest
+import torch
 
-from conftest import SOURCE_DIR, read_stream
+import precprobe
+from conftest import CLI, SOURCE_DIR, read_stream
 
 EXAMPLE = os.environ.get("PRECPROBE_EXAMPLE", "")
 DATA = os.environ.get("FASHION_MNIST_DIR") or "/usr/share/datasets/fashion-mnist"
@@ -49,3 +54,99 @@ def test_python_twin_and_cpp_example_start_alike(tmp_path):
         assert len(a) == len(b) and a, op
         for x, y in zip(a, b):
             assert x["out"] == y["out"], op
+
+
+TWIN = os.path.join(SOURCE_DIR, "examples", "python", "train_fashion_mnist.py")
+COMMON = ["--steps", "3", "--threads", "1", "--log-every", "0", "--overwrite"]
+
+
+def run_twin(dump, *flags):
+    r = subprocess.run([sys.executable, TWIN, *COMMON, "--dump", str(dump), *flags],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def run_example(dump, *flags):
+    r = subprocess.run([EXAMPLE, *COMMON, "--dump", str(dump), *flags],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def compare_first(a, b):
+    r = subprocess.run([CLI, "compare", str(a), str(b), "--first", "--json"],
+                       capture_output=True, text=True)
+    assert r.returncode in (0, 1), r.stderr
+    return r.returncode, json.loads(r.stdout)
+
+
+@pytest.fixture(scope="module")
+def twin_state(tmp_path_factory):
+    """The Python twin's initial weights, and the same without fc.bias (for the port that
+    forgot it: load_state refuses a file whose names differ from the module's)."""
+    d = tmp_path_factory.mktemp("twin")
+    state, py = d / "init.safetensors", d / "py"
+    run_twin(py, "--save-state", str(state))
+    spec = importlib.util.spec_from_file_location("twin_example", TWIN)
+    twin = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(twin)
+    net = twin.Net(fc_bias=False)
+    tensors = precprobe.read_state(str(state))
+    del tensors["fc.bias"]
+    net.load_state_dict(tensors, strict=True)
+    no_bias = d / "init-no-bias.safetensors"
+    precprobe.save_state(net, str(no_bias))
+    return d, state, no_bias, py
+
+
+def test_port_compares_with_no_divergent_op(twin_state, tmp_path):
+    d, state, _, py = twin_state
+    run_example(tmp_path / "cpp", "--load-state", str(state))
+    rc, res = compare_first(tmp_path / "cpp", py)
+    assert (rc, res["found"], res["divergent_ops"], res["divergent"]) == (0, False, 0, [])
+    # Most ops pair across the languages: the ones that do not are the optimizers' and
+    # clip_grad_norm_'s own implementations, and nn.Linear (aten::linear in Python,
+    # t + addmm in LibTorch 1.13's C++ API), compared by their results.
+    assert res["matched"] > 400 and res["match_ops"] > 100
+
+
+KEEP_DROPOUT = {"keep_dropout": True}
+
+
+@pytest.mark.parametrize("bug,cpp_flags,py_flags,config,op,module", [
+    ("BatchNorm eps 1e-3 where PyTorch has 1e-5", ["--bn-eps", "1e-3"], [], None,
+     "aten::batch_norm", "bn1"),
+    ("fc without its bias", ["--no-fc-bias"], [], None, "aten::matmul", "fc"),
+    ("a constant 1.01 where the original has 1.0", ["--act-scale", "1.01"],
+     ["--act-scale", "1.0"], None, "aten::mul", "conv1"),
+    ("dropout p 0.2 where the original has 0.1", ["--dropout", "0.2"], ["--dropout", "0.1"],
+     KEEP_DROPOUT, "aten::dropout", None),
+])
+def test_planted_port_bug_is_found_and_named(twin_state, tmp_path, bug, cpp_flags, py_flags,
+                                             config, op, module):
+    d, state, no_bias, py = twin_state
+    extra = []
+    if config is not None:
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps(config))
+        extra = ["--config", str(path)]
+    if py_flags or extra:
+        py = tmp_path / "py"
+        run_twin(py, "--load-state", str(state), *py_flags, *extra)
+        # Without the bug the same flags compare clean (the twin pair itself is sound).
+        if config is not None:
+            run_example(tmp_path / "cpp-ok", "--load-state", str(state), *py_flags, *extra)
+            rc, res = compare_first(tmp_path / "cpp-ok", py)
+            assert (rc, res["divergent_ops"]) == (0, 0), res["divergent"][:1]
+    start = no_bias if "--no-fc-bias" in cpp_flags else state
+    run_example(tmp_path / "cpp", "--load-state", str(start), *cpp_flags, *extra)
+    rc, res = compare_first(tmp_path / "cpp", py)
+    assert rc == 1 and res["found"], bug
+    # The first divergent op: the bug's own op, at step 0 (A is the port, B the original).
+    assert (res["op"], res["step"], res["direction"]) == (op, 0, "forward"), bug
+    # The module: that of the last parameter the op's step consumed (docs/cli.md); LibTorch's
+    # C++ modules have no forward hooks, so an op with no parameter of its own (dropout) is
+    # given the module before it and is not checked here.
+    first = [o for o in res["divergent"] if (o["step"], o["seq"]) == (res["step"], res["seq"])]
+    assert first, bug
+    if module is not None:
+        assert first[0]["module"] == module, (bug, first[0])

@@ -75,6 +75,78 @@ Side load(RecordSource& src, const CompareOptions& opt, int side) {
   return s;
 }
 
+// A one-element list against a list of that element repeated: [2] and [2,2] are the same
+// `int[2]` argument (ATen expands a single value to every dimension; Python's argument parser
+// does it before the call, LibTorch's C++ API after). JSON text of flat lists only.
+bool same_after_broadcast(const std::string& x, const std::string& y) {
+  auto items = [](const std::string& s, std::vector<std::string>& out) {
+    if (s.size() < 2 || s.front() != '[' || s.back() != ']') return false;
+    const std::string body = s.substr(1, s.size() - 2);
+    if (body.empty() || body.find_first_of("[]{}\"") != std::string::npos) return false;
+    size_t start = 0;
+    for (;;) {
+      const size_t comma = body.find(',', start);
+      out.push_back(body.substr(start, comma - start));
+      if (comma == std::string::npos) return true;
+      start = comma + 1;
+    }
+  };
+  std::vector<std::string> a, b;
+  if (!items(x, a) || !items(y, b) || a.size() == b.size()) return false;
+  const std::vector<std::string>& one = a.size() == 1 ? a : b;
+  const std::vector<std::string>& many = a.size() == 1 ? b : a;
+  if (one.size() != 1) return false;
+  return std::all_of(many.begin(), many.end(), [&](const std::string& v) { return v == one[0]; });
+}
+
+// One side passes None (an optional argument left to its default), the other a value.
+bool spelled_default(const Arg& a, const Arg& b) {
+  return !a.is_tensor() && !b.is_tensor() && (a.value == "null") != (b.value == "null");
+}
+
+// Non-tensor arguments that are constants of the program: at an op site (the op's name with
+// its call index in the step and its direction, per rank) the same value in every step of a
+// run that has the site in two steps or more. A constant that differs between the runs is a
+// different program (a port's eps, a multiplier, a kernel size), a divergence whatever its
+// size; a number that changes from step to step (a clipping coefficient, a learning rate
+// computed from an earlier item()) is data, judged by the noise model.
+class ProgramConstants {
+ public:
+  void add(const Groups& groups) {
+    for (const auto& [key, ops] : groups) {
+      for (const OpRecord& r : ops) {
+        const std::string base = site(r);
+        for (size_t i = 0; i < r.inputs.size(); ++i) {
+          if (r.inputs[i].is_tensor()) continue;
+          Site& s = sites_[base + std::to_string(i)];
+          if (s.steps == 0) {
+            s.value = r.inputs[i].value;
+          } else if (s.value != r.inputs[i].value) {
+            s.varies = true;
+          }
+          if (s.last_step != r.step) ++s.steps;
+          s.last_step = r.step;
+        }
+      }
+    }
+  }
+  bool constant(const OpRecord& r, size_t input) const {
+    auto it = sites_.find(site(r) + std::to_string(input));
+    return it != sites_.end() && !it->second.varies && it->second.steps >= 2;
+  }
+
+ private:
+  struct Site {
+    std::string value;
+    int64_t steps = 0, last_step = std::numeric_limits<int64_t>::min();
+    bool varies = false;
+  };
+  static std::string site(const OpRecord& r) {
+    return std::to_string(r.rank) + '\x1f' + r.name() + '\x1f';
+  }
+  std::unordered_map<std::string, Site> sites_;
+};
+
 // One side's arguments against the other's; returns the largest tensor error and sets
 // `value_differs` when a non-tensor argument differs in a way rounding cannot explain (a
 // different string, integer or list, or a missing argument). Numbers that differ get a
@@ -100,8 +172,14 @@ double compare_args(const std::vector<Arg>& a, const std::vector<Arg>& b, const 
       worst = std::max(worst, ac.error);
     } else {
       ac.tensor = false;
-      ac.exact = a[i].is_tensor() == b[i].is_tensor() && a[i].value == b[i].value;
-      if (!ac.exact) {
+      ac.exact = a[i].is_tensor() == b[i].is_tensor() &&
+                 (a[i].value == b[i].value || same_after_broadcast(a[i].value, b[i].value));
+      if (!ac.exact && spelled_default(a[i], b[i])) {
+        // A default spelled out on one side only: Python's argument parser passes
+        // device="cpu", pin_memory=False, the input's dtype; LibTorch's C++ API leaves them
+        // None. What the default means shows in the outputs, which are compared.
+        ac.note = "default on one side: " + a[i].value + " vs " + b[i].value;
+      } else if (!ac.exact) {
         ac.note = "value differs: " + a[i].value + " vs " + b[i].value;
         const std::optional<double> x = a[i].is_tensor() ? std::nullopt : numeric_value(a[i].value);
         const std::optional<double> y = b[i].is_tensor() ? std::nullopt : numeric_value(b[i].value);
@@ -141,7 +219,8 @@ double relative(double x, double scale) {
 }
 
 Verdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareOptions& opt,
-                     double loss_scale = 1) {
+                     double loss_scale = 1, const ProgramConstants* const_a = nullptr,
+                     const ProgramConstants* const_b = nullptr) {
   // Gradients of a loss scaled by a GradScaler (fp16/bf16 AMP) against a run that scales
   // it otherwise (an fp32 reference): compared as gradients of the same loss.
   analysis_detail::ScaledArgs scaled;
@@ -191,7 +270,8 @@ Verdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareOptio
   bool constant_differs = false;
   for (size_t i = 0; i < oc.args.size() && oc.args[i].io == "input"; ++i) {
     const ArgCompare& ac = oc.args[i];
-    if (ac.exact || i >= n_in) continue;
+    if (ac.exact || i >= n_in || (!ac.tensor && spelled_default(a.inputs[i], b.inputs[i])))
+      continue;
     double rel = 0;
     if (ac.tensor) {
       rel = relative(ac.abs_error, nz.input_scale[i]);
@@ -200,8 +280,11 @@ Verdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareOptio
       // earlier item()): one rounding of the op's precision, times the noise factor, is
       // what it may differ by; beyond that the op was called with a different constant.
       rel = ac.error;
-      if (!(rel <= opt.noise_factor * u_op)) {
+      const bool program_constant = (const_a && const_a->constant(a, i)) ||
+                                    (const_b && const_b->constant(b, i));
+      if (program_constant || !(rel <= opt.noise_factor * u_op)) {
         constant_differs = true;  // the op's own cause, not inherited
+        if (program_constant) oc.args[i].note += " (a constant of the program: every step)";
         continue;
       }
     }
@@ -244,6 +327,70 @@ Verdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareOptio
 }
 
 using analysis_detail::earlier;
+
+// Ops of one run only between the same two compared ops: a different implementation of the
+// same computation (LibTorch's C++ nn::Linear as t + addmm, Python's as aten::linear; a
+// fused kernel against its pieces) or a different computation (a layer without its bias). The
+// last op of each side is compared as one composite op when their first outputs have the same
+// dtype and shape: identical, or within the rounding of every op of the place plus what the
+// compared ops before it already carried, is the same computation; beyond that the place is
+// divergent. `seen_error` is the largest relative output error of the group's compared ops
+// so far.
+std::optional<Verdict> compare_place(const std::vector<OpRecord>& a, const std::vector<OpRecord>& b,
+                                     const std::vector<int64_t>& only_a,
+                                     const std::vector<int64_t>& only_b, double seen_error,
+                                     const CompareOptions& opt) {
+  if (only_a.empty() || only_b.empty()) return std::nullopt;
+  const OpRecord& la = a[static_cast<size_t>(only_a.back())];
+  const OpRecord& lb = b[static_cast<size_t>(only_b.back())];
+  if (la.outputs.empty() || lb.outputs.empty() || !la.outputs[0].is_tensor() ||
+      !lb.outputs[0].is_tensor() || la.outputs_uninitialized() || lb.outputs_uninitialized())
+    return std::nullopt;
+  const TensorStats& ta = *la.outputs[0].tensor;
+  const TensorStats& tb = *lb.outputs[0].tensor;
+  if (ta.dtype != tb.dtype || ta.shape != tb.shape || la.dir != lb.dir) return std::nullopt;
+  Verdict v;
+  OpCompare& oc = v.oc;
+  oc.step = la.step;
+  oc.rank = la.rank;
+  oc.seq_a = la.seq;
+  oc.seq_b = lb.seq;
+  oc.name = la.name();
+  oc.name_b = lb.name();
+  oc.op = la.op;
+  oc.direction = std::string(to_string(la.dir));
+  oc.scope = la.scope;
+  ArgCompare ac;
+  ac.io = "output";
+  ac.index = 0;
+  compare_stats(ta, tb, ac);
+  oc.exact = ac.exact;
+  oc.output_error = ac.error;
+  // The rounding the place may make: every op's, on both sides, added up.
+  double bound = 0, scale = 0;
+  auto add_bounds = [&](const std::vector<OpRecord>& ops, const std::vector<int64_t>& at) {
+    for (int64_t k : at) {
+      const OpRecord& r = ops[static_cast<size_t>(k)];
+      const OpNoise nz = op_noise(r, r);
+      if (!nz.outputs.empty()) bound += nz.outputs[0].bound;
+    }
+  };
+  add_bounds(a, only_a);
+  add_bounds(b, only_b);
+  const OpNoise na = op_noise(la, lb);
+  if (!na.outputs.empty()) scale = na.outputs[0].scale;
+  oc.error = relative(ac.abs_error, scale);
+  oc.bound = bound;
+  oc.inherited = seen_error;
+  const double allowed = bound + opt.inherited_weight * seen_error;
+  oc.ratio = !(oc.error > 0) ? 0 : allowed > 0 ? oc.error / allowed : kInf;
+  ac.note = "ops of one run only, compared by their last output: " + la.name() + " vs " +
+            lb.name();
+  oc.args.push_back(std::move(ac));
+  v.divergent = !oc.exact && oc.ratio > opt.noise_factor && oc.error - seen_error > opt.rtol;
+  oc.classification = oc.exact ? "match" : v.divergent ? "divergent" : "noise";
+  return v;
+}
 
 UnmatchedOp unmatched(const OpRecord& r, const char* side) {
   return UnmatchedOp{r.step, r.rank, side, r.seq, r.name()};
@@ -301,6 +448,9 @@ CompareResult compare_groups(const Side& sa, const Side& sb, const CompareOption
   res.first_mode = opt.first;
   res.exact_mode = opt.exact;
   std::optional<OpCompare> first_divergent, first_inexact;
+  ProgramConstants const_a, const_b;
+  const_a.add(ga);
+  const_b.add(gb);
   for (const auto& kv : ga) {
     // Named references, not structured bindings: clang 14 won't capture those in a lambda.
     const GroupKey& key = kv.first;
@@ -323,12 +473,30 @@ CompareResult compare_groups(const Side& sa, const Side& sb, const CompareOption
     analysis_detail::FlipTracker flips;
     const double loss_scale = analysis_detail::loss_scale_of(sa.scales, key) /
                               analysis_detail::loss_scale_of(sb.scales, key);
+    std::vector<int64_t> only_a, only_b;
+    double seen_error = 0;
+    // A place of ops of one run only, closed by the next compared op or the group's end.
+    auto close_place = [&]() {
+      std::optional<Verdict> pv = compare_place(a, b, only_a, only_b, seen_error, opt);
+      if (pv && pv->divergent) {
+        pv->oc.module = module_of[static_cast<size_t>(only_a.back())];
+        ++res.divergent_ops;
+        divergent.push_back(pv->oc);
+        divergent_at.push_back(static_cast<size_t>(only_a.back()));
+        res.divergent_places.push_back(std::move(pv->oc));
+      }
+      only_a.clear();
+      only_b.clear();
+    };
     for (const auto& [i, j] : paired.pairs) {
       if (i < 0 || j < 0) {
         res.unmatched.push_back(i < 0 ? unmatched(b[j], "b") : unmatched(a[i], "a"));
+        (i < 0 ? only_b : only_a).push_back(i < 0 ? j : i);
         continue;
       }
-      Verdict v = compare_pair(a[i], b[j], opt, loss_scale);
+      close_place();
+      Verdict v = compare_pair(a[i], b[j], opt, loss_scale, &const_a, &const_b);
+      if (std::isfinite(v.oc.error)) seen_error = std::max(seen_error, v.oc.error);
       v.oc.module = module_of[static_cast<size_t>(i)];
       excuse_after_flip(flips.observe(a[i], v.oc), a[i].seq, v, res);
       res.warnings += v.oc.warning ? 1 : 0;
@@ -351,6 +519,7 @@ CompareResult compare_groups(const Side& sa, const Side& sb, const CompareOption
       }
       res.ops.push_back(std::move(v.oc));
     }
+    close_place();
     auto keep_earliest = [&](std::optional<OpCompare>& found, const std::vector<OpCompare>& from,
                              const std::vector<size_t>& at) {
       std::optional<OpCompare> g = group_first(from, a, at);

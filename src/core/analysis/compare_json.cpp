@@ -187,6 +187,13 @@ nlohmann::json CompareResult::to_json() const {
     nlohmann::json rows = nlohmann::json::array();
     for (const OpCompare& o : ops) rows.push_back(op_json(o));
     j["ops"] = std::move(rows);
+  } else if (first_mode) {
+    // Every divergent op, not only the first: what a port's author works through.
+    nlohmann::json rows = nlohmann::json::array();
+    for (const OpCompare& o : ops)
+      if (o.classification == "divergent") rows.push_back(op_json(o));
+    for (const OpCompare& o : divergent_places) rows.push_back(op_json(o));
+    j["divergent"] = std::move(rows);
   }
   return j;
 }

@@ -1179,13 +1179,17 @@ def report(s):
         f"  failures: {len(s['failures'])}, of them {len(s['failures']) - len(new)} from the "
         f"known bugs ({', '.join(sorted(seen)) or 'none'}), {len(new)} new",
     ]
-    for f in s["failures"][:200]:
-        bug = known_bug(f)
+    for bug in KNOWN_BUGS:
+        hits = [f for f in s["failures"] if known_bug(f) == bug["id"]]
+        if hits:
+            cases = sorted({f"{f['op']}/{f['dtype']}" for f in hits})
+            lines.append(f"    known bug {bug['id']}: {len(hits)} failures ({', '.join(cases)}; "
+                         f"--json lists them): {bug['what']}")
+    for f in new[:200]:
         lines.append(f"    {f['op']} {f['dtype']} sample {f['sample']} {f['variant']} "
-                     f"[{f['config']}] {f['what']}{' (known: ' + bug + ')' if bug else ''}: "
-                     f"{f['detail']}")
-    if len(s["failures"]) > 200:
-        lines.append(f"    ... {len(s['failures']) - 200} more (--json lists all)")
+                     f"[{f['config']}] {f['what']}: {f['detail']}")
+    if len(new) > 200:
+        lines.append(f"    ... {len(new) - 200} more (--json lists all)")
     lines.append(f"  wall time {s['wall_seconds']:.1f} s, {s['worker_starts']} worker "
                  f"process(es)")
     return "\n".join(lines)

@@ -1007,6 +1007,8 @@ class Lane:
         with open(path, "w", encoding="utf-8") as f:
             json.dump(job, f)
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+        for k in ("PRECPROBE_CONFIG", "PRECPROBE_DISABLE"):  # they would replace CONFIGS
+            env.pop(k, None)
         with open(self.log, "ab") as err:
             self.proc = subprocess.Popen(
                 [sys.executable, os.path.abspath(__file__), "--worker", path],

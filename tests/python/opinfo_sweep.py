@@ -998,6 +998,7 @@ class Lane:
 
     def start(self):
         self.starts += 1
+        self.started_at = time.time()
         dump_root = os.path.join(self.workdir, f"lane{self.index}-dumps")
         shutil.rmtree(dump_root, ignore_errors=True)
         os.makedirs(dump_root)
@@ -1079,7 +1080,7 @@ class Lane:
 
 
 def run_sweep(mode="bounded", max_ops=None, only=None, jobs=2, hang_seconds=None,
-              workdir=None, log=None):
+              workdir=None):
     """Runs the sweep over op_db in `jobs` worker processes; returns the summary dict (see
     report())."""
     t0 = time.time()
@@ -1094,40 +1095,48 @@ def run_sweep(mode="bounded", max_ops=None, only=None, jobs=2, hang_seconds=None
     own_dir = workdir is None
     workdir = workdir or tempfile.mkdtemp(prefix="precprobe-opinfo-")
     hang_seconds = hang_seconds or (300 if mode == "bounded" else 1200)
-    lanes = [Lane(j, indices[j::jobs], mode, workdir) for j in range(jobs)]
+    # Batches of ops, interleaved (neighbours in op_db are alike: linalg, fft, pooling...),
+    # taken from a queue by `jobs` workers at a time: a heavy batch does not hold the others
+    # up. A bounded sweep makes 2 per worker; a full one batches of 10 ops (a worker starts
+    # in about 3 s: torch and op_db).
+    n = max(1, min(len(indices), jobs * 2 if mode == "bounded" else -(-len(indices) // 10)))
+    lanes = [Lane(k, indices[k::n], mode, workdir) for k in range(n)]
     lanes = [ln for ln in lanes if ln.ops]
-    for ln in lanes:
-        ln.start()
+    pending = collections.deque(lanes)
+    running = []
     try:
-        while any(ln.proc for ln in lanes):
+        while pending or running:
+            while pending and len(running) < jobs:
+                ln = pending.popleft()
+                ln.start()
+                running.append(ln)
             time.sleep(0.5)
-            for ln in lanes:
-                if ln.proc is None:
-                    continue
+            for ln in list(running):
                 rc = ln.proc.poll()
                 ln.read(total)
                 if rc is None:
-                    idle = time.time() - max(os.path.getmtime(ln.progress)
-                                             if os.path.exists(ln.progress) else 0,
-                                             t0)
-                    if idle > hang_seconds:
-                        os.killpg(ln.proc.pid, signal.SIGKILL)
-                        ln.proc.wait()
-                        ln.read(total)
-                        ln.died(total, f"made no progress for {hang_seconds} s (hang)")
-                        ln.proc = None
-                        if ln.ops:
-                            ln.start()
-                    continue
-                ln.proc = None
-                if ln.ops:
+                    last = max(ln.started_at, os.path.getmtime(ln.progress)
+                               if os.path.exists(ln.progress) else 0)
+                    if time.time() - last <= hang_seconds:
+                        continue
+                    os.killpg(ln.proc.pid, signal.SIGKILL)
+                    ln.proc.wait()
+                    ln.read(total)
+                    why = f"made no progress for {hang_seconds:.0f} s (hang)"
+                elif ln.ops:
                     why = (f"died with {signal.Signals(-rc).name}" if rc < 0
                            else f"exited with status {rc}")
+                else:
+                    why = None
+                ln.proc = None
+                if why:
                     ln.died(total, why)
-                    if ln.ops:
-                        ln.start()
+                if ln.ops:
+                    ln.start()  # after the case that killed it
+                else:
+                    running.remove(ln)
     finally:
-        for ln in lanes:
+        for ln in running:
             if ln.proc is not None and ln.proc.poll() is None:
                 os.killpg(ln.proc.pid, signal.SIGKILL)
         if own_dir:

@@ -437,8 +437,9 @@ def plant_nonfinite(torch, sample_input, args, kwargs):
         return None
 
     t = first(sample_input)
-    if t is None or t.numel() < 3 or not (t.is_floating_point() or t.is_complex()):
-        return None
+    if (t is None or t.layout != torch.strided or t.numel() < 3
+            or not (t.is_floating_point() or t.is_complex())):
+        return None  # sparse inputs (sparse.sampled_addmm) keep their samples as they are
     planted = t.detach().clone(memory_format=torch.contiguous_format)
     flat = planted.view(-1)
     with torch.no_grad():
@@ -1068,8 +1069,14 @@ class Lane:
                 total["failures"].append(f)
             self.exclude.append(self.last_key)
         elif self.last_prep:
-            oi = int(self.last_prep.split("|")[0])
-            total["skips"][f"sample generation crashed ({why})"] += 1
+            oi, label = self.last_prep.split("|", 1)
+            oi = int(oi)
+            if "died with SIG" in why:
+                total["skips"][f"sample generation crashed ({why})"] += 1
+            else:  # an exception the sweep did not catch: its own error
+                total["failures"].append({
+                    "op": label, "dtype": "?", "sample": -1, "variant": "?", "config": "prep",
+                    "what": "sweep error", "detail": f"the worker {why}; stderr: {tail}"})
             self.skip_ops.append(oi)
             self.ops = [o for o in self.ops if o != oi]
         else:

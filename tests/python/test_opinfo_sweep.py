@@ -32,10 +32,12 @@ def sweep():
 
 
 def test_the_figures_are_printed_and_cover_op_db(sweep, capsys):
-    """The sweep reaches nearly every op of op_db (620 of 621 on 1.13: the one left has no
-    CPU dtype among those swept), every dtype and configuration, and checks statistics of
-    records tied to most ops. Lower bounds, so that PyTorch 2.x's larger op_db passes too;
-    1.13's figures are in the docstring of opinfo_sweep.py's caller, the commit message."""
+    """The sweep reaches nearly every op of op_db (620 of 621 on 1.13: the one left,
+    nn.functional.batch_norm.without_cudnn, has no CPU dtype), every dtype and
+    configuration, and checks statistics of records tied to most ops. Lower bounds, so that
+    PyTorch 2.x's larger op_db passes too; on 1.13: 5 013 samples (1 501 with NaN/Inf, 489
+    with a backward pass), 35 090 runs, 34 194 outputs compared, 24 282 records of 571 ops
+    and 902 655 statistics checked, 11 758 saved tensors, 1 391 replays, 78 origins."""
     with capsys.disabled():
         print("\n" + opinfo_sweep.report(sweep))
     assert len(sweep["ops_run"]) >= 500

@@ -124,10 +124,11 @@ stage_build() {
   fi
 }
 
-ctest_exclude='^(browser\.|flat\.(npm_ci|duckdb|pandas)$|consumer\.add_subdirectory\.build$)'
+# opinfo.full: every sample of PyTorch's OpInfo database, hours of CPU (label slow).
+ctest_exclude='^(browser\.|flat\.(npm_ci|duckdb|pandas)$|consumer\.add_subdirectory\.build$|opinfo\.full$)'
 
 stage_ctest() {
-  echo "== excluded (need npm/node packages or python zstandard, or rebuild the whole library): $ctest_exclude"
+  echo "== excluded (need npm/node packages or python zstandard, rebuild the whole library, or take hours): $ctest_exclude"
   cd "$PP_BUILD"
   echo "== $(ctest -N | tail -1)"
   PRECPROBE_REQUIRE_CUDA=1 ctest -j "$PP_JOBS" --timeout 150 --output-on-failure -E "$ctest_exclude"

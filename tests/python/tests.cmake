@@ -20,6 +20,20 @@ if(TARGET precprobe_python AND TARGET precprobe_cli)
     set_property(TEST python:pytest APPEND PROPERTY ENVIRONMENT
                  "LD_PRELOAD=${_pp_asan}" "ASAN_OPTIONS=detect_leaks=0")
   endif()
+  # PyTorch's OpInfo database through the debugger, every sample (tests/python/opinfo_sweep.py;
+  # the bounded sweep runs inside python:pytest). Hours on a small machine: labelled slow, so
+  # that `ctest -LE slow` (scripts/test.sh, scripts/trixie-suite.sh) leaves it out, and not
+  # named python:* (trixie-suite.sh selects ^python:). Run it with `ctest -L sweep`.
+  add_test(NAME opinfo.full
+           COMMAND ${PRECPROBE_PYTHON_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/opinfo_sweep.py --full
+                   --expect-known --json ${PROJECT_BINARY_DIR}/opinfo_full.json
+           WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
+  set_tests_properties(opinfo.full PROPERTIES TIMEOUT 28800 LABELS "sweep;slow" ENVIRONMENT
+    "PYTHONPATH=${PROJECT_BINARY_DIR}/python;OMP_NUM_THREADS=1")
+  if(PRECPROBE_SANITIZE MATCHES "address")
+    set_property(TEST opinfo.full APPEND PROPERTY ENVIRONMENT
+                 "LD_PRELOAD=${_pp_asan}" "ASAN_OPTIONS=detect_leaks=0")
+  endif()
   if(TARGET train_fashion_mnist)  # the example twin's test (test_example_twin.py)
     set_property(TEST python:pytest APPEND PROPERTY ENVIRONMENT
                  "PRECPROBE_EXAMPLE=$<TARGET_FILE:train_fashion_mnist>")

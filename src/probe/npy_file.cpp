@@ -80,6 +80,10 @@ std::string write_npy_zst(const at::Tensor& tensor, const std::string& path, int
   try {
     at::Tensor t = tensor.detach();
     if (t.layout() != at::kStrided) return "not a strided tensor";
+    // Autograd's ZeroTensor has no memory (data_ptr() is null); a conjugate or negative view
+    // holds its base's values with a bit saying how to read them: the values, written out.
+    if (t._is_zerotensor()) t = at::zeros(t.sizes(), t.options());
+    t = t.resolve_conj().resolve_neg();
     if (!t.is_cpu()) t = t.cpu();
     if (t.scalar_type() == at::kBFloat16) t = t.to(at::kFloat);
     std::string dtype = descr(t.scalar_type());

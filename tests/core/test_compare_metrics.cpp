@@ -412,8 +412,14 @@ TEST_CASE("noise model: scalars are compared with a tolerance, never exactly",
   CHECK_FALSE(k2.found);
   CHECK(k2.ops[0].classification == "noise");
   // A different integer or string is never rounding.
-  auto [c3, e3] = one_op("aten::sum", {h, varg("[0]")}, {targ({3})}, {h, varg("[1]")}, {targ({3})});
+  auto [c3, e3] = one_op("aten::sum", {h, varg("[0]")}, {targ({3})}, {h, varg("[1]")}, {targ({7})});
   CHECK(compare_dumps(c3, e3, first).found);
+  // ... unless it changed nothing: the same tensors in and out (noted, not divergent).
+  auto [c4, e4] = one_op("aten::sum", {h, varg("[0]")}, {targ({3})}, {h, varg("[1]")}, {targ({3})});
+  const CompareResult k4 = compare_dumps(c4, e4, first);
+  CHECK_FALSE(k4.found);
+  CHECK(k4.ops[0].classification == "noise");
+  CHECK(k4.ops[0].args[1].note == "value differs: [0] vs [1]");
 }
 
 TEST_CASE("compare aligns runs of two LibTorch versions on the ops both have",
@@ -566,9 +572,13 @@ TEST_CASE("compare: arguments a port spells differently are the same argument",
   CHECK(k.ops[0].classification == "noise");
   CHECK(k.ops[0].args[3].note == "default on one side: \"cpu\" vs null");
   CHECK(k.ops[0].args[4].note == "default on one side: false vs null");
-  // Two different values are never the same: [0] against [1] (above), [2, 3] against [2].
-  auto [c2, e2] = one_op("aten::max_pool2d", {h, varg("[2,3]")}, {out}, {h, varg("[2]")}, {out});
-  CHECK(compare_dumps(c2, e2, first).found);
+  // Two different values are never the same: [2, 3] against [2], found where the outputs
+  // differ.
+  auto [c2, e2] = one_op("aten::max_pool2d", {h, varg("[2,3]")}, {out}, {h, varg("[2]")},
+                         {hashed(targ({3}), 9)});
+  const CompareResult k2 = compare_dumps(c2, e2, first);
+  CHECK(k2.found);
+  CHECK(k2.ops[0].args[1].note == "value differs: [2,3] vs [2]");
 }
 
 TEST_CASE("compare: a constant of the program that differs is divergent whatever its size",

@@ -239,6 +239,70 @@ TEST_CASE("statistics of a full view are its base's, with its own shape", "[debu
   CHECK(meta["counters"]["errors"] == 0);
 }
 
+TEST_CASE("a negative view's statistics are its values', not its base's", "[debugger][cache]") {
+  // _neg_view shares its base's memory, geometry and version; only a bit says its values are
+  // negated (the OpInfo sweep found it given its base's statistics from the cache).
+  TempDir dir("dbg_neg_view");
+  auto o = options_in(dir);
+  auto x = torch::tensor({1.f, 2.f, -3.f, 0.5f});
+  {
+    PrecisionDebugger dbg(o);
+    dbg.start();
+    auto y = x * 1;  // y summarised
+    auto n = at::_neg_view(y);
+    auto s = n.sum();  // reads the view
+    dbg.step();
+    dbg.stop();
+  }
+  const at::Tensor y = x * 1;
+  int checked = 0;
+  for (const auto& r : read_ops(dir)) {
+    INFO(r.name());
+    if (r.op == "aten::_neg_view") {
+      check_stats(*r.inputs[0].tensor, y);
+      check_stats(*r.outputs[0].tensor, -y);
+      ++checked;
+    } else if (r.op == "aten::sum") {
+      check_stats(*r.inputs[0].tensor, -y);
+      ++checked;
+    }
+  }
+  CHECK(checked == 2);
+}
+
+TEST_CASE("task tensor writes autograd's zero tensors and negative views as their values",
+          "[debugger][tensor]") {
+  // SgnBackward0 of a real input hands autograd a ZeroTensor, which has no memory (the sweep
+  // found the tensor task crashing on its null data_ptr()).
+  TempDir dir("dbg_tensor_zero");
+  auto o = options_in(dir);
+  o.task = Task::kTensor;
+  o.list = {"."};  // every op's tensors, the backward's included
+  auto x = torch::tensor({1.f, -2.f, 3.f}, torch::requires_grad());
+  {
+    PrecisionDebugger dbg(o);
+    dbg.start();
+    torch::sgn(x).sum().backward();
+    auto n = at::_neg_view(x.detach() * 1);
+    dbg.step();
+    dbg.stop();
+  }
+  CHECK(read_meta(dir)["counters"]["errors"] == 0);
+  const fs::path file = dir.path() / "rank0/tensors/step0/aten::_neg_view.0.forward.out0.npy.zst";
+  REQUIRE(fs::exists(file));
+  std::string packed = precprobe::test::read_bytes(file.string());
+  const auto size = ZSTD_getFrameContentSize(packed.data(), packed.size());
+  REQUIRE(size != ZSTD_CONTENTSIZE_ERROR);
+  REQUIRE(size != ZSTD_CONTENTSIZE_UNKNOWN);
+  std::string raw(size, '\0');
+  REQUIRE(ZSTD_decompress(&raw[0], raw.size(), packed.data(), packed.size()) == size);
+  const size_t header_len = static_cast<uint8_t>(raw[8]) | (static_cast<uint8_t>(raw[9]) << 8);
+  REQUIRE(raw.size() == 10 + header_len + 3 * sizeof(float));
+  std::vector<float> values(3);
+  std::memcpy(values.data(), raw.data() + 10 + header_len, sizeof(float) * 3);
+  CHECK(values == std::vector<float>{-1, 2, -3});
+}
+
 TEST_CASE("task tensor writes the selected ops' tensors as .npy.zst", "[debugger][tensor]") {
   TempDir dir("dbg_tensor");
   auto o = options_in(dir);

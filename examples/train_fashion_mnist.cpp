@@ -188,8 +188,8 @@ struct NetImpl : torch::nn::Module {
         bn2(register_module("bn2",
                             torch::nn::BatchNorm2d(torch::nn::BatchNorm2dOptions(32).eps(bn_eps)))),
         drop(register_module("drop", torch::nn::Dropout(dropout))),
-        fc(register_module("fc", torch::nn::Linear(
-                                     torch::nn::LinearOptions(32 * 7 * 7, 10).bias(fc_bias)))) {}
+        fc(register_module(
+            "fc", torch::nn::Linear(torch::nn::LinearOptions(32 * 7 * 7, 10).bias(fc_bias)))) {}
 
   torch::Tensor forward(torch::Tensor x) {
     x = conv1(x);

@@ -165,9 +165,9 @@ TensorKey make_key(const at::Tensor& t) noexcept {
   };
   // A conjugate or negative view shares its base's memory, geometry and version: the bits
   // that say how its values are read are part of what it is.
-  uint64_t h = mix(0, static_cast<uint64_t>(impl->dim()) |
-                          (impl->is_conj() ? uint64_t{1} << 32 : 0) |
-                          (impl->is_neg() ? uint64_t{1} << 33 : 0));
+  uint64_t h =
+      mix(0, static_cast<uint64_t>(impl->dim()) | (impl->is_conj() ? uint64_t{1} << 32 : 0) |
+                 (impl->is_neg() ? uint64_t{1} << 33 : 0));
   if (impl->layout() == c10::kStrided) {
     for (int64_t s : impl->sizes()) h = mix(h, static_cast<uint64_t>(s));
     for (int64_t s : impl->strides()) h = mix(h, static_cast<uint64_t>(s));

@@ -116,7 +116,8 @@ TEST_CASE("compare --first: the 1 % change is the act_scale mul at step 1", "[cl
   CHECK(j["args"][0]["error"] == 0.0);
   CHECK(j["args"][1]["tensor"] == false);
   // Run B multiplies by 1.0 at every step: a constant of the program, which differs.
-  CHECK(j["args"][1]["note"] == "value differs: 1.01 vs 1.0 (a constant of the program: every step)");
+  CHECK(j["args"][1]["note"] ==
+        "value differs: 1.01 vs 1.0 (a constant of the program: every step)");
   json& out = j["args"][2];
   CHECK(out["io"] == "output");
   CHECK(out["max"]["n"].get<double>() / out["max"]["b"].get<double>() ==

@@ -562,16 +562,24 @@ TEST_CASE("compare: arguments a port spells differently are the same argument",
   // Python passes device="cpu" and pin_memory=False, C++ leaves them None: noted, and the
   // outputs decide.
   const Arg perm = hashed(targ({0, 1, 2}), 7);
-  auto [c, e] = one_op("aten::randperm", {varg("3"), varg("4"), varg("null"), varg("\"cpu\""),
-                                          varg("false")},
-                       {perm}, {varg("3"), varg("4"), varg("null"), varg("null"), varg("null")},
-                       {perm});
+  auto [c, e] =
+      one_op("aten::randperm", {varg("3"), varg("4"), varg("null"), varg("\"cpu\""), varg("false")},
+             {perm}, {varg("3"), varg("4"), varg("null"), varg("null"), varg("null")}, {perm});
   const CompareResult k = compare_dumps(c, e, first);
   REQUIRE(k.ops.size() == 1);
   CHECK_FALSE(k.found);
   CHECK(k.ops[0].classification == "noise");
   CHECK(k.ops[0].args[3].note == "default on one side: \"cpu\" vs null");
   CHECK(k.ops[0].args[4].note == "default on one side: false vs null");
+  // Backward's seed: Python's ones_like(loss, memory_format=preserve) against C++'s
+  // ones_like(loss, contiguous), the losses one ulp apart: the same ones come out.
+  const Arg ones = hashed(targ({1}), 10);
+  auto [c3, e3] = one_op("aten::ones_like", {targ({1.9343910217285156}), varg("1")}, {ones},
+                         {targ({1.9343911409378052}), varg("0")}, {ones});
+  const CompareResult k3 = compare_dumps(c3, e3, first);
+  CHECK_FALSE(k3.found);
+  CHECK(k3.ops[0].classification == "noise");
+  CHECK(k3.ops[0].args[1].note == "value differs: 1 vs 0");
   // Two different values are never the same: [2, 3] against [2], found where the outputs
   // differ.
   auto [c2, e2] = one_op("aten::max_pool2d", {h, varg("[2,3]")}, {out}, {h, varg("[2]")},
@@ -592,8 +600,10 @@ TEST_CASE("compare: a constant of the program that differs is divergent whatever
     DumpData a, b;
     for (size_t s = 0; s < ka.size(); ++s) {
       const double x = std::stod(ka[s]), y = std::stod(kb[s]);
-      add_step(a, static_cast<int64_t>(s), 0, {{"aten::mul", 0, {h, varg(ka[s])}, {targ({x, 2 * x})}}});
-      add_step(b, static_cast<int64_t>(s), 0, {{"aten::mul", 0, {h, varg(kb[s])}, {targ({y, 2 * y})}}});
+      add_step(a, static_cast<int64_t>(s), 0,
+               {{"aten::mul", 0, {h, varg(ka[s])}, {targ({x, 2 * x})}}});
+      add_step(b, static_cast<int64_t>(s), 0,
+               {{"aten::mul", 0, {h, varg(kb[s])}, {targ({y, 2 * y})}}});
     }
     return std::pair<DumpData, DumpData>{a, b};
   };
@@ -653,4 +663,22 @@ TEST_CASE("compare: ops of one run only are compared by their results", "[analys
   // relu only passes the difference on.
   REQUIRE(off.ops.size() == 1);
   CHECK(off.ops[0].classification == "noise");
+
+  // x * 1.01 in C++ (mul.Scalar) against x * 1.0 in Python (mul.Tensor, the 1.0 a 0-d
+  // tensor), then num_batches_tracked += 1 (add_.Scalar against add_.Tensor): the last ops
+  // agree, the muls, compared with each other, do not.
+  const Arg h = hashed(targ({1, 2}), 11);
+  Arg one = hashed(targ({1}), 12), n0 = hashed(targ({3}), 13), n1 = hashed(targ({4}), 14);
+  one.tensor->shape = n0.tensor->shape = n1.tensor->shape = {};
+  DumpData c, e;
+  add_step(c, 0, 0,
+           {{"aten::mul", 0, {h, varg("1.01")}, {targ({1.01, 2.02})}},
+            {"aten::add_", 1, {n0, varg("1"), varg("1")}, {n1}}});
+  add_step(
+      e, 0, 0,
+      {{"aten::mul", 0, {h, one}, {targ({1, 2})}}, {"aten::add_", 1, {n0, one, varg("1")}, {n1}}});
+  const CompareResult m = compare_dumps(c, e, first);
+  REQUIRE(m.found);
+  CHECK(m.first->name == "aten::mul.0.forward");
+  CHECK(m.divergent_places.size() == 1);
 }

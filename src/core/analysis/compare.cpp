@@ -259,16 +259,17 @@ Verdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareOptio
     oc.classification = "match";
     return v;
   }
-  // The same tensors in, the same out: an argument that differs (a memory_format a port
-  // spells otherwise, Contiguous against Preserve for ones_like) made no difference to the
-  // numbers here; the notes say what differed. Where it does make one, the outputs differ
-  // and the rules below judge it.
-  bool same_tensors = true, have_output = false;
+  // The same outputs: whatever differs in the arguments (a memory_format a port spells
+  // otherwise, Contiguous against Preserve for backward's ones_like; an input whose
+  // difference the op does not pass on) made no difference to what the op produced. An op
+  // diverges only where its outputs differ; the notes say what differed.
+  bool same_outputs = true, have_output = false;
   for (const ArgCompare& ac : oc.args) {
-    have_output = have_output || ac.io == "output";
-    if (ac.tensor || ac.io == "output") same_tensors = same_tensors && ac.exact;
+    if (ac.io != "output") continue;
+    have_output = true;
+    same_outputs = same_outputs && ac.exact;
   }
-  if (have_output && same_tensors) {
+  if (have_output && same_outputs) {
     oc.classification = "noise";
     oc.score = 0;
     return v;
@@ -294,8 +295,8 @@ Verdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareOptio
       // earlier item()): one rounding of the op's precision, times the noise factor, is
       // what it may differ by; beyond that the op was called with a different constant.
       rel = ac.error;
-      const bool program_constant = (const_a && const_a->constant(a, i)) ||
-                                    (const_b && const_b->constant(b, i));
+      const bool program_constant =
+          (const_a && const_a->constant(a, i)) || (const_b && const_b->constant(b, i));
       if (program_constant || !(rel <= opt.noise_factor * u_op)) {
         constant_differs = true;  // the op's own cause, not inherited
         if (program_constant) oc.args[i].note += " (a constant of the program: every step)";
@@ -343,26 +344,32 @@ Verdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareOptio
 using analysis_detail::earlier;
 
 // Ops of one run only between the same two compared ops: a different implementation of the
-// same computation (LibTorch's C++ nn::Linear as t + addmm, Python's as aten::linear; a
-// fused kernel against its pieces) or a different computation (a layer without its bias). The
-// last op of each side is compared as one composite op when their first outputs have the same
-// dtype and shape: identical, or within the rounding of every op of the place plus what the
-// compared ops before it already carried, is the same computation; beyond that the place is
-// divergent. `seen_error` is the largest relative output error of the group's compared ops
-// so far.
-std::optional<Verdict> compare_place(const std::vector<OpRecord>& a, const std::vector<OpRecord>& b,
-                                     const std::vector<int64_t>& only_a,
-                                     const std::vector<int64_t>& only_b, double seen_error,
-                                     const CompareOptions& opt) {
-  if (only_a.empty() || only_b.empty()) return std::nullopt;
-  const OpRecord& la = a[static_cast<size_t>(only_a.back())];
-  const OpRecord& lb = b[static_cast<size_t>(only_b.back())];
-  if (la.outputs.empty() || lb.outputs.empty() || !la.outputs[0].is_tensor() ||
-      !lb.outputs[0].is_tensor() || la.outputs_uninitialized() || lb.outputs_uninitialized())
-    return std::nullopt;
-  const TensorStats& ta = *la.outputs[0].tensor;
-  const TensorStats& tb = *lb.outputs[0].tensor;
-  if (ta.dtype != tb.dtype || ta.shape != tb.shape || la.dir != lb.dir) return std::nullopt;
+// same computation (LibTorch's C++ nn::Linear as t + addmm, Python's as aten::linear; x * 1.0
+// as mul.Scalar in C++, mul.Tensor in Python) or a different computation (a layer without
+// its bias, a constant 1.01). Ops of the place are compared by their first output, in order:
+// an op of A with the first op of B after the last one taken that has the same name,
+// direction and first output's dtype and shape; and the last op of each side, whatever their
+// names, when their first outputs have the same dtype and shape. Identical, or within the
+// rounding of the op (of every op of the place, for the last ones) plus what the compared ops
+// before it already carried, is the same computation; beyond that the place is divergent.
+// `seen_error` is the largest relative output error of the group's compared ops so far.
+bool same_first_output(const OpRecord& x, const OpRecord& y) {
+  if (x.outputs.empty() || y.outputs.empty() || !x.outputs[0].is_tensor() ||
+      !y.outputs[0].is_tensor() || x.outputs_uninitialized() || y.outputs_uninitialized() ||
+      x.dir != y.dir)
+    return false;
+  const TensorStats& tx = *x.outputs[0].tensor;
+  const TensorStats& ty = *y.outputs[0].tensor;
+  return tx.dtype == ty.dtype && tx.shape == ty.shape;
+}
+
+double output_bound(const OpRecord& r) {
+  const OpNoise nz = op_noise(r, r);
+  return nz.outputs.empty() ? 0 : nz.outputs[0].bound;
+}
+
+Verdict judge_place(const OpRecord& la, const OpRecord& lb, double bound, double seen_error,
+                    const CompareOptions& opt) {
   Verdict v;
   OpCompare& oc = v.oc;
   oc.step = la.step;
@@ -377,33 +384,60 @@ std::optional<Verdict> compare_place(const std::vector<OpRecord>& a, const std::
   ArgCompare ac;
   ac.io = "output";
   ac.index = 0;
-  compare_stats(ta, tb, ac);
+  compare_stats(*la.outputs[0].tensor, *lb.outputs[0].tensor, ac);
   oc.exact = ac.exact;
   oc.output_error = ac.error;
-  // The rounding the place may make: every op's, on both sides, added up.
-  double bound = 0, scale = 0;
-  auto add_bounds = [&](const std::vector<OpRecord>& ops, const std::vector<int64_t>& at) {
-    for (int64_t k : at) {
-      const OpRecord& r = ops[static_cast<size_t>(k)];
-      const OpNoise nz = op_noise(r, r);
-      if (!nz.outputs.empty()) bound += nz.outputs[0].bound;
-    }
-  };
-  add_bounds(a, only_a);
-  add_bounds(b, only_b);
   const OpNoise na = op_noise(la, lb);
-  if (!na.outputs.empty()) scale = na.outputs[0].scale;
+  const double scale = na.outputs.empty() ? 0 : na.outputs[0].scale;
   oc.error = relative(ac.abs_error, scale);
   oc.bound = bound;
   oc.inherited = seen_error;
   const double allowed = bound + opt.inherited_weight * seen_error;
   oc.ratio = !(oc.error > 0) ? 0 : allowed > 0 ? oc.error / allowed : kInf;
-  ac.note = "ops of one run only, compared by their last output: " + la.name() + " vs " +
-            lb.name();
+  ac.note = "ops of one run only, compared by their output: " + la.name() + " vs " + lb.name();
   oc.args.push_back(std::move(ac));
   v.divergent = !oc.exact && oc.ratio > opt.noise_factor && oc.error - seen_error > opt.rtol;
   oc.classification = oc.exact ? "match" : v.divergent ? "divergent" : "noise";
   return v;
+}
+
+// The divergent comparisons of one place, each with the index in A of its op.
+std::vector<std::pair<Verdict, int64_t>> compare_place(const std::vector<OpRecord>& a,
+                                                       const std::vector<OpRecord>& b,
+                                                       const std::vector<int64_t>& only_a,
+                                                       const std::vector<int64_t>& only_b,
+                                                       double seen_error,
+                                                       const CompareOptions& opt) {
+  std::vector<std::pair<Verdict, int64_t>> out;
+  if (only_a.empty() || only_b.empty()) return out;
+  auto at = [](const std::vector<OpRecord>& ops, int64_t k) -> const OpRecord& {
+    return ops[static_cast<size_t>(k)];
+  };
+  size_t next_b = 0;
+  bool last_done = false;
+  for (int64_t ka : only_a) {
+    const OpRecord& ra = at(a, ka);
+    for (size_t m = next_b; m < only_b.size(); ++m) {
+      const OpRecord& rb = at(b, only_b[m]);
+      if (rb.op != ra.op || !same_first_output(ra, rb)) continue;
+      next_b = m + 1;
+      last_done = last_done || (ka == only_a.back() && m + 1 == only_b.size());
+      Verdict v =
+          judge_place(ra, rb, std::max(output_bound(ra), output_bound(rb)), seen_error, opt);
+      if (v.divergent) out.emplace_back(std::move(v), ka);
+      break;
+    }
+  }
+  const OpRecord& la = at(a, only_a.back());
+  const OpRecord& lb = at(b, only_b.back());
+  if (!last_done && same_first_output(la, lb)) {
+    double bound = 0;  // the rounding the place may make: every op's, on both sides
+    for (int64_t k : only_a) bound += output_bound(at(a, k));
+    for (int64_t k : only_b) bound += output_bound(at(b, k));
+    Verdict v = judge_place(la, lb, bound, seen_error, opt);
+    if (v.divergent) out.emplace_back(std::move(v), only_a.back());
+  }
+  return out;
 }
 
 UnmatchedOp unmatched(const OpRecord& r, const char* side) {
@@ -491,13 +525,12 @@ CompareResult compare_groups(const Side& sa, const Side& sb, const CompareOption
     double seen_error = 0;
     // A place of ops of one run only, closed by the next compared op or the group's end.
     auto close_place = [&]() {
-      std::optional<Verdict> pv = compare_place(a, b, only_a, only_b, seen_error, opt);
-      if (pv && pv->divergent) {
-        pv->oc.module = module_of[static_cast<size_t>(only_a.back())];
+      for (auto& [pv, ka] : compare_place(a, b, only_a, only_b, seen_error, opt)) {
+        pv.oc.module = module_of[static_cast<size_t>(ka)];
         ++res.divergent_ops;
-        divergent.push_back(pv->oc);
-        divergent_at.push_back(static_cast<size_t>(only_a.back()));
-        res.divergent_places.push_back(std::move(pv->oc));
+        divergent.push_back(pv.oc);
+        divergent_at.push_back(static_cast<size_t>(ka));
+        res.divergent_places.push_back(std::move(pv.oc));
       }
       only_a.clear();
       only_b.clear();

@@ -56,6 +56,7 @@ import itertools
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -456,6 +457,17 @@ def exc_text(e):
     return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
 
 
+def same_exception(x, y):
+    """The same exception text, but for the argument LAPACK calls illegal: with NaN in the
+    input its number varies from call to call (2.6's linalg.eigvals: "Argument 4" in one run,
+    "Argument 5" in the next, with or without the debugger)."""
+    if x is None or y is None:
+        return x is y
+    lapack = re.compile(r"Argument \d+ has illegal value")
+    return lapack.sub("Argument N has illegal value", x) == \
+        lapack.sub("Argument N has illegal value", y)
+
+
 def plant_nonfinite(torch, sample_input, args, kwargs):
     """A copy of the call whose first tensor input (`input`, or the first tensor of an input
     list) has NaN, +Inf, -Inf as its first three elements (logical order); None when it has
@@ -794,7 +806,7 @@ class Worker:
                 continue
             # 1. the outputs, bitwise
             if exc is not None or case.ref_exc is not None:
-                if exc != case.ref_exc:
+                if not same_exception(exc, case.ref_exc):
                     self.fail(figures, case, name, "outputs differ",
                               f"without the debugger: {case.ref_exc or 'returned'}; "
                               f"with it: {exc or 'returned'}")
@@ -908,13 +920,16 @@ class Worker:
         held_in = tensors_of(torch, case.pristine if case.mutating else call)
         where = f"record {rec['op']}.{rec.get('call', 0)}.{rec.get('dir', 'forward')} (step {step})"
         grows = case.op.name in REGROW_OPS
+        rec_uninit = rec.get("op", "").split("::")[-1] in UNINITIALIZED_OPS
         expected = {}
         for side, objs, held in (("in", ins, held_in), ("out", outs, tensors_of(torch, out))):
             for i, cands, positional in self.tie(objs, held):
                 obj = objs[i]
                 chosen, first_diffs, first_unwritten, first_count = None, None, False, 0
                 for rank, t in enumerate(cands):
-                    unwritten = side == "out" and (case.uninit or (
+                    # The record's own op counts too: a Python function that hands back
+                    # torch.empty(0) (2.6's signal.windows.* for M = 0) is an allocation op.
+                    unwritten = side == "out" and (case.uninit or rec_uninit or (
                         grows and t.numel() > tensors_of(torch, case.pristine)[0].numel()))
                     if (side == "in" and name == "overflow_check" and case.mutating
                             and not any(obj.get(k, 0) for k in

@@ -105,8 +105,9 @@ def test_port_compares_with_no_divergent_op(twin_state, tmp_path):
     assert (rc, res["found"], res["divergent_ops"], res["divergent"]) == (0, False, 0, [])
     # Most ops pair across the languages: the ones that do not are the optimizers' and
     # clip_grad_norm_'s own implementations, and nn.Linear (aten::linear in Python,
-    # t + addmm in LibTorch 1.13's C++ API), compared by their results.
-    assert res["matched"] > 400 and res["match_ops"] + res["noise_ops"] == res["matched"]
+    # t + addmm in LibTorch's C++ API), compared by their results. Paired and compared: 443
+    # ops on 1.13, 332 on 2.6 (Python 2.6's optimizer runs more ops of its own).
+    assert res["matched"] > 300 and res["match_ops"] + res["noise_ops"] == res["matched"]
 
 
 KEEP_DROPOUT = {"keep_dropout": True}

@@ -216,8 +216,9 @@ void print_statistics(const CompareResult& r, const CompareArgs& args, const Ter
 }
 
 void print_op_detail(const OpCompare& o, const Terminal& term, double weight) {
-  std::cout << fmt::format("  rank {}, step {}, seq {} (B: {}), {}{}\n", o.rank, o.step, o.seq_a,
-                           o.seq_b, o.direction, o.scope.empty() ? "" : ", scope " + o.scope);
+  std::cout << fmt::format("  rank {}, step {}, seq {} (B: {}), {}{}{}\n", o.rank, o.step, o.seq_a,
+                           o.seq_b, o.direction, o.scope.empty() ? "" : ", scope " + o.scope,
+                           o.module.empty() ? "" : ", module " + o.module);
   if (o.classification != "match")
     std::cout << fmt::format(
         "  noise model: error {} (inherited from inputs {}), rounding bound {} (n = {}), "

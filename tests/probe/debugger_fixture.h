@@ -3,9 +3,12 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <zstd.h>
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <limits>
 #include <string>
 #include <vector>
@@ -14,8 +17,24 @@
 #include "precprobe/debugger.h"
 #include "precprobe/error.h"
 #include "precprobe/reader.h"
+#include "precprobe_catch.h"
 
 namespace precprobe::test {
+
+/// The float32 values of a tensor task's .npy.zst file; its NumPy header into `header`.
+inline std::vector<float> read_npy_zst(const std::filesystem::path& path, std::string* header) {
+  std::string packed = read_bytes(path.string());
+  const auto size = ZSTD_getFrameContentSize(packed.data(), packed.size());
+  REQUIRE(size != ZSTD_CONTENTSIZE_ERROR);
+  REQUIRE(size != ZSTD_CONTENTSIZE_UNKNOWN);
+  std::string raw(size, '\0');
+  REQUIRE(ZSTD_decompress(&raw[0], raw.size(), packed.data(), packed.size()) == size);
+  const size_t header_len = static_cast<uint8_t>(raw[8]) | (static_cast<uint8_t>(raw[9]) << 8);
+  *header = raw.substr(10, header_len);
+  std::vector<float> v((raw.size() - 10 - header_len) / sizeof(float));
+  std::memcpy(v.data(), raw.data() + 10 + header_len, v.size() * sizeof(float));
+  return v;
+}
 
 inline DebuggerOptions options_in(const TempDir& dir, bool async = true) {
   DebuggerOptions o;

@@ -22,6 +22,7 @@
 using namespace precprobe;
 using precprobe::test::copy_state;
 using precprobe::test::options_in;
+using precprobe::test::read_npy_zst;
 using precprobe::test::same_bits;
 using precprobe::test::same_state;
 using precprobe::test::State;
@@ -146,20 +147,6 @@ std::vector<nlohmann::ordered_json> anomaly_events(const TempDir& dir) {
     }
   }
   return out;
-}
-
-std::vector<float> read_npy_zst(const fs::path& path, std::string* header) {
-  std::string packed = precprobe::test::read_bytes(path.string());
-  const auto size = ZSTD_getFrameContentSize(packed.data(), packed.size());
-  REQUIRE(size != ZSTD_CONTENTSIZE_ERROR);
-  REQUIRE(size != ZSTD_CONTENTSIZE_UNKNOWN);
-  std::string raw(size, '\0');
-  REQUIRE(ZSTD_decompress(&raw[0], raw.size(), packed.data(), packed.size()) == size);
-  const size_t header_len = static_cast<uint8_t>(raw[8]) | (static_cast<uint8_t>(raw[9]) << 8);
-  *header = raw.substr(10, header_len);
-  std::vector<float> v((raw.size() - 10 - header_len) / sizeof(float));
-  std::memcpy(v.data(), raw.data() + 10 + header_len, v.size() * sizeof(float));
-  return v;
 }
 
 struct PlantRun {

@@ -11,6 +11,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "arg_rules.h"
 #include "compare_order.h"
 #include "flips.h"
 #include "json_util.h"
@@ -23,7 +24,10 @@
 namespace precprobe {
 namespace {
 
+using analysis_detail::ProgramConstants;
 using analysis_detail::RecordSource;
+using analysis_detail::same_after_broadcast;
+using analysis_detail::spelled_default;
 using GroupKey = std::pair<int64_t, int>;  // (step, rank)
 using Groups = std::map<GroupKey, std::vector<OpRecord>>;
 
@@ -74,78 +78,6 @@ Side load(RecordSource& src, const CompareOptions& opt, int side) {
   });
   return s;
 }
-
-// A one-element list against a list of that element repeated: [2] and [2,2] are the same
-// `int[2]` argument (ATen expands a single value to every dimension; Python's argument parser
-// does it before the call, LibTorch's C++ API after). JSON text of flat lists only.
-bool same_after_broadcast(const std::string& x, const std::string& y) {
-  auto items = [](const std::string& s, std::vector<std::string>& out) {
-    if (s.size() < 2 || s.front() != '[' || s.back() != ']') return false;
-    const std::string body = s.substr(1, s.size() - 2);
-    if (body.empty() || body.find_first_of("[]{}\"") != std::string::npos) return false;
-    size_t start = 0;
-    for (;;) {
-      const size_t comma = body.find(',', start);
-      out.push_back(body.substr(start, comma - start));
-      if (comma == std::string::npos) return true;
-      start = comma + 1;
-    }
-  };
-  std::vector<std::string> a, b;
-  if (!items(x, a) || !items(y, b) || a.size() == b.size()) return false;
-  const std::vector<std::string>& one = a.size() == 1 ? a : b;
-  const std::vector<std::string>& many = a.size() == 1 ? b : a;
-  if (one.size() != 1) return false;
-  return std::all_of(many.begin(), many.end(), [&](const std::string& v) { return v == one[0]; });
-}
-
-// One side passes None (an optional argument left to its default), the other a value.
-bool spelled_default(const Arg& a, const Arg& b) {
-  return !a.is_tensor() && !b.is_tensor() && (a.value == "null") != (b.value == "null");
-}
-
-// Non-tensor arguments that are constants of the program: at an op site (the op's name with
-// its call index in the step and its direction, per rank) the same value in every step of a
-// run that has the site in two steps or more. A constant that differs between the runs is a
-// different program (a port's eps, a multiplier, a kernel size), a divergence whatever its
-// size; a number that changes from step to step (a clipping coefficient, a learning rate
-// computed from an earlier item()) is data, judged by the noise model.
-class ProgramConstants {
- public:
-  void add(const Groups& groups) {
-    for (const auto& [key, ops] : groups) {
-      for (const OpRecord& r : ops) {
-        const std::string base = site(r);
-        for (size_t i = 0; i < r.inputs.size(); ++i) {
-          if (r.inputs[i].is_tensor()) continue;
-          Site& s = sites_[base + std::to_string(i)];
-          if (s.steps == 0) {
-            s.value = r.inputs[i].value;
-          } else if (s.value != r.inputs[i].value) {
-            s.varies = true;
-          }
-          if (s.last_step != r.step) ++s.steps;
-          s.last_step = r.step;
-        }
-      }
-    }
-  }
-  bool constant(const OpRecord& r, size_t input) const {
-    auto it = sites_.find(site(r) + std::to_string(input));
-    return it != sites_.end() && !it->second.varies && it->second.steps >= 2;
-  }
-
- private:
-  struct Site {
-    std::string value;
-    int64_t steps = 0, last_step = std::numeric_limits<int64_t>::min();
-    bool varies = false;
-  };
-  static std::string site(const OpRecord& r) {
-    return std::to_string(r.rank) + '\x1f' + r.name() + '\x1f';
-  }
-  std::unordered_map<std::string, Site> sites_;
-};
 
 // One side's arguments against the other's; returns the largest tensor error and sets
 // `value_differs` when a non-tensor argument differs in a way rounding cannot explain (a
@@ -206,6 +138,19 @@ double compare_args(const std::vector<Arg>& a, const std::vector<Arg>& b, const 
   return worst;
 }
 
+// Which ops a comparison is of: A's place and names, B's seq and name.
+void identify(const OpRecord& a, const OpRecord& b, OpCompare& oc) {
+  oc.step = a.step;
+  oc.rank = a.rank;
+  oc.seq_a = a.seq;
+  oc.seq_b = b.seq;
+  oc.name = a.name();
+  oc.name_b = b.name();
+  oc.op = a.op;
+  oc.direction = std::string(to_string(a.dir));
+  oc.scope = a.scope;
+}
+
 struct Verdict {
   OpCompare oc;
   bool divergent = false;
@@ -230,16 +175,8 @@ Verdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareOptio
   const OpRecord& a = rescale ? a_copy : a_in;
   Verdict v;
   OpCompare& oc = v.oc;
+  identify(a, b, oc);
   if (!scaled.empty()) oc.loss_scale = loss_scale;
-  oc.step = a.step;
-  oc.rank = a.rank;
-  oc.seq_a = a.seq;
-  oc.seq_b = b.seq;
-  oc.name = a.name();
-  oc.name_b = b.name();
-  oc.op = a.op;
-  oc.direction = std::string(to_string(a.dir));
-  oc.scope = a.scope;
   bool in_value = false, out_value = false;
   oc.input_error = compare_args(a.inputs, b.inputs, "input", oc, in_value);
   oc.output_error = compare_args(a.outputs, b.outputs, "output", oc, out_value);
@@ -372,15 +309,7 @@ Verdict judge_place(const OpRecord& la, const OpRecord& lb, double bound, double
                     const CompareOptions& opt) {
   Verdict v;
   OpCompare& oc = v.oc;
-  oc.step = la.step;
-  oc.rank = la.rank;
-  oc.seq_a = la.seq;
-  oc.seq_b = lb.seq;
-  oc.name = la.name();
-  oc.name_b = lb.name();
-  oc.op = la.op;
-  oc.direction = std::string(to_string(la.dir));
-  oc.scope = la.scope;
+  identify(la, lb, oc);
   ArgCompare ac;
   ac.io = "output";
   ac.index = 0;
@@ -497,8 +426,8 @@ CompareResult compare_groups(const Side& sa, const Side& sb, const CompareOption
   res.exact_mode = opt.exact;
   std::optional<OpCompare> first_divergent, first_inexact;
   ProgramConstants const_a, const_b;
-  const_a.add(ga);
-  const_b.add(gb);
+  for (const auto& kv : ga) const_a.add(kv.second);
+  for (const auto& kv : gb) const_b.add(kv.second);
   for (const auto& kv : ga) {
     // Named references, not structured bindings: clang 14 won't capture those in a lambda.
     const GroupKey& key = kv.first;

@@ -158,7 +158,8 @@ struct DebuggerOptions {
   /// "grad_monitor": record per-parameter gradient statistics each step (needs a model).
   bool grad_monitor = true;
   /// "queue_capacity", "overflow_policy" ("block" | "drop"), "flush_every_records",
-  /// "flush_interval_ms", "zstd_level", "fsync": passed to the DumpWriter.
+  /// "flush_interval_ms", "zstd_level", "fsync": passed to the DumpWriter. While the disk
+  /// lags the training, up to 2 x queue_capacity records (~0.8 KiB each) wait in memory.
   size_t queue_capacity = 65536;
   OverflowPolicy overflow_policy = OverflowPolicy::kBlock;
   size_t flush_every_records = 4096;

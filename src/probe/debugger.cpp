@@ -158,6 +158,7 @@ RunMeta PrecisionDebugger::Impl::run_meta(bool final_meta) const {
   m.level = std::string(to_string(options.level));
   m.config = options.to_json_value();
   if (!seed_report.is_null()) m.seed_report = seed_report;
+  if (!module_order.is_null()) m.other["modules"] = module_order;
   m.host = host_name();
   m.pid = static_cast<int64_t>(::getpid());
   m.device = "cpu";
@@ -310,6 +311,11 @@ void PrecisionDebugger::start(const std::shared_ptr<torch::nn::Module>& model) {
       }
     }
     d.model = model;
+    try {  // what places dropout ops in modules; a model it cannot walk goes without it
+      d.module_order = model ? detail::module_order(*model) : nlohmann::json();
+    } catch (const std::exception&) {
+      d.module_order = nlohmann::json();
+    }
     if (d.observer) {
       std::vector<std::pair<std::string, at::Tensor>> named;
       if (model)

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,12 @@ class ModelSet : public torch::nn::Module {
 /// the same names, so that a later start() keeps the gradient monitor's history.
 std::shared_ptr<torch::nn::Module> model_set(const std::vector<NamedModel>& models,
                                              const std::shared_ptr<torch::nn::Module>& previous);
+
+/// meta.json's "modules" (docs/dump-format.md): [path, "params" | "dropout"] for each module
+/// of `model` that owns parameters directly or is a dropout (its type name contains
+/// "Dropout"), in named_modules() order; the top module's path is "(root)". The analyses
+/// place a dropout op, which reads no parameter, by it.
+nlohmann::json module_order(const torch::nn::Module& model);
 
 /// The train/eval mode observe_batch records: the module's own, or for a ModelSet whether
 /// any of its models is in training mode.

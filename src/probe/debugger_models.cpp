@@ -17,6 +17,22 @@ void ModelSet::add(const std::string& name, const std::shared_ptr<torch::nn::Mod
   models_.emplace_back(name, module);
 }
 
+nlohmann::json module_order(const torch::nn::Module& model) {
+  nlohmann::json order = nlohmann::json::array();
+  auto add = [&](const std::string& path, const torch::nn::Module& m) {
+    if (m.name().find("Dropout") != std::string::npos)
+      order.push_back({path, "dropout"});
+    else if (!m.named_parameters(/*recurse=*/false).is_empty())
+      order.push_back({path, "params"});
+  };
+  // named_modules() includes the top module only when it is held by a shared_ptr: a module
+  // held by value (start(model) takes one) is added here.
+  add("(root)", model);
+  for (const auto& item : model.named_modules("", /*include_self=*/false))
+    add(item.key(), *item.value());
+  return order;
+}
+
 namespace {
 
 void check_models(const std::vector<NamedModel>& models) {

@@ -362,3 +362,59 @@ TEST_CASE("precision: a dump without range statistics says so", "[precision]") {
     CHECK(std::string(e.what()).find("no range statistics") != std::string::npos);
   }
 }
+
+TEST_CASE(
+    "modules: a dropout op belongs to the dropout module meta.json's order puts after the "
+    "current module",
+    "[precision][modules]") {
+  // fc1 -> relu -> drop1 (aten::dropout with native_dropout nested) -> fc2 -> drop2a -> drop2b.
+  DumpData d;
+  OpSpec native{"aten::native_dropout", 3, {}, {ranged({0.5})}};
+  native.depth = 1;
+  add_step(d, 0, 0,
+           {{"aten::linear", 0, {ranged({0.5}, true, "fc1.weight")}, {ranged({1, 2})}},
+            {"aten::relu", 1, {}, {ranged({1, 2})}},
+            {"aten::dropout", 2, {}, {ranged({1, 2})}},
+            native,
+            {"aten::linear", 4, {ranged({0.5}, true, "fc2.weight")}, {ranged({3})}},
+            {"aten::dropout", 5, {}, {ranged({3})}, 1},
+            {"aten::feature_dropout", 6, {}, {ranged({3})}},
+            {"aten::add", 7, {}, {ranged({4})}}});
+  PrecisionOptions o;
+  o.format = FloatFormat::find("bf16");
+  const std::vector<std::pair<std::string, std::string>> without = {
+      {"aten::relu.0.forward", "fc1"},
+      {"aten::dropout.0.forward", "fc1"},
+      {"aten::native_dropout.0.forward", "fc1"},
+      {"aten::dropout.1.forward", "fc2"},
+      {"aten::feature_dropout.0.forward", "fc2"},
+      {"aten::add.0.forward", "fc2"}};
+  for (const auto& [op, module] : without) {
+    INFO(op);
+    CHECK(op_named(analyse_precision(d, o), op).module == module);
+  }
+  RankInfo rank;
+  rank.meta = RunMeta{};
+  rank.meta->other["modules"] = nlohmann::json::parse(
+      R"([["fc1","params"],["drop1","dropout"],["act","dropout_not"],["fc2","params"],)"
+      R"(["drop2a","dropout"],["drop2b","dropout"],["head","params"]])");
+  d.ranks.push_back(rank);
+  const std::vector<std::pair<std::string, std::string>> with = {
+      {"aten::relu.0.forward", "fc1"},
+      {"aten::dropout.0.forward", "drop1"},
+      {"aten::native_dropout.0.forward", "drop1"},
+      {"aten::dropout.1.forward", "drop2a"},
+      {"aten::feature_dropout.0.forward", "drop2b"},
+      {"aten::add.0.forward", "drop2b"}};
+  const PrecisionResult r = analyse_precision(d, o);
+  for (const auto& [op, module] : with) {
+    INFO(op);
+    CHECK(op_named(r, op).module == module);
+  }
+  // A third dropout after fc2 has no module of its own left: it stays with the last one.
+  add_step(d, 0, 0, {{"aten::dropout", 8, {}, {ranged({4})}, 2}});
+  CHECK(op_named(analyse_precision(d, o), "aten::dropout.2.forward").module == "drop2b");
+  // An order that is not a list of [path, kind] pairs is ignored, never a failure.
+  d.ranks[0].meta->other["modules"] = nlohmann::json::parse(R"([["fc1"], 3])");
+  CHECK(op_named(analyse_precision(d, o), "aten::dropout.0.forward").module == "fc1");
+}

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "debugger_fixture.h"
+#include "precprobe/analysis.h"
 #include "precprobe/dump_format.h"
 #include "precprobe/grad_monitor.h"
 #include "precprobe_catch.h"
@@ -95,6 +96,19 @@ TEST_CASE("start(models): parameters named <model>.<parameter>, any form of modu
   CHECK(monitored.size() == 12);
   CHECK(monitored.count("D.2.weight") == 1);
   CHECK(monitored.count("sp.weight") == 1);
+  // meta.json's "modules": what owns parameters and the dropouts, in named_modules() order,
+  // which places G's dropout op (it reads no parameter) in G.drop.
+  const RunMeta meta = DumpReader(dir.path().string()).ranks().front().run_meta();
+  CHECK(meta.other.at("modules") == nlohmann::json::parse(R"([["G.fc","params"],)"
+                                                          R"(["G.drop","dropout"],)"
+                                                          R"(["G.out","params"],)"
+                                                          R"(["D.0","params"],["D.2","params"],)"
+                                                          R"(["lin","params"],["sp","params"]])"));
+  DumpReader reader(dir.path().string());
+  std::set<std::string> modules;
+  for (const auto& m : summarize_dump(reader, {}, true).modules) modules.insert(m.module);
+  // "": the input's aten::randn, before any module.
+  CHECK(modules == std::set<std::string>{"", "G.fc", "G.drop", "G.out", "D.0", "D.2"});
 }
 
 TEST_CASE("start(models): set-up errors name the bad value", "[multi]") {

@@ -17,6 +17,12 @@ class App;
 
 namespace precprobe::cli {
 
+/// The module attribution rule of summary and compare (src/core/analysis/modules.h,
+/// BackwardRule::kInherit), as their tables' headings say it.
+inline constexpr const char* kModuleRule =
+    "an op consuming parameter fc1.weight belongs to fc1, the ops after it inherit it; a "
+    "dropout op, the dropout module registered after fc1";
+
 /// Exit statuses, as diff(1) uses them.
 enum ExitCode : int {
   kExitClean = 0,  ///< nothing found / identical

@@ -367,9 +367,9 @@ void add_compare_command(CLI::App& app, int& exit_code) {
                   "also require a divergent op to add more than this relative error (0: off)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--by", args->by,
-                  "op: per op (default); module: also per module (an op consuming parameter "
-                  "fc1.weight belongs to fc1, the ops after it inherit it)")
+  cmd->add_option(
+         "--by", args->by,
+         "op: per op (default); module: also per module (" + std::string(kModuleRule) + ")")
       ->capture_default_str()
       ->check(CLI::IsMember({"op", "module"}));
   cmd->add_flag("--all", args->all, "statistics mode: print every tensor, not only warnings");

@@ -259,8 +259,7 @@ void print_verdict(const SummaryResult& s, const ChecklistResult& check, const T
 
 // --by module: where values grow, module by module, and where the first NaN/Inf appeared.
 void print_modules(const SummaryResult& s, const Terminal& term) {
-  std::cout << "modules (an op consuming parameter fc1.weight belongs to fc1; the ops after it "
-               "inherit it):\n";
+  std::cout << "modules (" << kModuleRule << "):\n";
   Table t({"module", "ops", "largest |output|", "NaN/Inf ops", "first NaN/Inf step"});
   for (const ModuleSummary& m : s.modules) {
     t.add(
@@ -340,8 +339,8 @@ void add_summary_command(CLI::App& app, int& exit_code) {
                 "streams");
   cmd->add_option("--by", args->by,
                   "op: the summary as it is (default); module: also a table per module, with "
-                  "its largest |output| and NaN/Inf ops (an op consuming parameter fc1.weight "
-                  "belongs to fc1, the ops after it inherit it; --json: key \"modules\")")
+                  "its largest |output| and NaN/Inf ops (" +
+                      std::string(kModuleRule) + "; --json: key \"modules\")")
       ->capture_default_str()
       ->check(CLI::IsMember({"op", "module"}));
   cmd->footer(

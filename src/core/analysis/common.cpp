@@ -68,18 +68,94 @@ std::optional<std::string> consumed_module(const OpRecord& r) {
   return std::nullopt;
 }
 
-std::vector<std::string> attribute_modules(const std::vector<ModuleOp>& ops) {
+ModuleOrder ModuleOrder::of(const RunMeta& meta) {
+  ModuleOrder order;
+  auto it = meta.other.find("modules");
+  if (it == meta.other.end() || !it->is_array()) return order;
+  for (const nlohmann::json& e : *it) {
+    if (!e.is_array() || e.size() < 2 || !e[0].is_string() || !e[1].is_string()) return {};
+    order.entries.push_back({e[0].get<std::string>(), e[1].get<std::string>() == "dropout"});
+  }
+  return order;
+}
+
+std::optional<std::string> ModuleOrder::dropout_after(const std::string& anchor, int64_t k) const {
+  size_t from = 0;
+  if (!anchor.empty()) {
+    size_t at = 0;
+    while (at < entries.size() && (entries[at].dropout || entries[at].path != anchor)) ++at;
+    if (at == entries.size()) return std::nullopt;
+    from = at + 1;
+  }
+  for (size_t j = from; j < entries.size() && entries[j].dropout; ++j) {
+    if (k-- == 0) return entries[j].path;
+  }
+  return std::nullopt;
+}
+
+std::map<int, ModuleOrder> module_orders(const std::vector<RankInfo>& ranks) {
+  std::map<int, ModuleOrder> orders;
+  for (const RankInfo& r : ranks) {
+    if (r.meta) orders[r.rank] = ModuleOrder::of(*r.meta);
+  }
+  return orders;
+}
+
+const ModuleOrder* order_of(const std::map<int, ModuleOrder>& orders, int rank) {
+  auto it = orders.find(rank);
+  return it == orders.end() ? nullptr : &it->second;
+}
+
+bool is_dropout_op(std::string_view op) noexcept {
+  static constexpr std::string_view kNames[] = {"aten::dropout",
+                                                "aten::dropout_",
+                                                "aten::feature_dropout",
+                                                "aten::feature_dropout_",
+                                                "aten::alpha_dropout",
+                                                "aten::alpha_dropout_",
+                                                "aten::feature_alpha_dropout",
+                                                "aten::feature_alpha_dropout_",
+                                                "aten::native_dropout"};
+  for (std::string_view n : kNames) {
+    if (op == n) return true;
+  }
+  return false;
+}
+
+ModuleOp module_op(const OpRecord& r) {
+  return {consumed_module(r), r.dir, r.seqnr, is_dropout_op(r.op), r.depth};
+}
+
+std::vector<std::string> attribute_modules(const std::vector<ModuleOp>& ops,
+                                           const ModuleOrder* order, BackwardRule rule) {
   std::vector<std::string> out;
   out.reserve(ops.size());
   std::unordered_map<int64_t, std::string> node_module;  // sn -> module of its forward op
-  std::string forward, backward;
+  std::string forward, backward;                         // kInherit: `forward` for both
+  std::string anchor;    // the module of the last parameter the forward read
+  int64_t dropouts = 0;  // dropout ops since then
+  const ModuleOp* last_forward = nullptr;
+  const bool by_node = rule == BackwardRule::kByNode;
   for (const ModuleOp& p : ops) {
-    std::string* current = p.dir == Direction::kBackward ? &backward : &forward;
-    if (p.consumed) *current = *p.consumed;
+    std::string* current = p.dir == Direction::kBackward && by_node ? &backward : &forward;
+    if (p.consumed) {
+      *current = *p.consumed;
+      if (p.dir == Direction::kForward) {
+        anchor = *p.consumed;
+        dropouts = 0;
+      }
+    } else if (order && p.dir == Direction::kForward && p.dropout) {
+      const bool nested = last_forward && last_forward->dropout && last_forward->depth < p.depth;
+      if (!nested) {
+        if (auto m = order->dropout_after(anchor, dropouts)) forward = std::move(*m);
+        ++dropouts;
+      }
+    }
+    if (p.dir == Direction::kForward) last_forward = &p;
     std::string module = *current;
-    if (p.dir == Direction::kForward && p.sn >= 0) {
+    if (by_node && p.dir == Direction::kForward && p.sn >= 0) {
       node_module.try_emplace(p.sn, module);
-    } else if (p.dir == Direction::kBackward && p.sn >= 0) {
+    } else if (by_node && p.dir == Direction::kBackward && p.sn >= 0) {
       auto it = node_module.find(p.sn);
       if (it != node_module.end()) module = it->second;
     }

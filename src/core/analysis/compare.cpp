@@ -41,6 +41,7 @@ struct Side {
   /// into, and on which of the program's threads, is up to the scheduler, so they are not
   /// paired; their data reaches the step's ops, which are.
   int64_t background = 0;
+  std::map<int, analysis_detail::ModuleOrder> orders;  ///< by the rank of the groups' keys
 };
 
 // `side` 0 is A, 1 is B: with opt.ranks each side keeps its own rank, and B's records are
@@ -54,6 +55,10 @@ Side load(RecordSource& src, const CompareOptions& opt, int side) {
     return GroupKey{step, opt.ranks ? opt.ranks->first : r};
   };
   Side s;
+  for (auto& [r, order] : analysis_detail::module_orders(src.ranks())) {
+    if (opt.ranks && r != (side == 0 ? opt.ranks->first : opt.ranks->second)) continue;
+    s.orders[opt.ranks ? opt.ranks->first : r] = std::move(order);
+  }
   src.ops([&](const OpRecord& r) {
     if (r.background) {
       if (group(r.step, r.rank)) ++s.background;
@@ -389,15 +394,13 @@ std::optional<OpCompare> group_first(const std::vector<OpCompare>& divergent,
   return std::nullopt;
 }
 
-// Module attribution (modules.h): the module of the last parameter an op consumed, per step.
-std::vector<std::string> modules_of(const std::vector<OpRecord>& ops) {
-  std::vector<std::string> out;
-  std::string current;
-  for (const OpRecord& r : ops) {
-    if (auto m = analysis_detail::consumed_module(r)) current = std::move(*m);
-    out.push_back(current);
-  }
-  return out;
+// Module attribution (modules.h), `ops` one step of one rank in seq order.
+std::vector<std::string> modules_of(const std::vector<OpRecord>& ops,
+                                    const analysis_detail::ModuleOrder* order) {
+  std::vector<analysis_detail::ModuleOp> m;
+  m.reserve(ops.size());
+  for (const OpRecord& r : ops) m.push_back(analysis_detail::module_op(r));
+  return analysis_detail::attribute_modules(m, order, analysis_detail::BackwardRule::kInherit);
 }
 
 // An op downstream of a near-tie flip (flips.h) that the rounding model alone would call
@@ -440,7 +443,8 @@ CompareResult compare_groups(const Side& sa, const Side& sb, const CompareOption
       continue;
     }
     const std::vector<OpRecord>& b = it->second;
-    const std::vector<std::string> module_of = modules_of(a);
+    const std::vector<std::string> module_of =
+        modules_of(a, analysis_detail::order_of(sa.orders, key.second));
     ++res.groups_compared;
     const analysis_detail::GroupPairing paired =
         analysis_detail::pair_ops(a, b, opt.max_align_cost);

@@ -48,7 +48,8 @@ struct StepState {
 
 // The module of g[c] as `precprobe precision` attributes it (modules.h); nullopt when no op
 // of the step before it consumed a named parameter.
-std::optional<std::string> module_of(const std::vector<OpRecord>& g, size_t c) {
+std::optional<std::string> module_of(const std::vector<OpRecord>& g, size_t c,
+                                     const analysis_detail::ModuleOrder* modules) {
   std::vector<size_t> order(g.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(),
@@ -59,14 +60,14 @@ std::optional<std::string> module_of(const std::vector<OpRecord>& g, size_t c) {
   for (size_t k = 0; k < order.size(); ++k) {
     const OpRecord& r = g[order[k]];
     if (order[k] == c) at = k;
-    ops.push_back({analysis_detail::consumed_module(r), r.dir, r.seqnr});
+    ops.push_back(analysis_detail::module_op(r));
   }
-  std::string m = std::move(analysis_detail::attribute_modules(ops)[at]);
+  std::string m = std::move(analysis_detail::attribute_modules(ops, modules)[at]);
   if (m.empty()) return std::nullopt;
   return m;
 }
 
-StepState analyse_group(const std::vector<OpRecord>& g) {
+StepState analyse_group(const std::vector<OpRecord>& g, const analysis_detail::ModuleOrder* order) {
   StepState s;
   std::vector<size_t> cands;
   std::optional<size_t> bad_in;
@@ -82,7 +83,7 @@ StepState analyse_group(const std::vector<OpRecord>& g) {
   const analysis_detail::CallTree tree(places);
   const size_t c = tree.innermost_earliest(cands);
   s.origin = OpBrief::from(g[c]);
-  s.origin_module = module_of(g, c);
+  s.origin_module = module_of(g, c, order);
   // Spread: ops that started after the origin, and the ops around it (they end after it).
   for (size_t i = 0; i < g.size(); ++i) {
     if (i == c || !g[i].outputs_non_finite()) continue;
@@ -137,9 +138,13 @@ RankOverflow conclude(int rank, const std::map<int64_t, StepState>& steps) {
 OverflowResult find_overflow_in(RecordSource& src) {
   std::map<int, std::map<int64_t, StepState>> per_rank;
   std::vector<OpRecord> group;
+  const std::map<int, analysis_detail::ModuleOrder> orders =
+      analysis_detail::module_orders(src.ranks());
   auto flush = [&] {
     if (group.empty()) return;
-    merge(per_rank[group.front().rank][group.front().step], analyse_group(group));
+    const int rank = group.front().rank;
+    merge(per_rank[rank][group.front().step],
+          analyse_group(group, analysis_detail::order_of(orders, rank)));
     group.clear();
   };
   bool any_bad = false;

@@ -153,8 +153,9 @@ struct OpAccumulator {
 
 class PrecisionBuilder {
  public:
-  PrecisionBuilder(const PrecisionOptions& options, PrecisionResult& out)
-      : format_(*options.format), out_(out) {}
+  PrecisionBuilder(const PrecisionOptions& options, PrecisionResult& out,
+                   std::map<int, analysis_detail::ModuleOrder> orders)
+      : format_(*options.format), out_(out), orders_(std::move(orders)) {}
 
   void add(const OpRecord& r) {
     ++out_.op_records;
@@ -164,8 +165,7 @@ class PrecisionBuilder {
     step_ = r.step;
     out_.step_min = std::min(out_.step_min.value_or(r.step), r.step);
     out_.step_max = std::max(out_.step_max.value_or(r.step), r.step);
-    pending_.push_back(
-        {r.seq, analysis_detail::consumed_module(r), r.dir, r.seqnr, std::string(), {}});
+    pending_.push_back({r.seq, analysis_detail::module_op(r), std::string(), {}});
     if (r.outputs_uninitialized()) return;
     Pending& p = pending_.back();
     std::vector<const TensorStats*> judged;
@@ -235,9 +235,7 @@ class PrecisionBuilder {
   };
   struct Pending {
     int64_t seq;
-    std::optional<std::string> consumed;
-    Direction dir;
-    int64_t sn;                       // autograd sequence number (-1: none)
+    analysis_detail::ModuleOp module;
     std::string name;                 // "" when the op has no output with range statistics
     std::vector<Gradient> gradients;  // backward outputs judged
   };
@@ -282,8 +280,9 @@ class PrecisionBuilder {
                      [](const Pending& a, const Pending& b) { return a.seq < b.seq; });
     std::vector<analysis_detail::ModuleOp> ops;
     ops.reserve(pending_.size());
-    for (Pending& p : pending_) ops.push_back({std::move(p.consumed), p.dir, p.sn});
-    std::vector<std::string> modules = analysis_detail::attribute_modules(ops);
+    for (Pending& p : pending_) ops.push_back(std::move(p.module));
+    std::vector<std::string> modules =
+        analysis_detail::attribute_modules(ops, analysis_detail::order_of(orders_, rank_));
     for (size_t i = 0; i < pending_.size(); ++i) {
       Pending& p = pending_[i];
       for (const Gradient& g : p.gradients) {
@@ -442,6 +441,7 @@ class PrecisionBuilder {
   std::set<std::string> passing_on_;
   std::vector<Pending> pending_;
   bool module_step_ = false;
+  std::map<int, analysis_detail::ModuleOrder> orders_;
   int rank_ = 0;
   int64_t step_ = 0;
   Histogram gradients_;                  // every backward output
@@ -456,7 +456,7 @@ PrecisionResult analyse(analysis_detail::RecordSource& src, const PrecisionOptio
   out.path = src.path();
   out.format = std::string(options.format->name);
   out.scaling = options.scaling;
-  PrecisionBuilder b(options, out);
+  PrecisionBuilder b(options, out, analysis_detail::module_orders(src.ranks()));
   src.ops([&](const OpRecord& r) {
     b.add(r);
     return true;

@@ -22,11 +22,14 @@ using analysis_detail::RecordSource;
 // in execution order (seq), so only that step's few numbers are held.
 class ModuleCounter {
  public:
+  explicit ModuleCounter(std::map<int, analysis_detail::ModuleOrder> orders)
+      : orders_(std::move(orders)) {}
+
   void add(const OpRecord& r) {
     if (!step_.empty() && (r.rank != rank_ || r.step != step_no_)) flush();
     rank_ = r.rank;
     step_no_ = r.step;
-    Op op{r.seq, analysis_detail::consumed_module(r), r.outputs_non_finite(), 0.0};
+    Op op{r.seq, analysis_detail::module_op(r), r.outputs_non_finite(), 0.0};
     for (const Arg& out : r.outputs) {
       if (out.is_tensor()) op.max_abs = std::max(op.max_abs, out.tensor->abs_max());
     }
@@ -41,7 +44,7 @@ class ModuleCounter {
  private:
   struct Op {
     int64_t seq;
-    std::optional<std::string> consumed;
+    analysis_detail::ModuleOp module;
     bool nonfinite;
     double max_abs;
   };
@@ -49,9 +52,14 @@ class ModuleCounter {
   void flush() {
     std::stable_sort(step_.begin(), step_.end(),
                      [](const Op& a, const Op& b) { return a.seq < b.seq; });
-    std::string current;
-    for (Op& op : step_) {
-      if (op.consumed) current = std::move(*op.consumed);
+    std::vector<analysis_detail::ModuleOp> ops;
+    ops.reserve(step_.size());
+    for (Op& op : step_) ops.push_back(std::move(op.module));
+    std::vector<std::string> module_of = analysis_detail::attribute_modules(
+        ops, analysis_detail::order_of(orders_, rank_), analysis_detail::BackwardRule::kInherit);
+    for (size_t i = 0; i < step_.size(); ++i) {
+      const Op& op = step_[i];
+      const std::string& current = module_of[i];
       auto [at, added] = index_.emplace(current, modules_.size());
       if (added) modules_.push_back(ModuleSummary{current, 0, 0, std::nullopt, 0.0});
       ModuleSummary& m = modules_[at->second];
@@ -66,6 +74,7 @@ class ModuleCounter {
     step_.clear();
   }
 
+  std::map<int, analysis_detail::ModuleOrder> orders_;
   int rank_ = 0;
   int64_t step_no_ = 0;
   std::vector<Op> step_;
@@ -76,7 +85,7 @@ class ModuleCounter {
 void count_ops(RecordSource& src, SummaryResult& s) {
   std::map<int64_t, int64_t> per_step;
   std::map<std::string, int64_t> bad;
-  ModuleCounter modules;
+  ModuleCounter modules(analysis_detail::module_orders(s.ranks));
   src.ops([&](const OpRecord& r) {
     ++s.op_records;
     ++per_step[r.step];

@@ -98,4 +98,20 @@ inline Arg scaled(const Arg& a, double f) {
   return b;
 }
 
+// Two records of one op: A's and B's.
+inline std::pair<DumpData, DumpData> one_op(const std::string& op, std::vector<Arg> in_a,
+                                            std::vector<Arg> out_a, std::vector<Arg> in_b,
+                                            std::vector<Arg> out_b,
+                                            Direction dir = Direction::kForward) {
+  DumpData a, b;
+  add_step(a, 0, 0, {{op, 0, std::move(in_a), std::move(out_a), 0, 0, dir}});
+  add_step(b, 0, 0, {{op, 0, std::move(in_b), std::move(out_b), 0, 0, dir}});
+  return {a, b};
+}
+
+inline Arg hashed(Arg a, uint64_t h) {
+  a.tensor->hash = h;
+  return a;
+}
+
 }  // namespace precprobe::test

@@ -4,7 +4,7 @@
 #include <torch/torch.h>
 
 #include "precprobe/grad_monitor.h"
-#include "scaler_internal.h"
+#include "scaler/scaler_internal.h"
 
 namespace {
 

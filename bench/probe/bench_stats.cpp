@@ -9,9 +9,9 @@
 #include <cstring>
 #include <vector>
 
-#include "borrowed_memory.h"
 #include "precprobe/hash.h"
-#include "stats.h"
+#include "stats/borrowed_memory.h"
+#include "stats/stats.h"
 
 namespace {
 

@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "malloc_tuning.h"
+#include "support/malloc_tuning.h"
 
 namespace precprobe {
 namespace bench {

@@ -44,7 +44,7 @@ from train_fashion_mnist import Net  # noqa: E402
 
 
 def tune_malloc():
-    """tune_malloc's settings (src/probe/malloc_tuning.h) for every variant."""
+    """tune_malloc's settings (src/probe/support/malloc_tuning.h) for every variant."""
     libc = ctypes.CDLL("libc.so.6")
     libc.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD
     libc.mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD

@@ -196,7 +196,7 @@ struct DebuggerOptions {
   /// "tune_malloc": at the first start(), set glibc's M_TRIM_THRESHOLD (1 GiB) and
   /// M_MMAP_THRESHOLD (32 MiB) for the process, unless the program set its own malloc
   /// tunables: the probe's allocations otherwise make glibc return freed memory to the kernel
-  /// every step, and the program faults it in again (src/probe/malloc_tuning.h).
+  /// every step, and the program faults it in again (src/probe/support/malloc_tuning.h).
   bool tune_malloc = true;
 
   /// Parses config.json text. Throws precprobe::Error (key, value, what is allowed).

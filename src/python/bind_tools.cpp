@@ -18,11 +18,11 @@
 #include <vector>
 
 #include "bindings.h"
-#include "grad_loops.h"
 #include "precprobe/error.h"
 #include "precprobe/scope.h"
 #include "precprobe/seed.h"
 #include "precprobe/state.h"
+#include "support/grad_loops.h"
 
 namespace py = pybind11;
 

@@ -160,7 +160,7 @@ int main(int argc, char** argv) {
   wo.dir = a.dir + "/rank0";
   wo.overwrite = true;
   precprobe::DumpWriter w(wo);
-  // The fields PrecisionDebugger writes (src/probe/debugger.cpp), with made-up values.
+  // The fields PrecisionDebugger writes (src/probe/debugger/debugger.cpp), with made-up values.
   w.write_meta(
       R"({"format_version":2,"precprobe_version":"synthetic","torch_version":"none",)"
       R"("rank":0,"world_size":1,"task":"statistics","level":"L1","device":"cpu",)"

@@ -22,9 +22,9 @@
 
 #include "cuda_test_util.h"
 #include "probe/debugger_fixture.h"
-#include "stats.h"
-#include "stats_engine.h"
-#include "torch_compat.h"
+#include "stats/stats.h"
+#include "stats/stats_engine.h"
+#include "support/torch_compat.h"
 
 using namespace precprobe;
 using namespace precprobe::detail;

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "precprobe_catch.h"
-#include "scaler_internal.h"
-#include "torch_compat.h"
+#include "scaler/scaler_internal.h"
+#include "support/torch_compat.h"
 
 #if PRECPROBE_HAS_CPU_AMP_KERNELS  // the helpers of the comparisons below
 namespace {

@@ -15,7 +15,7 @@
 #include "precprobe/dump_format.h"
 #include "precprobe/grad_monitor.h"
 #include "precprobe_catch.h"
-#include "step_snapshot.h"
+#include "replay/step_snapshot.h"
 
 using namespace precprobe;
 using precprobe::test::options_in;

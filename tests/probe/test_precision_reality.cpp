@@ -32,7 +32,7 @@
 #include "precprobe/precision.h"
 #include "precprobe/reader.h"
 #include "precprobe_catch.h"
-#include "stats_reduce.h"
+#include "stats/stats_reduce.h"
 #include "support/format_emulation.h"
 
 PRECPROBE_REGISTER_FORMAT_EMULATION()

@@ -16,8 +16,8 @@
 #include "debugger_fixture.h"
 #include "frame_stream.h"
 #include "precprobe_catch.h"
+#include "replay/step_snapshot.h"
 #include "snapshot_state.h"
-#include "step_snapshot.h"
 
 using namespace precprobe;
 using precprobe::test::copy_state;

@@ -16,8 +16,8 @@
 #include "frame_stream.h"
 #include "precprobe/report.h"
 #include "precprobe_catch.h"
+#include "replay/step_snapshot.h"
 #include "snapshot_state.h"
-#include "step_snapshot.h"
 
 using namespace precprobe;
 using precprobe::detail::StepSnapshot;

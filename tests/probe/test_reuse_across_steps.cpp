@@ -11,7 +11,7 @@
 #include "precprobe/precprobe.h"
 #include "precprobe_catch.h"
 #include "probe/debugger_fixture.h"
-#include "stats_engine.h"
+#include "stats/stats_engine.h"
 #include "support/record_lines.h"
 
 using namespace precprobe;

@@ -11,7 +11,7 @@
 
 #include "precprobe/hash.h"
 #include "precprobe_catch.h"
-#include "stats.h"
+#include "stats/stats.h"
 
 // Exact float comparisons are intended: the answers are exact.
 #pragma GCC diagnostic ignored "-Wfloat-equal"

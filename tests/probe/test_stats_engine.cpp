@@ -12,12 +12,12 @@
 #include <set>
 #include <thread>
 
-#include "borrowed_memory.h"
 #include "precprobe/grad_scaler.h"
 #include "precprobe/precprobe.h"
 #include "precprobe_catch.h"
 #include "probe/debugger_fixture.h"
-#include "stats_engine.h"
+#include "stats/borrowed_memory.h"
+#include "stats/stats_engine.h"
 #include "support/record_lines.h"
 
 using namespace precprobe;

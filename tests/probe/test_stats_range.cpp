@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "precprobe_catch.h"
-#include "stats.h"
+#include "stats/stats.h"
 
 // Exact comparisons with zero are intended.
 #pragma GCC diagnostic ignored "-Wfloat-equal"

@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "precprobe_catch.h"
-#include "stats.h"
-#include "stats_batch.h"
-#include "stats_reduce.h"
-#include "torch_compat.h"
+#include "stats/stats.h"
+#include "stats/stats_batch.h"
+#include "stats/stats_reduce.h"
+#include "support/torch_compat.h"
 #if PRECPROBE_TORCH_AT_LEAST(2, 1)
 #include <c10/util/Float8_e4m3fn.h>
 #include <c10/util/Float8_e5m2.h>

@@ -25,7 +25,7 @@ and synchronous statistics, overflow_check, the tensor task, "record": "on_anoma
   design, checked to be recorded as unwritten instead);
 - every recorded statistic equals a float64 recomputation of the tensor it describes
   (Expected.of below; the definitions are those of docs/dump-format.md and
-  src/probe/stats.cpp): the records tied to tensors held here are the depth-0 forward
+  src/probe/stats/stats.cpp): the records tied to tensors held here are the depth-0 forward
   records of the op's step when the op ran exactly one ATen op at depth 0 (a Python-level
   composite runs several, whose intermediates are not held: "not tied", counted, not
   checked). Within that record, a recorded tensor is tied to the held tensor of the same
@@ -167,7 +167,7 @@ def c10_dtype_name(torch, dt):
 
 class Expected:
     """The statistics of one tensor recomputed in float64 from its values, with the
-    definitions of docs/dump-format.md ("Tensor object") and src/probe/stats.cpp:
+    definitions of docs/dump-format.md ("Tensor object") and src/probe/stats/stats.cpp:
 
     - complex tensors are read as their real and imaginary components (view_as_real after
       resolving the conjugate and negative bits): every count is over 2*numel components,
@@ -936,7 +936,7 @@ class Worker:
                                         ("zero", "neg", "pos", "nan", "pinf", "ninf"))):
                         # overflow_check records an argument the op writes without its
                         # values (they are gone once the op is found to be an origin):
-                        # src/probe/observer_overflow.cpp.
+                        # src/probe/capture/observer_overflow.cpp.
                         unwritten = True
                     if id(t) not in expected:
                         expected[id(t)] = Expected.of(torch, np, t)

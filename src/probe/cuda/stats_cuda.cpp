@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "precprobe/error.h"
-#include "stats_batch.h"
+#include "stats/stats_batch.h"
 #include "stats_kernel.h"
 
 namespace precprobe {

@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <memory>
 
-#include "stats_engine.h"
+#include "stats/stats_engine.h"
 
 namespace precprobe {
 namespace detail {

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "stats_reduce.h"
+#include "stats/stats_reduce.h"
 
 struct CUstream_st;
 

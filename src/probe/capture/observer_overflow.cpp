@@ -1,0 +1,177 @@
+// overflow_check's path through the Observer: it only has to find the ops whose outputs
+// hold NaN/Inf while their inputs did not. Each new output is read once by the exponent-bit
+// test (has_non_finite); an op whose outputs are finite builds nothing and writes nothing.
+// Only for an op that does produce NaN/Inf from finite inputs (rare: overflow_nums of them
+// end the task) is a full record built, with the statistics of its inputs and outputs.
+//
+// Inputs: an out-of-place op leaves them as they were, so they are tested only when an
+// output is non-finite, at the op's end. An argument the op writes is tested at its start,
+// before the write, unless FiniteMemo knows it (the output of an earlier tested op, or
+// uninitialized memory): the optimizer's chains of in-place updates read each tensor once.
+// In the rare record, such an argument's values are gone: it keeps dtype and shape, with
+// counts 0 and statistics NaN (as for uninitialized memory). Ops that return views of
+// their arguments (OpInfo::returns_view) are not read at all: they cannot be an origin.
+#include <ATen/core/grad_mode.h>
+#include <c10/util/SmallVector.h>
+
+#include <algorithm>
+
+#include "capture/observer.h"
+#include "capture/observer_internal.h"
+#include "precprobe/debugger.h"
+#include "precprobe/error.h"
+#include "scaler/scaled_grads.h"
+#include "support/own_code.h"
+
+namespace precprobe {
+namespace detail {
+namespace {
+
+struct OverflowContext final : at::ObserverContext {
+  const OpInfo* info = nullptr;
+  int64_t call = 0;
+  int32_t depth = 0;
+  Direction dir = Direction::kForward;
+  bool grad_on = false;             // the caller's grad mode
+  bool background = false;          // a thread outside the step (Observer::outside_step)
+  bool written_non_finite = false;  // an argument it writes held NaN/Inf before
+  // The op's inputs, held from its start: the dispatcher frees the boxed arguments right
+  // after the start callbacks, so fn.inputs() must not be read at the end (a TensorList
+  // built for the call, as torch::stack({a, b}) builds one, is gone by then). Reading them
+  // at the end crashed the program in aten::stack (issue 35).
+  c10::SmallVector<c10::IValue, 4> inputs;
+};
+
+bool any_requires_grad(c10::ArrayRef<const c10::IValue> values) {
+  bool any = false;
+  for (const auto& v : values)
+    for_each_tensor(v,
+                    [&](const at::Tensor& t) { any = any || (t.defined() && t.requires_grad()); });
+  return any;
+}
+
+bool is_written(const OpInfo& info, size_t i) {
+  return std::find(info.write_args.begin(), info.write_args.end(), i) != info.write_args.end();
+}
+
+// An out= argument: what it held before is not the op's input (OpInfo::out_args).
+bool is_destination(const OpInfo& info, size_t i) {
+  return std::find(info.out_args.begin(), info.out_args.end(), i) != info.out_args.end();
+}
+
+}  // namespace
+
+std::unique_ptr<at::ObserverContext> Observer::overflow_start(const at::RecordFunction& fn,
+                                                              const OpInfo& info, int32_t depth,
+                                                              bool grad_on) {
+  ThreadState& ts = thread_state();
+  const Direction dir = ts.nodes.empty() ? Direction::kForward : Direction::kBackward;
+  const bool background = outside_step(ts);
+  int64_t call = 0;
+  {
+    std::lock_guard<std::mutex> lk(engine_->order_mutex());
+    call = next_call(ts, background, dir, info);
+    if (!select(info.name, dir, call, background).record) return nullptr;
+  }
+  auto ctx = std::make_unique<OverflowContext>();
+  ctx->info = &info;
+  ctx->call = call;
+  ctx->depth = depth;
+  ctx->dir = dir;
+  ctx->grad_on = grad_on;
+  ctx->background = background;
+  auto inputs = fn.inputs();
+  ctx->inputs.assign(inputs.begin(), inputs.end());
+  if (!info.write_args.empty()) {
+    for (size_t i : info.write_args) {
+      if (i >= inputs.size() || is_destination(info, i)) continue;
+      for_each_tensor(inputs[i], [&](const at::Tensor& t) {
+        if (!ctx->written_non_finite && !finite_->known(t) && has_non_finite(t))
+          ctx->written_non_finite = true;
+      });
+    }
+  }
+  return ctx;
+}
+
+void Observer::overflow_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
+  auto* c = static_cast<OverflowContext*>(ctx);
+  const OpInfo& info = *c->info;
+  std::shared_ptr<PendingOp> op;
+  try {
+    OwnCodeGuard own;  // our own ATen calls are not observed
+    GradOffGuard no_grad;
+    if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION || overflow_done()) return;
+    const std::vector<c10::IValue>& outs = fn.outputs();
+    if (c->dir == Direction::kBackward && !param_tensors_.empty() && scaled_grads_window() > 0.0f)
+      note_backward_outputs(outs);
+    // A view's NaN/Inf were its argument's: not read (the dataset a select indexes).
+    if (info.returns_view) return;
+    bool bad = false;
+    for (const c10::IValue& v : outs)
+      for_each_tensor(v, [&](const at::Tensor& t) {
+        if (!t.defined()) return;
+        // Garbage is never read; remembered as "finite" so that the op writing it next
+        // does not read it either.
+        // A resize or set_ hands back its self's values, or memory nothing wrote.
+        if (info.outputs_uninitialized || info.regrows != OpInfo::Regrows::kNo ||
+            !has_non_finite(t)) {
+          finite_->note(t);
+        } else {
+          bad = true;
+        }
+      });
+    if (!bad || c->written_non_finite) return;
+    // NaN/Inf came out: an origin only if none went in.
+    const c10::ArrayRef<const c10::IValue> inputs(c->inputs.data(), c->inputs.size());
+    bool bad_input = false;
+    for (size_t i = 0; i < inputs.size() && !bad_input; ++i) {
+      if (is_written(info, i)) continue;  // tested before the op wrote it
+      for_each_tensor(inputs[i], [&](const at::Tensor& t) {
+        if (!bad_input && t.defined() && !finite_->known(t) && has_non_finite(t)) bad_input = true;
+      });
+    }
+    if (bad_input) return;
+    // The rare record: statistics of everything, as the statistics task takes them.
+    set_capture_origin(info.name.c_str());
+    {
+      std::lock_guard<std::mutex> lk(engine_->order_mutex());
+      op = make_op(info.name, info.overload, c->dir, c->depth);
+      op->header.call = c->call;
+      op->header.background = c->background;
+      engine_->push_op(op);
+    }
+    OpRecord& h = op->header;
+    h.thread = thread_index();
+    h.scope = Scope::current_path();
+    const ThreadState& ts = thread_state();
+    if (c->dir == Direction::kBackward && !ts.nodes.empty()) {
+      h.node = ts.nodes.back().name;
+      h.seqnr = ts.nodes.back().seqnr;
+    }
+    if (c->dir == Direction::kForward) h.grad = c->grad_on;
+    if (c->dir == Direction::kForward && c->grad_on && any_requires_grad(inputs))
+      h.seqnr = fn.seqNr();
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      CaptureOptions how;
+      how.unread = is_written(info, i);  // its values before the write are gone
+      how.fresh = how.unread;
+      capture_args(inputs.slice(i, 1), op->in, *op, nullptr, true, how, nullptr);
+    }
+    CaptureOptions how;
+    how.fresh = !info.write_args.empty();
+    capture_args(c10::ArrayRef<const c10::IValue>(outs.data(), outs.size()), op->out, *op, nullptr,
+                 false, how, nullptr);
+  } catch (const std::exception& e) {
+    errors_.fetch_add(1, std::memory_order_relaxed);
+    report_error(std::string("precprobe: checking the outputs of ") + info.name +
+                 " for NaN/Inf failed: " + e.what());
+  } catch (...) {
+    errors_.fetch_add(1, std::memory_order_relaxed);
+    report_error("precprobe: checking the outputs of " + info.name + " for NaN/Inf failed");
+  }
+  if (op) engine_->end_op(*op);
+}
+
+}  // namespace detail
+}  // namespace precprobe

@@ -1,0 +1,44 @@
+// A tensor whose memory no op wrote yet (an empty() result, a grown resize_, an out=
+// buffer): its bytes fingerprinted at capture, so that a later op reading them as data
+// can tell whether something wrote them since. See stats_engine.h (Slot::unread_fp).
+#include "stats/memory_fingerprint.h"
+#include "stats/stats_engine.h"
+
+namespace precprobe {
+namespace detail {
+
+const void* first_byte(const at::Tensor& t) {
+  const c10::StorageImpl* s = t.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
+  const char* base = static_cast<const char*>(s->data_ptr().get());
+  return base == nullptr ? nullptr : base + t.storage_offset() * t.element_size();
+}
+
+void take_unread_fingerprint(Slot& s, const at::Tensor& t) {
+  if (!t.is_cpu() || t.layout() != c10::kStrided || !t.is_non_overlapping_and_dense()) return;
+  const int64_t bytes = static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
+  const void* data = first_byte(t);
+  if (bytes <= 0 || data == nullptr) return;
+  s.unread_data = data;
+  s.unread_bytes = bytes;
+  s.unread_fp = unread_fingerprint(data, static_cast<size_t>(bytes));
+}
+
+uint64_t unread_fingerprint(const void* p, size_t n) noexcept {
+  if (n >= 64) return memory_fingerprint(p, n);
+  uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a over every byte of a small tensor
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001b3ULL;
+  return h;
+}
+
+bool unread_unchanged(const Slot& hit, const at::Tensor& t) {
+  if (hit.unread_bytes == 0) return true;  // not a CPU tensor: as it was captured
+  if (!t.is_cpu() || first_byte(t) != hit.unread_data ||
+      static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size()) != hit.unread_bytes)
+    return false;
+  return unread_fingerprint(hit.unread_data, static_cast<size_t>(hit.unread_bytes)) ==
+         hit.unread_fp;
+}
+
+}  // namespace detail
+}  // namespace precprobe

@@ -13,12 +13,18 @@
 //
 //     bench_debugger [--h 256,1024] [--steps 30] [--rounds 5] [--warmup 5]
 //                    [--only VARIANT] [--fixed-only 1] [--records N [--task T]]
-//                    [--malloc tuned|default]
+//                    [--malloc tuned|default] [--threads free-core|default]
 // --only runs some variants (and "no debugger"), e.g. "L1 statistics (async),L1 + range
 // (async)" (comma-separated), for profiling; --fixed-only 1 runs only the fixed cost per record.
 // --records N runs N aten::add of 4 floats under a started debugger (async, L1; --task
 // overflow_check or "none" for no debugger) and nothing else: the difference of two runs under
 // `valgrind --tool=callgrind` gives instructions per record, independent of load.
+// --threads: "free-core" (the default) runs the model on one intra-op thread with OpenBLAS
+// pinned to one thread, leaving the other cores to the statistics worker and the writer
+// (setting (a) of BENCHMARKS.md); "default" leaves LibTorch's and OpenBLAS's thread counts as
+// a program finds them, every core computing (setting (b)). Every line also gives the CPU time
+// of all threads and its ratio (setting (c)). Both arms of a ratio run in one process, with
+// the same malloc settings (--malloc).
 #include <dlfcn.h>
 #include <time.h>
 #include <torch/torch.h>
@@ -296,6 +302,12 @@ void set_blas_threads_to_one() {
   if (auto f = reinterpret_cast<Fn>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(1);
 }
 
+int blas_threads() {
+  using Fn = int (*)();
+  if (auto f = reinterpret_cast<Fn>(::dlsym(RTLD_DEFAULT, "openblas_get_num_threads"))) return f();
+  return -1;
+}
+
 std::vector<int64_t> parse_list(const char* s) {
   std::vector<int64_t> v;
   for (const char* p = s; *p;) {
@@ -315,6 +327,7 @@ int main(int argc, char** argv) {
   int records = -1;
   std::string task = "statistics";
   std::string malloc_mode = "tuned";
+  std::string threading = "free-core";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--h") sizes = parse_list(argv[i + 1]);
@@ -326,10 +339,20 @@ int main(int argc, char** argv) {
     if (k == "--records") records = std::atoi(argv[i + 1]);
     if (k == "--task") task = argv[i + 1];
     if (k == "--malloc") malloc_mode = argv[i + 1];
+    if (k == "--threads") threading = argv[i + 1];
+  }
+  if (threading != "free-core" && threading != "default") {
+    std::fprintf(stderr, "bench_debugger: --threads %s: use free-core or default\n",
+                 threading.c_str());
+    return 2;
   }
   apply_malloc_mode(malloc_mode);
-  at::set_num_threads(1);
-  set_blas_threads_to_one();
+  if (threading == "free-core") {
+    at::set_num_threads(1);
+    set_blas_threads_to_one();
+  }
+  std::printf("threads: %s (intra-op %d, OpenBLAS %d, %ld cores online)\n", threading.c_str(),
+              at::get_num_threads(), blas_threads(), ::sysconf(_SC_NPROCESSORS_ONLN));
   torch::manual_seed(0);
   const std::string dump =
       (std::filesystem::temp_directory_path() / ("precprobe_bench_" + std::to_string(::getpid())))
@@ -388,6 +411,7 @@ int main(int argc, char** argv) {
           run_variant(tr, v, steps, warmup, dump, res[v.name]);
     const double base = median(res["no debugger"].step_ms);
     const double base_cpu = median(res["no debugger"].thread_ms);
+    const double base_all = median(res["no debugger"].process_ms);
     std::printf(
         "\nh=%ld  (%d rounds x %d timed steps; medians; wall = step time, train = CPU "
         "time of the training thread, all = CPU time of every thread)\n",
@@ -397,8 +421,9 @@ int main(int argc, char** argv) {
       if (x.step_ms.empty()) continue;
       const double m = median(x.step_ms), c = median(x.thread_ms), p = median(x.process_ms);
       std::printf(
-          "  %-26s wall %8.2f ms %6.3fx | train %8.2f ms %6.3fx | all %8.2f ms | %6.0f faults\n",
-          v.name.c_str(), m, m / base, c, c / base_cpu, p, median(x.faults));
+          "  %-26s wall %8.2f ms %6.3fx | train %8.2f ms %6.3fx | all %8.2f ms %6.3fx | %6.0f "
+          "faults\n",
+          v.name.c_str(), m, m / base, c, c / base_cpu, p, p / base_all, median(x.faults));
       std::printf("  %-26s", "");
       if (x.steps > 0) {
         const double per_step = static_cast<double>(x.counters.ops_recorded) / x.steps;

@@ -13,11 +13,6 @@ command -v ninja >/dev/null 2>&1 && gen=(-G Ninja)
 export CCACHE_BASEDIR="$PWD"
 # Translation units built with the shared <torch/torch.h> PCH are cacheable only with these.
 export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
-# Depend mode: a miss costs nothing but the compile. In ccache's default mode every miss runs
-# the preprocessor first (2-4 s for a TU that includes LibTorch, which cannot use the PCH for
-# it): on a fresh machine, where everything misses, that was minutes of the test command.
-# Hits come from the compiler's own dependency list (-MD, which CMake passes).
-export CCACHE_DEPEND="${CCACHE_DEPEND:-true}"
 prefix=()
 if [[ -n "${LIBTORCH:-}" ]]; then
   if ! find "$LIBTORCH" -maxdepth 6 -name TorchConfig.cmake 2>/dev/null | grep -q .; then

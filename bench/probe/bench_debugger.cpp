@@ -19,13 +19,10 @@
 // --records N runs N aten::add of 4 floats under a started debugger (async, L1; --task
 // overflow_check or "none" for no debugger) and nothing else: the difference of two runs under
 // `valgrind --tool=callgrind` gives instructions per record, independent of load.
-// --threads: "free-core" (the default) runs the model on one intra-op thread with OpenBLAS
-// pinned to one thread, leaving the other cores to the statistics worker and the writer
-// (setting (a) of BENCHMARKS.md); "default" leaves LibTorch's and OpenBLAS's thread counts as
-// a program finds them, every core computing (setting (b)). Every line also gives the CPU time
-// of all threads and its ratio (setting (c)). Both arms of a ratio run in one process, with
-// the same malloc settings (--malloc).
-#include <dlfcn.h>
+// --threads: "free-core" (the default) or "default", settings (a) and (b) of BENCHMARKS.md
+// (bench_support.h, apply_threading). Every line also gives the CPU time of all threads and
+// its ratio (setting (c)). Both arms of a ratio run in one process, with the same malloc
+// settings (--malloc).
 #include <time.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -297,17 +294,6 @@ void fixed_cost(const std::string& dump) {
               median(with) - median(base));
 }
 
-void set_blas_threads_to_one() {
-  using Fn = void (*)(int);
-  if (auto f = reinterpret_cast<Fn>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(1);
-}
-
-int blas_threads() {
-  using Fn = int (*)();
-  if (auto f = reinterpret_cast<Fn>(::dlsym(RTLD_DEFAULT, "openblas_get_num_threads"))) return f();
-  return -1;
-}
-
 std::vector<int64_t> parse_list(const char* s) {
   std::vector<int64_t> v;
   for (const char* p = s; *p;) {
@@ -341,18 +327,8 @@ int main(int argc, char** argv) {
     if (k == "--malloc") malloc_mode = argv[i + 1];
     if (k == "--threads") threading = argv[i + 1];
   }
-  if (threading != "free-core" && threading != "default") {
-    std::fprintf(stderr, "bench_debugger: --threads %s: use free-core or default\n",
-                 threading.c_str());
-    return 2;
-  }
   apply_malloc_mode(malloc_mode);
-  if (threading == "free-core") {
-    at::set_num_threads(1);
-    set_blas_threads_to_one();
-  }
-  std::printf("threads: %s (intra-op %d, OpenBLAS %d, %ld cores online)\n", threading.c_str(),
-              at::get_num_threads(), blas_threads(), ::sysconf(_SC_NPROCESSORS_ONLN));
+  if (!precprobe::bench::apply_threading(threading)) return 2;
   torch::manual_seed(0);
   const std::string dump =
       (std::filesystem::temp_directory_path() / ("precprobe_bench_" + std::to_string(::getpid())))

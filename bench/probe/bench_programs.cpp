@@ -21,7 +21,6 @@
 //
 //     bench_programs [--only resnet,vae,lstm] [--steps 20] [--rounds 5] [--warmup 3]
 //                    [--threads free-core|default] [--malloc tuned|default]
-#include <dlfcn.h>
 #include <time.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -68,8 +67,10 @@ struct BasicBlockImpl : nn::Module {
     y = bn2->forward(conv2->forward(y));
     return torch::relu(y + (shortcut ? shortcut->forward(x) : x));
   }
-  nn::Conv2d conv1, conv2;
-  nn::BatchNorm2d bn1, bn2;
+  nn::Conv2d conv1;
+  nn::BatchNorm2d bn1;
+  nn::Conv2d conv2;
+  nn::BatchNorm2d bn2;
   nn::Sequential shortcut{nullptr};
 };
 TORCH_MODULE(BasicBlock);
@@ -253,12 +254,6 @@ void run(const Program& p, bool debugger, bool tuned_malloc, int steps, int warm
   }
 }
 
-int blas_threads() {
-  using Fn = int (*)();
-  if (auto f = reinterpret_cast<Fn>(::dlsym(RTLD_DEFAULT, "openblas_get_num_threads"))) return f();
-  return -1;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -273,22 +268,14 @@ int main(int argc, char** argv) {
     if (k == "--threads") threading = argv[i + 1];
     if (k == "--malloc") malloc_mode = argv[i + 1];
   }
-  if ((threading != "free-core" && threading != "default") ||
-      (malloc_mode != "tuned" && malloc_mode != "default")) {
-    std::fprintf(stderr, "bench_programs: --threads free-core|default, --malloc tuned|default\n");
+  if (malloc_mode != "tuned" && malloc_mode != "default") {
+    std::fprintf(stderr, "bench_programs: --malloc tuned|default\n");
     return 2;
   }
   const bool tuned = malloc_mode == "tuned";
   if (tuned) precprobe::bench::apply_tuned_malloc();
-  if (threading == "free-core") {
-    at::set_num_threads(1);
-    using Fn = void (*)(int);
-    if (auto f = reinterpret_cast<Fn>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(1);
-  }
-  std::printf("threads: %s (intra-op %d, OpenBLAS %d, %ld cores online); malloc: %s in both arms\n",
-              threading.c_str(), at::get_num_threads(), blas_threads(),
-              ::sysconf(_SC_NPROCESSORS_ONLN),
-              tuned ? "tune_malloc's settings" : "glibc's defaults");
+  if (!precprobe::bench::apply_threading(threading)) return 2;
+  std::printf("malloc: %s in both arms\n", tuned ? "tune_malloc's settings" : "glibc's defaults");
   const std::string dump = (std::filesystem::temp_directory_path() /
                             ("precprobe_bench_programs_" + std::to_string(::getpid())))
                                .string();

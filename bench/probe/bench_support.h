@@ -1,13 +1,19 @@
 // What the probe benches share: CPU-time and page-fault counters, the median of a sample,
-// and "--malloc tuned", which gives every variant of a bench tune_malloc's settings (so that
-// one without the debugger runs with them too: one process cannot hold both).
+// "--malloc tuned", which gives every variant of a bench tune_malloc's settings (so that
+// one without the debugger runs with them too: one process cannot hold both), and
+// "--threads", the threading both arms of a ratio run in.
 #pragma once
 
+#include <ATen/Parallel.h>
+#include <dlfcn.h>
 #include <malloc.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <string>
 #include <vector>
 
 #include "support/malloc_tuning.h"
@@ -39,6 +45,32 @@ inline double median(std::vector<double> v) {
 inline void apply_tuned_malloc() {
   mallopt(M_MMAP_THRESHOLD, detail::kTunedMmapThreshold);
   mallopt(M_TRIM_THRESHOLD, detail::kTunedTrimThreshold);
+}
+
+/// OpenBLAS's thread count; -1 when the BLAS loaded is not OpenBLAS.
+inline int blas_threads() {
+  using Fn = int (*)();
+  if (auto f = reinterpret_cast<Fn>(::dlsym(RTLD_DEFAULT, "openblas_get_num_threads"))) return f();
+  return -1;
+}
+
+/// --threads: "free-core" runs the model on one intra-op thread with OpenBLAS pinned to one
+/// thread, leaving the other cores to the statistics worker and the writer (setting (a) of
+/// BENCHMARKS.md); "default" leaves LibTorch's and OpenBLAS's thread counts as a program
+/// finds them (setting (b)). Prints the setting; false (and a message) for another mode.
+inline bool apply_threading(const std::string& mode) {
+  if (mode != "free-core" && mode != "default") {
+    std::fprintf(stderr, "--threads %s: use free-core or default\n", mode.c_str());
+    return false;
+  }
+  if (mode == "free-core") {
+    at::set_num_threads(1);
+    using Fn = void (*)(int);
+    if (auto f = reinterpret_cast<Fn>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(1);
+  }
+  std::printf("threads: %s (intra-op %d, OpenBLAS %d, %ld cores online)\n", mode.c_str(),
+              at::get_num_threads(), blas_threads(), ::sysconf(_SC_NPROCESSORS_ONLN));
+  return true;
 }
 
 }  // namespace bench

@@ -311,7 +311,7 @@ void flush_crash() {
     std::unique_lock<std::mutex> lock(g_target_mu, std::try_to_lock);
     for (int tries = 0; !lock.owns_lock() && tries < 100; ++tries) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      lock.try_lock();
+      static_cast<void>(lock.try_lock());  // the loop's condition reads the outcome
     }
     if (!lock.owns_lock()) return;
     target = g_target;

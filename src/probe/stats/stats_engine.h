@@ -118,8 +118,12 @@ struct Slot {
 /// below): what an unread slot's memory held at capture.
 uint64_t unread_fingerprint(const void* p, size_t n) noexcept;
 /// The first byte of `t`'s elements, read without materialising a copy-on-write storage
-/// (2.x's data_ptr() would).
-const void* first_byte(const at::Tensor& t);
+/// (2.x's data_ptr() would). Inline: capture() calls it for every tensor it may carry.
+inline const void* first_byte(const at::Tensor& t) {
+  const c10::StorageImpl* s = t.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
+  const char* base = static_cast<const char*>(s->data_ptr().get());
+  return base == nullptr ? nullptr : base + t.storage_offset() * t.element_size();
+}
 /// Slot `s` of unread tensor `t`: the bytes a dense CPU tensor covers, fingerprinted
 /// (unread_data, unread_bytes, unread_fp); nothing for another tensor.
 void take_unread_fingerprint(Slot& s, const at::Tensor& t);

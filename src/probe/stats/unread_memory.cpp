@@ -7,12 +7,6 @@
 namespace precprobe {
 namespace detail {
 
-const void* first_byte(const at::Tensor& t) {
-  const c10::StorageImpl* s = t.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
-  const char* base = static_cast<const char*>(s->data_ptr().get());
-  return base == nullptr ? nullptr : base + t.storage_offset() * t.element_size();
-}
-
 void take_unread_fingerprint(Slot& s, const at::Tensor& t) {
   if (!t.is_cpu() || t.layout() != c10::kStrided || !t.is_non_overlapping_and_dense()) return;
   const int64_t bytes = static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());

@@ -1,0 +1,104 @@
+// Times what `precprobe summary`, `overflow` and `compare` do with a dump, in this process
+// (issue 37): open the dump, read every stream, analyse, make the result's JSON. Prints op
+// records per second of CPU time and of wall time per run, and a digest of the result's JSON
+// text so that two builds can be shown to give the same answer.
+//
+//   read_commands summary|overflow|compare DIR [DIR_B] [--repeat N]
+//
+// Single-threaded (pin it with taskset to measure one core). Records counted are the op
+// records read (for compare: both dumps').
+#include <precprobe/core.h>
+#include <time.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+
+using namespace precprobe;
+
+namespace {
+
+double cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// FNV-1a of the result's JSON text.
+uint64_t digest(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+uint64_t op_records(DumpReader& r) {
+  const std::string ops(stream_file_name(StreamKind::kOps));
+  uint64_t n = 0;
+  for (const StreamStatus& s : r.statuses()) {
+    if (s.path.size() >= ops.size() &&
+        s.path.compare(s.path.size() - ops.size(), ops.size(), ops) == 0)
+      n += s.records;
+  }
+  return n;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr,
+                 "usage: read_commands summary|overflow|compare DIR [DIR_B] [--repeat N]\n");
+    return 2;
+  }
+  const std::string cmd = argv[1];
+  const std::string a = argv[2];
+  std::string b;
+  int repeat = 3;
+  for (int i = 3; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--repeat" && i + 1 < argc) {
+      repeat = std::atoi(argv[++i]);
+    } else {
+      b = arg;
+    }
+  }
+  if (cmd == "compare" && b.empty()) {
+    std::fprintf(stderr, "read_commands: compare needs two dumps\n");
+    return 2;
+  }
+  for (int run = 0; run < repeat; ++run) {
+    const double c0 = cpu_seconds();
+    const auto w0 = std::chrono::steady_clock::now();
+    uint64_t n = 0;
+    std::string text;
+    DumpReader ra(a);
+    if (cmd == "summary") {
+      text = summarize_dump(ra).to_json().dump();
+      n = op_records(ra);
+    } else if (cmd == "overflow") {
+      text = find_overflow(ra).to_json().dump();
+      n = op_records(ra);
+    } else if (cmd == "compare") {
+      DumpReader rb(b);
+      CompareOptions o;
+      o.first = true;
+      text = compare_dumps(ra, rb, o).to_json().dump();
+      n = op_records(ra) + op_records(rb);
+    } else {
+      std::fprintf(stderr, "read_commands: unknown command %s\n", cmd.c_str());
+      return 2;
+    }
+    const double cpu = cpu_seconds() - c0;
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+    std::printf(
+        "%s run %d: %llu op records, cpu %.3f s (%.3f M records/s), wall %.3f s "
+        "(%.3f M/s), result %zu B digest %016llx\n",
+        cmd.c_str(), run, static_cast<unsigned long long>(n), cpu, n / cpu / 1e6, wall,
+        n / wall / 1e6, text.size(), static_cast<unsigned long long>(digest(text)));
+    std::fflush(stdout);
+  }
+  return 0;
+}

@@ -16,7 +16,9 @@
 //                    [--malloc tuned|default] [--threads free-core|default]
 // --only runs some variants (and "no debugger"), e.g. "L1 statistics (async),L1 + range
 // (async)" (comma-separated), for profiling; --fixed-only 1 runs only the fixed cost per record.
-// --records N runs N aten::add of 4 floats under a started debugger (async, L1; --task
+// --fixed-step K ends a step (step()) every K ops of the fixed cost and of --records (0: one
+// step, the figure before session 15). --records N runs N aten::add of 4 floats under a
+// started debugger (async, L1; --task
 // overflow_check or "none" for no debugger) and nothing else: the difference of two runs under
 // `valgrind --tool=callgrind` gives instructions per record, independent of load.
 // --threads: "free-core" (the default) or "default", settings (a) and (b) of BENCHMARKS.md
@@ -250,12 +252,16 @@ void run_variant(Trainer& tr, const Variant& v, int steps, int warmup, const std
 
 // µs per recorded op: many tiny ops with and without a started debugger, in CPU time of
 // the training thread and of the whole process (worker and writer threads included).
-void fixed_cost(const std::string& dump) {
+void fixed_cost(const std::string& dump, int ops_per_step) {
   auto a = torch::randn({4}), b = torch::randn({4});
   const int n = 20000;
+  precprobe::PrecisionDebugger* stepped = nullptr;  // the debugger whose step() ends a step
   auto time = [&](double* process) {
     const double c0 = cpu_ms(CLOCK_THREAD_CPUTIME_ID), p0 = cpu_ms(CLOCK_PROCESS_CPUTIME_ID);
-    for (int i = 0; i < n; ++i) auto c = at::add(a, b);
+    for (int i = 0; i < n; ++i) {
+      auto c = at::add(a, b);
+      if (ops_per_step > 0 && (i + 1) % ops_per_step == 0 && stepped) stepped->step();
+    }
     *process = (cpu_ms(CLOCK_PROCESS_CPUTIME_ID) - p0) * 1e3 / n;
     return (cpu_ms(CLOCK_THREAD_CPUTIME_ID) - c0) * 1e3 / n;
   };
@@ -271,15 +277,19 @@ void fixed_cost(const std::string& dump) {
       o.async_stats = async;
       precprobe::PrecisionDebugger dbg(o);
       dbg.start();
+      stepped = &dbg;
       with.push_back(time(&p));
+      stepped = nullptr;
       dbg.stop();
       with_all.push_back(p);
     }
+    const std::string steps =
+        ops_per_step > 0 ? "steps of " + std::to_string(ops_per_step) + " ops" : "one step";
     std::printf(
-        "fixed cost per record (aten::add of 4 floats, %s): training thread %.2f us, "
+        "fixed cost per record (aten::add of 4 floats, %s, %s): training thread %.2f us, "
         "all threads %.2f us (the op alone %.2f us)\n",
-        async ? "async" : "sync", median(with) - median(base), median(with_all) - median(base_all),
-        median(base));
+        async ? "async" : "sync", steps.c_str(), median(with) - median(base),
+        median(with_all) - median(base_all), median(base));
   }
   // The part of it LibTorch's RecordFunction takes before the debugger's code runs.
   std::vector<double> base, with;
@@ -310,6 +320,7 @@ int main(int argc, char** argv) {
   int steps = 30, rounds = 5, warmup = 5;
   std::string only;  // run this variant only (for profiling), e.g. "L1 statistics (async)"
   bool fixed_only = false;
+  int fixed_step = 0;
   int records = -1;
   std::string task = "statistics";
   std::string malloc_mode = "tuned";
@@ -322,6 +333,7 @@ int main(int argc, char** argv) {
     if (k == "--warmup") warmup = std::atoi(argv[i + 1]);
     if (k == "--only") only = argv[i + 1];
     if (k == "--fixed-only") fixed_only = std::atoi(argv[i + 1]) != 0;
+    if (k == "--fixed-step") fixed_step = std::atoi(argv[i + 1]);
     if (k == "--records") records = std::atoi(argv[i + 1]);
     if (k == "--task") task = argv[i + 1];
     if (k == "--malloc") malloc_mode = argv[i + 1];
@@ -344,13 +356,16 @@ int main(int argc, char** argv) {
       dbg = std::make_unique<precprobe::PrecisionDebugger>(o);
       dbg->start();
     }
-    for (int i = 0; i < records; ++i) auto c = at::add(a, b);
+    for (int i = 0; i < records; ++i) {
+      auto c = at::add(a, b);
+      if (dbg && fixed_step > 0 && (i + 1) % fixed_step == 0) dbg->step();
+    }
     if (dbg) dbg->stop();
     std::filesystem::remove_all(dump);
     return 0;
   }
   if (fixed_only) {
-    fixed_cost(dump);
+    fixed_cost(dump, fixed_step);
     std::filesystem::remove_all(dump);
     return 0;
   }
@@ -437,7 +452,7 @@ int main(int argc, char** argv) {
           (oa.snapshot_bytes - params - state) / 1e6);
     }
   }
-  if (only.empty()) fixed_cost(dump);
+  if (only.empty()) fixed_cost(dump, fixed_step);
   std::filesystem::remove_all(dump);
   return 0;
 }

@@ -29,7 +29,9 @@ namespace precprobe::bench {
 struct Variant {
   uint64_t seed = 2024;
   double noise = 0;            ///< relative perturbation of min/max/mean/norm
-  int64_t overflow_step = -1;  ///< from this step on, one op's output turns +inf, then NaN
+  int64_t overflow_step = -1;  ///< at this step, one op's output turns +inf, then NaN
+  /// With overflow_step: every later step is NaN from its first op on (a diverged run).
+  bool diverge = false;
   int blocks = 6;              ///< residual blocks (each ~54 records per step)
   int64_t batch = 64, hidden = 256, classes = 10;
 };
@@ -58,7 +60,7 @@ class RunModel {
     calls_.clear();
     out_ = &ops;
     bad_ = v_.overflow_step >= 0 && step >= v_.overflow_step;
-    overflowed_ = false;
+    overflowed_ = v_.diverge && bad_ && step > v_.overflow_step;
     const int64_t B = v_.batch, H = v_.hidden;
     Tensor x = fresh("Float", {B, 784}, 1.0, false);
     Tensor labels = label_tensor();

@@ -1,12 +1,14 @@
 // Writes a synthetic dump for the reading benchmarks (issue 37) with the core's DumpWriter,
 // torch-free: the records of bench_dump_model.h, one flush per step as the debugger does.
 //
-//   make_bench_dump DIR [--records N] [--noise X] [--overflow-step S] [--seed S] [--level L]
+//   make_bench_dump DIR [--records N] [--noise X] [--overflow-step S [--diverge 1]] [--seed S]
+//                   [--level L] [--digests 0|1]
 //
 // DIR/rank0/ gets meta.json and the ops, grads and events streams. --records is the number of
 // op records (whole steps: rounded up to the end of the step that reaches it). --noise
 // perturbs the statistics relatively (the second run of a compare); --overflow-step makes one
-// op of that step overflow. Prints what it wrote.
+// op of that step overflow, and --diverge 1 every later step NaN (a diverged run). Prints what
+// it wrote.
 #include <precprobe/core.h>
 
 #include <chrono>
@@ -23,13 +25,14 @@ using namespace precprobe;
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
-                 "usage: make_bench_dump DIR [--records N] [--noise X] [--overflow-step S] "
-                 "[--seed S] [--level L]\n");
+                 "usage: make_bench_dump DIR [--records N] [--noise X] [--overflow-step S "
+                 "[--diverge 1]] [--seed S] [--level L] [--digests 0|1]\n");
     return 2;
   }
   const std::string dir = argv[1];
   int64_t records = 10'000'000;
   int level = 3;
+  bool digests = true;
   bench::Variant v;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
@@ -40,6 +43,10 @@ int main(int argc, char** argv) {
       v.noise = std::atof(val);
     } else if (a == "--overflow-step") {
       v.overflow_step = std::atoll(val);
+    } else if (a == "--digests") {
+      digests = std::atoi(val) != 0;
+    } else if (a == "--diverge") {
+      v.diverge = std::atoi(val) != 0;
     } else if (a == "--seed") {
       v.seed = std::strtoull(val, nullptr, 10);
     } else if (a == "--level") {
@@ -54,6 +61,7 @@ int main(int argc, char** argv) {
   o.dir = (fs::path(dir) / "rank0").string();
   o.overwrite = true;
   o.zstd_level = level;
+  o.frame_digests = digests;
   DumpWriter w(o);
   RunMeta meta;
   meta.format_version = kDumpFormatVersion;

@@ -45,6 +45,10 @@ using ProgressFn = std::function<void(uint64_t records)>;
 struct ReadOptions {
   RecordFilter filter;  ///< which records are analysed (default: all)
   ProgressFn progress;  ///< optional progress callback (e.g. a stderr spinner)
+  /// Let summary and overflow pass over frames of op records by their digests (FrameDigest)
+  /// when the digest says the frame holds nothing they look for. Off: every frame is
+  /// decoded (the same results, slower; the tests compare the two).
+  bool digests = true;
 };
 
 /// An op as the analyses report it.

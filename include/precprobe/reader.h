@@ -13,6 +13,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "precprobe/dump_format.h"
@@ -28,6 +29,9 @@ struct StreamStatus {
   uint64_t frames = 0;
   uint64_t records = 0;
   uint64_t bad_lines = 0;  ///< lines that did not parse (skipped)
+  /// Frames of `frames` passed over: their records were counted from the frame's digest
+  /// (FrameDigest), not decoded, because the analysis asked only for what the digest holds.
+  uint64_t frames_passed = 0;
   bool truncated = false;  ///< the file ended inside a frame, or a frame was corrupt
   uint64_t truncated_bytes = 0;
   std::string message;  ///< what was wrong, for people
@@ -43,6 +47,35 @@ struct RankInfo {
   /// `meta`, or for a RankInfo made by hand with only `meta_json`, that text read; empty
   /// when there is neither. Throws precprobe::Error when the text is not a JSON object.
   RunMeta run_meta() const;
+};
+
+/// What a frame of op records holds, as the writer described it in a digest written just
+/// before the frame (a zstd skippable frame: docs/dump-format.md, "Frame digests").
+struct FrameDigest {
+  struct Step {
+    int64_t step = 0;
+    int64_t records = 0;
+    /// Records with a non-finite output, as OpRecord::outputs_non_finite() counts them.
+    int64_t nonfinite_outputs = 0;
+    /// Records with a NaN or an Inf in any tensor, input or output, of any op.
+    int64_t nonfinite_records = 0;
+    bool operator==(const Step& o) const {
+      return step == o.step && records == o.records && nonfinite_outputs == o.nonfinite_outputs &&
+             nonfinite_records == o.nonfinite_records;
+    }
+  };
+  uint64_t records = 0;
+  /// Per step in file order (consecutive records of a step as one entry).
+  std::vector<Step> steps;
+  /// Records with a non-finite output per op name (OpRecord::op), in first-seen order.
+  std::vector<std::pair<std::string, int64_t>> nonfinite_ops;
+
+  /// Whether any tensor of any record counts a NaN or an Inf.
+  bool nonfinite() const noexcept {
+    for (const Step& s : steps)
+      if (s.nonfinite_records != 0) return true;
+    return false;
+  }
 };
 
 /// Selects records; empty fields select everything.
@@ -66,6 +99,14 @@ class DumpReader {
   /// Calls fn for every matching record in file order, rank by rank. fn returns false to
   /// stop early. The status of each stream read is appended to statuses().
   void for_each_op(const RecordFilter& filter, const std::function<bool(const OpRecord&)>& fn);
+  /// As above, but a frame that has a digest is first offered to pass(rank, digest): when it
+  /// returns true the frame is passed over (neither decompressed nor parsed; its records are
+  /// counted in statuses() and StreamStatus::frames_passed), else read as usual. pass is asked
+  /// only about frames it can pass over, and only when `filter` selects every record of the
+  /// rank (ranks may be selected): with steps, a name or a direction it is not asked.
+  void for_each_op(const RecordFilter& filter,
+                   const std::function<bool(int rank, const FrameDigest&)>& pass,
+                   const std::function<bool(const OpRecord&)>& fn);
   void for_each_scaler(const RecordFilter& filter,
                        const std::function<bool(const ScalerRecord&)>& fn);
   void for_each_grad(const RecordFilter& filter, const std::function<bool(const GradRecord&)>& fn);

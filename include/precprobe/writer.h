@@ -54,6 +54,11 @@ struct WriterOptions {
   int zstd_level = 3;
   /// fsync(2) the files at every flush() (slower; survives power loss, not only kills).
   bool fsync = false;
+  /// Precede each frame of op records with its digest (FrameDigest, a zstd skippable frame
+  /// that zstd and zstdcat pass over), so that summary and overflow need not decompress the
+  /// frames that hold nothing they look for. Off writes the streams of format version 1.x
+  /// before digests (tests of readers of such dumps).
+  bool frame_digests = true;
 };
 
 /// Counters, readable at any time from any thread.

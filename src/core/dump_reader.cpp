@@ -134,10 +134,18 @@ std::string DumpReader::stream_path(const std::string& rank_dir, StreamKind kind
 
 namespace {
 
-// Reads one stream of one rank; returns false when fn asked to stop.
+// Whether `f` selects every record of the ranks it selects.
+bool selects_all_of_rank(const RecordFilter& f) {
+  return !f.step_min && !f.step_max && f.name_contains.empty() && !f.dir;
+}
+
+using PassFn = std::function<bool(int, const FrameDigest&)>;
+
+// Reads one stream of one rank; returns false when fn asked to stop. `pass` (op records, may
+// be null) may pass over frames that have a digest (DumpReader::for_each_op).
 template <class R, class Fn>
 bool read_stream(const RankInfo& rank, StreamKind kind, const RecordFilter& filter, Fn& fn,
-                 StreamStatus& status) {
+                 StreamStatus& status, const PassFn* pass = nullptr) {
   status = StreamStatus{};
   status.path = DumpReader::stream_path(rank.dir, kind);
   std::error_code ec;
@@ -153,7 +161,19 @@ bool read_stream(const RankInfo& rank, StreamKind kind, const RecordFilter& filt
   std::string error;
   R record;
   bool go_on = true;
-  while (go_on && reader.next(content)) {
+  // A frame passed over counts its records here, as decoded ones do below.
+  std::function<bool(const FrameDigest&)> gate;
+  if (pass != nullptr && *pass && selects_all_of_rank(filter)) {
+    gate = [&](const FrameDigest& d) {
+      if (!(*pass)(rank.rank, d)) return false;
+      status.records += d.records;
+      ++status.frames_passed;
+      return true;
+    };
+  }
+  bool passed = false;
+  while (go_on && reader.next(content, gate ? &gate : nullptr, &passed)) {
+    if (passed) continue;
     go_on = for_each_line(content, [&](std::string_view line) {
       if (!parse_record(line, record, &error)) {
         if (status.bad_lines++ == 0) {
@@ -184,11 +204,11 @@ bool read_stream(const RankInfo& rank, StreamKind kind, const RecordFilter& filt
 
 template <class R, class Fn>
 void read_all(const std::vector<RankInfo>& ranks, std::vector<StreamStatus>& statuses,
-              StreamKind kind, const RecordFilter& filter, Fn& fn) {
+              StreamKind kind, const RecordFilter& filter, Fn& fn, const PassFn* pass = nullptr) {
   for (const RankInfo& rank : ranks) {
     if (!selects_rank(filter, rank.rank)) continue;
     StreamStatus status;
-    bool go_on = read_stream<R>(rank, kind, filter, fn, status);
+    bool go_on = read_stream<R>(rank, kind, filter, fn, status, pass);
     auto same = std::find_if(statuses.begin(), statuses.end(),
                              [&](const StreamStatus& s) { return s.path == status.path; });
     if (same != statuses.end()) {
@@ -205,6 +225,11 @@ void read_all(const std::vector<RankInfo>& ranks, std::vector<StreamStatus>& sta
 void DumpReader::for_each_op(const RecordFilter& filter,
                              const std::function<bool(const OpRecord&)>& fn) {
   read_all<OpRecord>(ranks_, statuses_, StreamKind::kOps, filter, fn);
+}
+void DumpReader::for_each_op(const RecordFilter& filter,
+                             const std::function<bool(int rank, const FrameDigest&)>& pass,
+                             const std::function<bool(const OpRecord&)>& fn) {
+  read_all<OpRecord>(ranks_, statuses_, StreamKind::kOps, filter, fn, &pass);
 }
 void DumpReader::for_each_scaler(const RecordFilter& filter,
                                  const std::function<bool(const ScalerRecord&)>& fn) {

@@ -28,6 +28,7 @@
 
 #include "dump_files.h"
 #include "file_output.h"
+#include "frame_digest.h"
 #include "frame_stream.h"
 #include "precprobe/error.h"
 #include "precprobe/writer.h"
@@ -148,6 +149,7 @@ struct DumpWriter::Impl {
     FrameWriter file;
     size_t records = 0;  // in the frame being built
     Clock::time_point first{};
+    FrameDigest digest;  // of the frame being built (op records, when opt.frame_digests)
   };
   std::array<Stream, kStreams> streams;
   std::string error_scratch;
@@ -299,8 +301,10 @@ void DumpWriter::Impl::encode(StreamKind kind, const Item& item) {
   }
   std::visit(
       [&](const auto& r) {
-        if constexpr (!std::is_same_v<std::decay_t<decltype(r)>, FlushRequest>) {
-          append_json(r, s.file.buffer());
+        using R = std::decay_t<decltype(r)>;
+        if constexpr (!std::is_same_v<R, FlushRequest>) append_json(r, s.file.buffer());
+        if constexpr (std::is_same_v<R, OpRecord>) {
+          if (opt.frame_digests) digest_detail::add(s.digest, r);
         }
       },
       item);
@@ -335,10 +339,12 @@ void DumpWriter::Impl::end_frame(size_t i) {
   Stream& s = streams[i];
   if (s.records == 0 || failed.load(std::memory_order_relaxed)) return;
   uint64_t in0 = s.file.bytes_in(), out0 = s.file.bytes_out();
-  if (!s.file.end_frame(&error_scratch)) {
+  const bool digested = s.digest.records > 0;
+  if (!s.file.end_frame(&error_scratch, digested ? &s.digest : nullptr)) {
     fail(error_scratch);
     return;
   }
+  if (digested) s.digest = FrameDigest{};
   written.fetch_add(s.records, std::memory_order_relaxed);
   bytes_in.fetch_add(s.file.bytes_in() - in0, std::memory_order_relaxed);
   bytes_out.fetch_add(s.file.bytes_out() - out0, std::memory_order_relaxed);

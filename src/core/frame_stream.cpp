@@ -1,5 +1,6 @@
 #include "frame_stream.h"
 
+#include <endian.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
@@ -9,6 +10,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+
+#include "frame_digest.h"
 
 namespace precprobe {
 namespace {
@@ -67,7 +70,7 @@ bool FrameWriter::open(const std::string& path, int zstd_level, std::string* err
   return true;
 }
 
-bool FrameWriter::end_frame(std::string* error) {
+bool FrameWriter::end_frame(std::string* error, const FrameDigest* digest) {
   if (pending_.empty()) return true;
   if (fd_ < 0) {
     set_error(error, "stream is not open");
@@ -82,12 +85,22 @@ bool FrameWriter::end_frame(std::string* error) {
     return false;
   }
   int err = 0;
-  if (!write_all(fd_, out_.data(), n, err)) {
+  size_t head = 0;
+  if (digest != nullptr) {
+    // One write(2) for both: the digest before its frame, so a reader decides before it
+    // decompresses (a digest left without its frame by a crash is passed over unused).
+    const std::string skippable = digest_detail::encode(*digest, n);
+    head = skippable.size();
+    if (out_.size() < head + n) out_.resize(head + n);
+    std::memmove(out_.data() + head, out_.data(), n);
+    std::memcpy(out_.data(), skippable.data(), head);
+  }
+  if (!write_all(fd_, out_.data(), head + n, err)) {
     set_error(error, fmt::format("cannot write '{}': {}", path_, errno_text(err)));
     return false;
   }
   bytes_in_ += pending_.size();
-  bytes_out_ += n;
+  bytes_out_ += head + n;
   ++frames_;
   pending_.clear();
   return true;
@@ -176,32 +189,63 @@ bool FrameReader::stop(uint64_t bytes_left, std::string message) {
   return false;
 }
 
-bool FrameReader::next(std::string& content) {
-  if (done_ || fd_ < 0) return false;
+bool FrameReader::frame_at_start(size_t* size) {
   static const size_t kMaxCompressed = ZSTD_compressBound(kMaxFrameContent);
-  size_t frame_size = 0;
   for (size_t want = size_t{1} << 16;;) {
     size_t avail = end_ - start_;
     if (avail > 0) {
-      frame_size = ZSTD_findFrameCompressedSize(buf_.data() + start_, avail);
-      if (!ZSTD_isError(frame_size)) break;
+      *size = ZSTD_findFrameCompressedSize(buf_.data() + start_, avail);
+      if (!ZSTD_isError(*size)) return true;
     }
     if (eof_) {
       if (avail == 0) {
         done_ = true;
         return false;
       }
-      return stop(avail, fmt::format("incomplete frame ({})", ZSTD_getErrorName(frame_size)));
+      return stop(avail, fmt::format("incomplete frame ({})", ZSTD_getErrorName(*size)));
     }
     if (avail >= kMaxCompressed) return stop(avail, "frame larger than the allowed maximum");
     want = std::min(std::max(want, avail * 2), kMaxCompressed);
     if (!fill(want)) return false;
   }
-  if (!decompress(buf_.data() + start_, frame_size, content)) return false;
-  start_ += frame_size;
-  offset_ += frame_size;
-  ++frames_;
-  return true;
+}
+
+bool FrameReader::next(std::string& content, const std::function<bool(const FrameDigest&)>* pass,
+                       bool* passed) {
+  if (passed != nullptr) *passed = false;
+  if (done_ || fd_ < 0) return false;
+  FrameDigest digest;
+  uint64_t digest_for = 0;  // the size of the data frame the last digest describes; 0: none
+  for (;;) {
+    size_t frame_size = 0;
+    if (!frame_at_start(&frame_size)) return false;
+    const char* frame = buf_.data() + start_;
+    uint32_t magic = 0;
+    std::memcpy(&magic, frame, 4);  // frames are at least 8 bytes (findFrameCompressedSize)
+    magic = le32toh(magic);
+    if (magic >= digest_detail::kSkippableFirst && magic <= digest_detail::kSkippableLast) {
+      digest_for = 0;
+      if (magic == digest_detail::kDigestMagic && pass != nullptr &&
+          !digest_detail::parse(std::string_view(frame + digest_detail::kSkippableHeader,
+                                                 frame_size - digest_detail::kSkippableHeader),
+                                digest, digest_for)) {
+        digest_for = 0;
+      }
+      start_ += frame_size;
+      offset_ += frame_size;
+      continue;
+    }
+    if (digest_for != 0 && digest_for == frame_size && (*pass)(digest)) {
+      content.clear();
+      if (passed != nullptr) *passed = true;
+    } else if (!decompress(frame, frame_size, content)) {
+      return false;
+    }
+    start_ += frame_size;
+    offset_ += frame_size;
+    ++frames_;
+    return true;
+  }
 }
 
 bool FrameReader::decompress(const char* src, size_t size, std::string& content) {

@@ -9,10 +9,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "precprobe/reader.h"
 
 namespace precprobe {
 
@@ -32,8 +35,9 @@ class FrameWriter {
   void append(std::string_view bytes) { pending_.append(bytes); }
   size_t pending_bytes() const noexcept { return pending_.size(); }
 
-  /// Compresses the buffered bytes into one frame and writes it; nothing when empty.
-  bool end_frame(std::string* error);
+  /// Compresses the buffered bytes into one frame and writes it; nothing when empty. With a
+  /// digest (frame_digest.h), its skippable frame goes first, in the same write.
+  bool end_frame(std::string* error, const FrameDigest* digest = nullptr);
   /// fsync(2).
   bool sync(std::string* error);
   /// Ends the frame and closes the file.
@@ -68,9 +72,15 @@ class FrameReader {
   /// False with *error set when the file cannot be opened.
   bool open(const std::string& path, std::string* error);
 
-  /// Decompresses the next frame into `content`. False at the end of the stream, or at
-  /// the first frame that is incomplete or corrupt (then truncated() is true).
-  bool next(std::string& content);
+  /// Decompresses the next data frame into `content` (skippable frames are passed over). False
+  /// at the end of the stream, or at the first frame that is incomplete or corrupt (then
+  /// truncated() is true).
+  bool next(std::string& content) { return next(content, nullptr, nullptr); }
+  /// As next(content), but a data frame right after a digest of its size is first offered
+  /// to pass(digest): when it returns true the frame is passed over, `content` is left empty
+  /// and *passed (when given) is set; it still counts in frames().
+  bool next(std::string& content, const std::function<bool(const FrameDigest&)>* pass,
+            bool* passed);
 
   uint64_t frames() const noexcept { return frames_; }
   bool truncated() const noexcept { return truncated_; }
@@ -80,6 +90,9 @@ class FrameReader {
 
  private:
   bool fill(size_t want);
+  /// Finds the size of the frame at buf_[start_] (reading more as needed): true with *size
+  /// set; false at the end of the stream or at a bad frame (done_ then says which).
+  bool frame_at_start(size_t* size);
   bool stop(uint64_t bytes_left, std::string message);
   bool decompress(const char* src, size_t size, std::string& content);
 

@@ -53,6 +53,7 @@ nlohmann::json to_json(const StreamStatus& s) {
                         {"frames", s.frames},
                         {"records", s.records},
                         {"bad_lines", s.bad_lines},
+                        {"frames_passed", s.frames_passed},
                         {"truncated", s.truncated},
                         {"truncated_bytes", s.truncated_bytes},
                         {"message", s.message}};

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <map>
 #include <numeric>
+#include <set>
 #include <tuple>
 
 #include "json_util.h"
@@ -135,11 +136,15 @@ RankOverflow conclude(int rank, const std::map<int64_t, StepState>& steps) {
   return r;
 }
 
-OverflowResult find_overflow_in(RecordSource& src) {
-  std::map<int, std::map<int64_t, StepState>> per_rank;
+using PerRank = std::map<int, std::map<int64_t, StepState>>;
+
+// Analyses the (rank, step) groups of the records src gives: all of them, or with `decode`
+// only the frames that hold a record of a step in decode[rank] (the others are passed over
+// by their digests). Returns whether any record read has a non-finite output or a bad input.
+bool analyse_groups(RecordSource& src, const std::map<int, analysis_detail::ModuleOrder>& orders,
+                    const std::map<int, std::set<int64_t>>* decode, PerRank& per_rank,
+                    OverflowResult& out) {
   std::vector<OpRecord> group;
-  const std::map<int, analysis_detail::ModuleOrder> orders =
-      analysis_detail::module_orders(src.ranks());
   auto flush = [&] {
     if (group.empty()) return;
     const int rank = group.front().rank;
@@ -148,16 +153,126 @@ OverflowResult find_overflow_in(RecordSource& src) {
     group.clear();
   };
   bool any_bad = false;
-  OverflowResult out;
-  src.ops([&](const OpRecord& r) {
+  auto add = [&](const OpRecord& r) {
     if (!group.empty() && (r.rank != group.front().rank || r.step != group.front().step)) flush();
     any_bad = any_bad || r.outputs_non_finite() || inputs_bad(r);
     out.step_min = std::min(out.step_min.value_or(r.step), r.step);
     out.step_max = std::max(out.step_max.value_or(r.step), r.step);
     group.push_back(r);
     return true;
-  });
+  };
+  if (decode == nullptr) {
+    src.ops(add);
+  } else {
+    src.ops_passing(
+        [&](int rank, const FrameDigest& d) {
+          const auto wanted = decode->find(rank);
+          if (wanted == decode->end()) return true;
+          for (const FrameDigest::Step& st : d.steps) {
+            if (wanted->second.count(st.step) != 0) return false;
+          }
+          return true;
+        },
+        add);
+  }
   flush();
+  return any_bad;
+}
+
+// What the digests say of a step of a rank.
+struct DigestedStep {
+  int64_t nonfinite_outputs = 0;
+  int64_t nonfinite_records = 0;
+};
+
+// The same result from the frames' digests and a few decoded steps, when every frame of the
+// op streams has a digest (nullopt otherwise). A step contributes its count of non-finite
+// outputs (which the digest holds) and, only when decoded, an origin and a first bad input:
+// so for each rank the steps with a NaN/Inf are decoded in step order, 1, 4, 16, ... of them,
+// until the decoded ones hold both the rank's origin and its first bad input, or are all of
+// them. Steps decoded are decoded whole; a clean step contributes nothing.
+std::optional<PerRank> analyse_digested(RecordSource& src,
+                                        const std::map<int, analysis_detail::ModuleOrder>& orders,
+                                        OverflowResult& out, bool& any_bad) {
+  std::map<int, std::map<int64_t, DigestedStep>> digested;
+  bool all_digested = true;
+  src.ops_passing(
+      [&](int rank, const FrameDigest& d) {
+        for (const FrameDigest::Step& st : d.steps) {
+          DigestedStep& c = digested[rank][st.step];
+          c.nonfinite_outputs += st.nonfinite_outputs;
+          c.nonfinite_records += st.nonfinite_records;
+        }
+        return true;
+      },
+      [&](const OpRecord&) {
+        all_digested = false;  // a frame without a digest: read every record
+        return false;
+      });
+  if (!all_digested) return std::nullopt;
+  for (size_t k = 1;; k *= 4) {
+    std::map<int, std::set<int64_t>> decode;
+    std::map<int, bool> whole;  // the rank's steps with a NaN/Inf are all decoded
+    for (const auto& [rank, steps] : digested) {
+      whole[rank] = true;
+      for (const auto& [step, c] : steps) {
+        if (c.nonfinite_records == 0) continue;
+        if (decode[rank].size() == k) {
+          whole[rank] = false;
+          break;
+        }
+        decode[rank].insert(step);
+      }
+    }
+    PerRank decoded;
+    OverflowResult scratch;
+    const bool bad = analyse_groups(src, orders, &decode, decoded, scratch);
+    bool enough = true;
+    for (const auto& [rank, all] : whole) {
+      if (all) continue;
+      bool origin = false, bad_input = false;
+      for (int64_t step : decode[rank]) {
+        const StepState& s = decoded[rank][step];
+        origin = origin || s.origin.has_value();
+        bad_input = bad_input || s.first_bad_input.has_value();
+      }
+      enough = enough && origin && bad_input;
+    }
+    if (!enough) continue;
+    // A frame also decoded for another step holds part of a step not in `decode`: only the
+    // steps of `decode` are taken from the records, every other one from the digests.
+    PerRank per_rank;
+    for (const auto& [rank, steps] : digested) {
+      for (const auto& [step, c] : steps) {
+        StepState& s = per_rank[rank][step];
+        if (decode[rank].count(step) != 0) {
+          s = std::move(decoded[rank][step]);
+        } else {
+          s.nonfinite_ops = c.nonfinite_outputs;
+        }
+        out.step_min = std::min(out.step_min.value_or(step), step);
+        out.step_max = std::max(out.step_max.value_or(step), step);
+      }
+    }
+    // Every step with a NaN/Inf decoded, or an origin found (a record with a non-finite
+    // output): the records' answer either way.
+    any_bad = bad;
+    return per_rank;
+  }
+}
+
+OverflowResult find_overflow_in(RecordSource& src) {
+  const std::map<int, analysis_detail::ModuleOrder> orders =
+      analysis_detail::module_orders(src.ranks());
+  OverflowResult out;
+  bool any_bad = false;
+  std::optional<PerRank> digested = analyse_digested(src, orders, out, any_bad);
+  PerRank per_rank;
+  if (digested) {
+    per_rank = std::move(*digested);
+  } else {
+    any_bad = analyse_groups(src, orders, nullptr, per_rank, out);
+  }
   out.any_nonfinite = any_bad;
   for (const auto& [rank, steps] : per_rank) {
     out.ranks.push_back(conclude(rank, steps));

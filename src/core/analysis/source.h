@@ -18,6 +18,14 @@ class RecordSource {
   virtual std::vector<RankInfo> ranks() const = 0;
   virtual std::vector<StreamStatus> statuses() const = 0;
   virtual void ops(const std::function<bool(const OpRecord&)>& fn) = 0;
+  /// ops(fn), offering frames that have a digest to pass(rank, digest) first (true: the
+  /// frame is passed over, its records not given to fn; DumpReader::for_each_op). Sources
+  /// without digests give every record to fn.
+  virtual void ops_passing(const std::function<bool(int, const FrameDigest&)>& pass,
+                           const std::function<bool(const OpRecord&)>& fn) {
+    (void)pass;
+    ops(fn);
+  }
   virtual void scaler(const std::function<bool(const ScalerRecord&)>& fn) = 0;
   virtual void grads(const std::function<bool(const GradRecord&)>& fn) = 0;
   virtual void scalars(const std::function<bool(const ScalarRecord&)>& fn) = 0;
@@ -32,6 +40,11 @@ class ReaderSource final : public RecordSource {
   std::vector<StreamStatus> statuses() const override { return reader_.statuses(); }
   void ops(const std::function<bool(const OpRecord&)>& fn) override {
     reader_.for_each_op(read_.filter, counted(fn));
+  }
+  void ops_passing(const std::function<bool(int, const FrameDigest&)>& pass,
+                   const std::function<bool(const OpRecord&)>& fn) override {
+    if (!read_.digests) return ops(fn);
+    reader_.for_each_op(read_.filter, pass, counted(fn));
   }
   void scaler(const std::function<bool(const ScalerRecord&)>& fn) override {
     reader_.for_each_scaler(read_.filter, counted(fn));

@@ -86,7 +86,7 @@ void count_ops(RecordSource& src, SummaryResult& s) {
   std::map<int64_t, int64_t> per_step;
   std::map<std::string, int64_t> bad;
   ModuleCounter modules(analysis_detail::module_orders(s.ranks));
-  src.ops([&](const OpRecord& r) {
+  auto add = [&](const OpRecord& r) {
     ++s.op_records;
     ++per_step[r.step];
     if (r.outputs_non_finite()) {
@@ -95,7 +95,23 @@ void count_ops(RecordSource& src, SummaryResult& s) {
     }
     if (s.by_module) modules.add(r);
     return true;
-  });
+  };
+  if (s.by_module) {  // modules are attributed from every op of a step
+    src.ops(add);
+  } else {
+    // A frame's digest holds all that is counted here: its records are not decoded.
+    src.ops_passing(
+        [&](int, const FrameDigest& d) {
+          s.op_records += static_cast<int64_t>(d.records);
+          for (const FrameDigest::Step& st : d.steps) {
+            per_step[st.step] += st.records;
+            s.nonfinite_op_records += st.nonfinite_outputs;
+          }
+          for (const auto& [op, n] : d.nonfinite_ops) bad[op] += n;
+          return true;
+        },
+        add);
+  }
   if (s.by_module) modules.finish(s);
   s.records_per_step.assign(per_step.begin(), per_step.end());
   for (const auto& [op, n] : bad) s.nonfinite_ops.push_back({op, n});

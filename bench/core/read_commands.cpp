@@ -3,10 +3,10 @@
 // records per second of CPU time and of wall time per run, and a digest of the result's JSON
 // text so that two builds can be shown to give the same answer.
 //
-//   read_commands summary|overflow|compare DIR [DIR_B] [--repeat N] [--no-digests]
+//   read_commands summary|overflow|compare DIR [DIR_B] [--repeat N] [--no-digests] [--step S]
 //
 // --no-digests decodes every frame (ReadOptions::digests off): the results' digests must be
-// the same as with them.
+// the same as with them. --step S: compare that step only (compare --step).
 //
 // Single-threaded (pin it with taskset to measure one core). Records counted are the op
 // records read (for compare: both dumps').
@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <string>
 
 using namespace precprobe;
@@ -53,7 +54,7 @@ int main(int argc, char** argv) {
   if (argc < 3) {
     std::fprintf(stderr,
                  "usage: read_commands summary|overflow|compare DIR [DIR_B] [--repeat N] "
-                 "[--no-digests]\n");
+                 "[--no-digests] [--step S]\n");
     return 2;
   }
   const std::string cmd = argv[1];
@@ -61,12 +62,15 @@ int main(int argc, char** argv) {
   std::string b;
   int repeat = 3;
   ReadOptions read;
+  std::optional<int64_t> step;
   for (int i = 3; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--repeat" && i + 1 < argc) {
       repeat = std::atoi(argv[++i]);
     } else if (arg == "--no-digests") {
       read.digests = false;
+    } else if (arg == "--step" && i + 1 < argc) {
+      step = std::atoll(argv[++i]);
     } else {
       b = arg;
     }
@@ -91,8 +95,11 @@ int main(int argc, char** argv) {
       n = op_records(ra);
     } else if (cmd == "compare") {
       DumpReader rb(b);
+      ra.set_digests(read.digests);
+      rb.set_digests(read.digests);
       CompareOptions o;
       o.first = true;
+      o.step = step;
       text = compare_dumps(ra, rb, o).to_json().dump();
       n = op_records(ra) + op_records(rb);
     } else {

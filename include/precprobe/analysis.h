@@ -47,7 +47,8 @@ struct ReadOptions {
   ProgressFn progress;  ///< optional progress callback (e.g. a stderr spinner)
   /// Let summary and overflow pass over frames of op records by their digests (FrameDigest)
   /// when the digest says the frame holds nothing they look for. Off: every frame is
-  /// decoded (the same results, slower; the tests compare the two).
+  /// decoded (the same results, slower; the tests compare the two), and the reader given
+  /// to the analysis is set so (DumpReader::set_digests(false)).
   bool digests = true;
 };
 

@@ -103,7 +103,8 @@ class DumpReader {
   /// returns true the frame is passed over (neither decompressed nor parsed; its records are
   /// counted in statuses() and StreamStatus::frames_passed), else read as usual. pass is asked
   /// only about frames it can pass over, and only when `filter` selects every record of the
-  /// rank (ranks may be selected): with steps, a name or a direction it is not asked.
+  /// rank (ranks may be selected): with steps, a name or a direction it is not asked. (Either
+  /// form passes over the frames whose digest shows no record in the filter's steps.)
   void for_each_op(const RecordFilter& filter,
                    const std::function<bool(int rank, const FrameDigest&)>& pass,
                    const std::function<bool(const OpRecord&)>& fn);
@@ -129,6 +130,13 @@ class DumpReader {
   /// Status of every stream read so far (one entry per rank and stream, latest read).
   const std::vector<StreamStatus>& statuses() const noexcept { return statuses_; }
 
+  /// Whether a frame of op records that has a digest (FrameDigest) may be passed over without
+  /// decompressing it: when for_each_op's pass function asks, and when the filter's steps
+  /// select none of the frame's records. On by default; off decodes every frame (the same
+  /// records, slower: the tests compare the two).
+  void set_digests(bool on) noexcept { digests_ = on; }
+  bool digests() const noexcept { return digests_; }
+
   /// Path of a stream file of a rank directory, e.g. "<dir>/ops.jsonl.zst".
   static std::string stream_path(const std::string& rank_dir, StreamKind kind);
 
@@ -136,6 +144,7 @@ class DumpReader {
   std::string path_;
   std::vector<RankInfo> ranks_;
   std::vector<StreamStatus> statuses_;
+  bool digests_ = true;
 };
 
 }  // namespace precprobe

@@ -141,11 +141,20 @@ bool selects_all_of_rank(const RecordFilter& f) {
 
 using PassFn = std::function<bool(int, const FrameDigest&)>;
 
-// Reads one stream of one rank; returns false when fn asked to stop. `pass` (op records, may
-// be null) may pass over frames that have a digest (DumpReader::for_each_op).
+// Whether the filter's steps select none of the frame's records.
+bool outside_steps(const RecordFilter& f, const FrameDigest& d) {
+  for (const FrameDigest::Step& s : d.steps) {
+    if (selects_step(f, s.step)) return false;
+  }
+  return true;
+}
+
+// Reads one stream of one rank; returns false when fn asked to stop. With `digests`, frames
+// of op records that have a digest are passed over when the filter's steps select none of
+// their records or `pass` (may be null) says so (DumpReader::for_each_op).
 template <class R, class Fn>
 bool read_stream(const RankInfo& rank, StreamKind kind, const RecordFilter& filter, Fn& fn,
-                 StreamStatus& status, const PassFn* pass = nullptr) {
+                 StreamStatus& status, bool digests, const PassFn* pass = nullptr) {
   status = StreamStatus{};
   status.path = DumpReader::stream_path(rank.dir, kind);
   std::error_code ec;
@@ -163,9 +172,12 @@ bool read_stream(const RankInfo& rank, StreamKind kind, const RecordFilter& filt
   bool go_on = true;
   // A frame passed over counts its records here, as decoded ones do below.
   std::function<bool(const FrameDigest&)> gate;
-  if (pass != nullptr && *pass && selects_all_of_rank(filter)) {
+  const bool by_steps = filter.step_min || filter.step_max;
+  const bool by_pass = pass != nullptr && *pass && selects_all_of_rank(filter);
+  if (digests && std::is_same_v<R, OpRecord> && (by_steps || by_pass)) {
     gate = [&](const FrameDigest& d) {
-      if (!(*pass)(rank.rank, d)) return false;
+      if (!(by_steps && outside_steps(filter, d)) && !(by_pass && (*pass)(rank.rank, d)))
+        return false;
       status.records += d.records;
       ++status.frames_passed;
       return true;
@@ -204,11 +216,12 @@ bool read_stream(const RankInfo& rank, StreamKind kind, const RecordFilter& filt
 
 template <class R, class Fn>
 void read_all(const std::vector<RankInfo>& ranks, std::vector<StreamStatus>& statuses,
-              StreamKind kind, const RecordFilter& filter, Fn& fn, const PassFn* pass = nullptr) {
+              StreamKind kind, const RecordFilter& filter, Fn& fn, bool digests,
+              const PassFn* pass = nullptr) {
   for (const RankInfo& rank : ranks) {
     if (!selects_rank(filter, rank.rank)) continue;
     StreamStatus status;
-    bool go_on = read_stream<R>(rank, kind, filter, fn, status, pass);
+    bool go_on = read_stream<R>(rank, kind, filter, fn, status, digests, pass);
     auto same = std::find_if(statuses.begin(), statuses.end(),
                              [&](const StreamStatus& s) { return s.path == status.path; });
     if (same != statuses.end()) {
@@ -224,29 +237,29 @@ void read_all(const std::vector<RankInfo>& ranks, std::vector<StreamStatus>& sta
 
 void DumpReader::for_each_op(const RecordFilter& filter,
                              const std::function<bool(const OpRecord&)>& fn) {
-  read_all<OpRecord>(ranks_, statuses_, StreamKind::kOps, filter, fn);
+  read_all<OpRecord>(ranks_, statuses_, StreamKind::kOps, filter, fn, digests_);
 }
 void DumpReader::for_each_op(const RecordFilter& filter,
                              const std::function<bool(int rank, const FrameDigest&)>& pass,
                              const std::function<bool(const OpRecord&)>& fn) {
-  read_all<OpRecord>(ranks_, statuses_, StreamKind::kOps, filter, fn, &pass);
+  read_all<OpRecord>(ranks_, statuses_, StreamKind::kOps, filter, fn, digests_, &pass);
 }
 void DumpReader::for_each_scaler(const RecordFilter& filter,
                                  const std::function<bool(const ScalerRecord&)>& fn) {
-  read_all<ScalerRecord>(ranks_, statuses_, StreamKind::kScaler, filter, fn);
+  read_all<ScalerRecord>(ranks_, statuses_, StreamKind::kScaler, filter, fn, digests_);
 }
 void DumpReader::for_each_grad(const RecordFilter& filter,
                                const std::function<bool(const GradRecord&)>& fn) {
-  read_all<GradRecord>(ranks_, statuses_, StreamKind::kGrads, filter, fn);
+  read_all<GradRecord>(ranks_, statuses_, StreamKind::kGrads, filter, fn, digests_);
 }
 void DumpReader::for_each_scalar(const RecordFilter& filter,
                                  const std::function<bool(const ScalarRecord&)>& fn) {
-  read_all<ScalarRecord>(ranks_, statuses_, StreamKind::kEvents, filter, fn);
+  read_all<ScalarRecord>(ranks_, statuses_, StreamKind::kEvents, filter, fn, digests_);
 }
 
 void DumpReader::for_each_anomaly(const RecordFilter& filter,
                                   const std::function<bool(const AnomalyEvent&)>& fn) {
-  read_all<AnomalyEvent>(ranks_, statuses_, StreamKind::kEvents, filter, fn);
+  read_all<AnomalyEvent>(ranks_, statuses_, StreamKind::kEvents, filter, fn, digests_);
 }
 
 std::vector<OpRecord> DumpReader::ops(const RecordFilter& filter) {

@@ -34,7 +34,10 @@ class RecordSource {
 
 class ReaderSource final : public RecordSource {
  public:
-  ReaderSource(DumpReader& reader, const ReadOptions& read) : reader_(reader), read_(read) {}
+  /// ReadOptions::digests off also turns them off for the reader's own use (set_digests).
+  ReaderSource(DumpReader& reader, const ReadOptions& read) : reader_(reader), read_(read) {
+    if (!read.digests) reader.set_digests(false);
+  }
   std::string path() const override { return reader_.path(); }
   std::vector<RankInfo> ranks() const override { return reader_.ranks(); }
   std::vector<StreamStatus> statuses() const override { return reader_.statuses(); }

@@ -32,7 +32,7 @@ struct Variant {
   int64_t overflow_step = -1;  ///< at this step, one op's output turns +inf, then NaN
   /// With overflow_step: every later step is NaN from its first op on (a diverged run).
   bool diverge = false;
-  int blocks = 6;              ///< residual blocks (each ~54 records per step)
+  int blocks = 6;  ///< residual blocks (each ~54 records per step)
   int64_t batch = 64, hidden = 256, classes = 10;
 };
 

@@ -17,8 +17,8 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   precprobe::FrameDigest digest;
   uint64_t frame_size = 0;
-  (void)precprobe::digest_detail::parse(
-      std::string_view(reinterpret_cast<const char*>(data), size), digest, frame_size);
+  (void)precprobe::digest_detail::parse(std::string_view(reinterpret_cast<const char*>(data), size),
+                                        digest, frame_size);
   precprobe_fuzz::MemFile file(data, size);
   const std::function<bool(const precprobe::FrameDigest&)> gate =
       [](const precprobe::FrameDigest& d) { return d.records % 2 == 0 || d.nonfinite(); };

@@ -48,14 +48,10 @@ nlohmann::json to_json(const OpBrief& op) {
 }
 
 nlohmann::json to_json(const StreamStatus& s) {
-  return nlohmann::json{{"path", s.path},
-                        {"present", s.present},
-                        {"frames", s.frames},
-                        {"records", s.records},
-                        {"bad_lines", s.bad_lines},
-                        {"frames_passed", s.frames_passed},
-                        {"truncated", s.truncated},
-                        {"truncated_bytes", s.truncated_bytes},
+  return nlohmann::json{{"path", s.path},           {"present", s.present},
+                        {"frames", s.frames},       {"records", s.records},
+                        {"bad_lines", s.bad_lines}, {"frames_passed", s.frames_passed},
+                        {"truncated", s.truncated}, {"truncated_bytes", s.truncated_bytes},
                         {"message", s.message}};
 }
 

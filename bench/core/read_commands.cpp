@@ -11,6 +11,7 @@
 // Single-threaded (pin it with taskset to measure one core). Records counted are the op
 // records read (for compare: both dumps').
 #include <precprobe/core.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include <chrono>
@@ -99,6 +100,7 @@ int main(int argc, char** argv) {
       rb.set_digests(read.digests);
       CompareOptions o;
       o.first = true;
+      o.keep_ops = false;  // as `precprobe compare --first` runs it
       o.step = step;
       text = compare_dumps(ra, rb, o).to_json().dump();
       n = op_records(ra) + op_records(rb);
@@ -109,11 +111,14 @@ int main(int argc, char** argv) {
     const double cpu = cpu_seconds() - c0;
     const double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
     std::printf(
         "%s run %d: %llu op records, cpu %.3f s (%.3f M records/s), wall %.3f s "
-        "(%.3f M/s), result %zu B digest %016llx\n",
+        "(%.3f M/s), peak RSS %.0f MB, result %zu B digest %016llx\n",
         cmd.c_str(), run, static_cast<unsigned long long>(n), cpu, n / cpu / 1e6, wall,
-        n / wall / 1e6, text.size(), static_cast<unsigned long long>(digest(text)));
+        n / wall / 1e6, static_cast<double>(usage.ru_maxrss) / 1024, text.size(),
+        static_cast<unsigned long long>(digest(text)));
     std::fflush(stdout);
   }
   return 0;

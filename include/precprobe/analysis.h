@@ -402,6 +402,10 @@ struct CompareOptions {
   bool first = false;      ///< find the first divergent op
   bool exact = false;      ///< bitwise identity
   bool by_module = false;  ///< fill CompareResult::modules
+  /// Keep every matched op's comparison in CompareResult::ops (the statistics table, the
+  /// report). Off: only the divergent ones (what --first lists), so memory does not grow with
+  /// the run (about 1 KB an op kept); `matched` counts every op either way.
+  bool keep_ops = true;
   /// Work bound of the alignment of one (step, rank) whose op sequences differ (diagonals
   /// and comparisons of Myers' search, about 0.1 s): past it the alignment settles for a
   /// common subsequence that may leave some equal ops unpaired (aligned_approximately).
@@ -410,7 +414,10 @@ struct CompareOptions {
 
 struct CompareResult {
   std::string path_a, path_b;
-  std::vector<OpCompare> ops;  ///< matched ops in (step, rank, seq) order
+  /// Matched ops in (step, rank, seq) order (with CompareOptions::keep_ops off, only the
+  /// divergent ones).
+  std::vector<OpCompare> ops;
+  int64_t matched = 0;  ///< ops paired and compared (ops.size() with keep_ops)
   std::vector<UnmatchedOp> unmatched;
   std::vector<std::pair<int64_t, int>> only_a, only_b;  ///< (step, rank) groups in one dump only
   int64_t warnings = 0;

@@ -22,6 +22,8 @@
 
 namespace precprobe {
 
+class OpCursor;
+
 /// What was found reading one stream of one rank.
 struct StreamStatus {
   std::string path;
@@ -141,6 +143,7 @@ class DumpReader {
   static std::string stream_path(const std::string& rank_dir, StreamKind kind);
 
  private:
+  friend class OpCursor;  // src/core/op_cursor.h: the same reading, pulled a frame at a time
   std::string path_;
   std::vector<RankInfo> ranks_;
   std::vector<StreamStatus> statuses_;

@@ -12,6 +12,7 @@
 
 #include "dump_files.h"
 #include "frame_stream.h"
+#include "op_cursor.h"
 #include "precprobe/error.h"
 #include "precprobe/reader.h"
 
@@ -149,69 +150,125 @@ bool outside_steps(const RecordFilter& f, const FrameDigest& d) {
   return true;
 }
 
-// Reads one stream of one rank; returns false when fn asked to stop. With `digests`, frames
-// of op records that have a digest are passed over when the filter's steps select none of
-// their records or `pass` (may be null) says so (DumpReader::for_each_op).
-template <class R, class Fn>
-bool read_stream(const RankInfo& rank, StreamKind kind, const RecordFilter& filter, Fn& fn,
-                 StreamStatus& status, bool digests, const PassFn* pass = nullptr) {
-  status = StreamStatus{};
-  status.path = DumpReader::stream_path(rank.dir, kind);
-  std::error_code ec;
-  if (!fs::exists(status.path, ec)) return true;
-  status.present = true;
-  const bool grad_recorded = rank.meta && rank.meta->ops_grad_mode.value_or(false);
-  FrameReader reader;
-  if (!reader.open(status.path, &status.message)) {
-    status.truncated = true;
-    return true;
+// One stream of one rank, read a frame at a time (read_stream reads it whole; OpCursor a
+// frame per call). With `digests`, frames of op records that have a digest are passed over
+// when the filter's steps select none of their records or `pass` (may be null) says so
+// (DumpReader::for_each_op). Not movable: the gate refers to it.
+template <class R>
+class StreamCursor {
+ public:
+  StreamCursor(const RankInfo& rank, StreamKind kind, const RecordFilter& filter, bool digests,
+               const PassFn* pass)
+      : rank_(rank), filter_(filter), pass_(pass) {
+    status_.path = DumpReader::stream_path(rank.dir, kind);
+    std::error_code ec;
+    if (!fs::exists(status_.path, ec)) {
+      done_ = true;
+      return;
+    }
+    status_.present = true;
+    grad_recorded_ = rank.meta && rank.meta->ops_grad_mode.value_or(false);
+    if (!reader_.open(status_.path, &status_.message)) {
+      status_.truncated = true;
+      done_ = true;
+      return;
+    }
+    by_steps_ = filter.step_min || filter.step_max;
+    by_pass_ = pass != nullptr && *pass && selects_all_of_rank(filter);
+    if (digests && std::is_same_v<R, OpRecord> && (by_steps_ || by_pass_)) {
+      // A frame passed over counts its records here, as decoded ones do in next().
+      gate_ = [this](const FrameDigest& d) {
+        if (!(by_steps_ && outside_steps(filter_, d)) && !(by_pass_ && (*pass_)(rank_.rank, d)))
+          return false;
+        status_.records += d.records;
+        ++status_.frames_passed;
+        return true;
+      };
+    }
   }
-  std::string content;
-  std::string error;
-  R record;
-  bool go_on = true;
-  // A frame passed over counts its records here, as decoded ones do below.
-  std::function<bool(const FrameDigest&)> gate;
-  const bool by_steps = filter.step_min || filter.step_max;
-  const bool by_pass = pass != nullptr && *pass && selects_all_of_rank(filter);
-  if (digests && std::is_same_v<R, OpRecord> && (by_steps || by_pass)) {
-    gate = [&](const FrameDigest& d) {
-      if (!(by_steps && outside_steps(filter, d)) && !(by_pass && (*pass)(rank.rank, d)))
-        return false;
-      status.records += d.records;
-      ++status.frames_passed;
-      return true;
-    };
-  }
-  bool passed = false;
-  while (go_on && reader.next(content, gate ? &gate : nullptr, &passed)) {
-    if (passed) continue;
-    go_on = for_each_line(content, [&](std::string_view line) {
-      if (!parse_record(line, record, &error)) {
-        if (status.bad_lines++ == 0) {
-          status.message =
-              fmt::format("{}: frame {}: bad line: {}", status.path, reader.frames(), error);
+  StreamCursor(const StreamCursor&) = delete;
+  StreamCursor& operator=(const StreamCursor&) = delete;
+
+  /// Reads the next frame, giving its selected records to fn; false at the end of the stream
+  /// (status() then final). *go_on is set false when fn asked to stop.
+  template <class Fn>
+  bool next(Fn& fn, bool* go_on) {
+    if (done_) return false;
+    bool passed = false;
+    if (!reader_.next(content_, gate_ ? &gate_ : nullptr, &passed)) {
+      finish();
+      return false;
+    }
+    if (passed) return true;
+    *go_on = for_each_line(content_, [&](std::string_view line) {
+      if (!parse_record(line, record_, &error_)) {
+        if (status_.bad_lines++ == 0) {
+          status_.message =
+              fmt::format("{}: frame {}: bad line: {}", status_.path, reader_.frames(), error_);
         }
         return true;
       }
-      ++status.records;
-      record.rank = rank.rank;
+      ++status_.records;
+      record_.rank = rank_.rank;
       if constexpr (std::is_same_v<R, OpRecord>) {
         // An absent "grad" on a forward op means on where the writer records the mode,
         // unknown elsewhere (backward ops carry none: they run in the engine's mode).
-        if (!record.grad && grad_recorded && record.dir == Direction::kForward) record.grad = true;
+        if (!record_.grad && grad_recorded_ && record_.dir == Direction::kForward)
+          record_.grad = true;
       }
-      return !selects(filter, record) || fn(record);
+      return !selects(filter_, record_) || fn(record_);
     });
+    return true;
   }
-  status.frames = reader.frames();
-  if (reader.truncated()) {
-    status.truncated = true;
-    status.truncated_bytes = reader.truncated_bytes();
-    status.message =
-        status.message.empty() ? reader.message() : reader.message() + "; " + status.message;
+
+  /// Ends the reading (also when stopped early): the frames read and the truncation.
+  void finish() {
+    if (done_) return;
+    done_ = true;
+    status_.frames = reader_.frames();
+    if (reader_.truncated()) {
+      status_.truncated = true;
+      status_.truncated_bytes = reader_.truncated_bytes();
+      status_.message =
+          status_.message.empty() ? reader_.message() : reader_.message() + "; " + status_.message;
+    }
   }
+  StreamStatus& status() noexcept { return status_; }
+
+ private:
+  const RankInfo& rank_;
+  const RecordFilter& filter_;
+  const PassFn* pass_;
+  StreamStatus status_;
+  FrameReader reader_;
+  std::function<bool(const FrameDigest&)> gate_;
+  std::string content_, error_;
+  R record_;
+  bool grad_recorded_ = false, by_steps_ = false, by_pass_ = false, done_ = false;
+};
+
+// Reads one stream of one rank; returns false when fn asked to stop.
+template <class R, class Fn>
+bool read_stream(const RankInfo& rank, StreamKind kind, const RecordFilter& filter, Fn& fn,
+                 StreamStatus& status, bool digests, const PassFn* pass = nullptr) {
+  StreamCursor<R> cursor(rank, kind, filter, digests, pass);
+  bool go_on = true;
+  while (go_on && cursor.next(fn, &go_on)) {
+  }
+  cursor.finish();
+  status = std::move(cursor.status());
   return go_on;
+}
+
+// Keeps the latest status of each stream.
+void keep_status(std::vector<StreamStatus>& statuses, StreamStatus status) {
+  auto same = std::find_if(statuses.begin(), statuses.end(),
+                           [&](const StreamStatus& s) { return s.path == status.path; });
+  if (same != statuses.end()) {
+    *same = std::move(status);
+  } else {
+    statuses.push_back(std::move(status));
+  }
 }
 
 template <class R, class Fn>
@@ -222,18 +279,51 @@ void read_all(const std::vector<RankInfo>& ranks, std::vector<StreamStatus>& sta
     if (!selects_rank(filter, rank.rank)) continue;
     StreamStatus status;
     bool go_on = read_stream<R>(rank, kind, filter, fn, status, digests, pass);
-    auto same = std::find_if(statuses.begin(), statuses.end(),
-                             [&](const StreamStatus& s) { return s.path == status.path; });
-    if (same != statuses.end()) {
-      *same = std::move(status);
-    } else {
-      statuses.push_back(std::move(status));
-    }
+    keep_status(statuses, std::move(status));
     if (!go_on) return;
   }
 }
 
 }  // namespace
+
+struct OpCursor::Impl {
+  DumpReader& reader;
+  const RecordFilter& filter;
+  size_t next_rank = 0;
+  std::unique_ptr<StreamCursor<OpRecord>> stream;
+};
+
+OpCursor::OpCursor(DumpReader& reader, const RecordFilter& filter)
+    : impl_(new Impl{reader, filter, 0, nullptr}) {}
+
+OpCursor::~OpCursor() {
+  if (impl_->stream) {  // left before its end: the status says what was read
+    impl_->stream->finish();
+    keep_status(impl_->reader.statuses_, std::move(impl_->stream->status()));
+  }
+}
+
+bool OpCursor::next(std::vector<OpRecord>& out) {
+  Impl& m = *impl_;
+  auto keep = [&out](OpRecord& r) {  // the cursor's own record: taken, parsed anew next
+    out.push_back(std::move(r));
+    return true;
+  };
+  for (;;) {
+    if (!m.stream) {
+      const std::vector<RankInfo>& ranks = m.reader.ranks_;
+      while (m.next_rank < ranks.size() && !selects_rank(m.filter, ranks[m.next_rank].rank))
+        ++m.next_rank;
+      if (m.next_rank == ranks.size()) return false;
+      m.stream = std::make_unique<StreamCursor<OpRecord>>(ranks[m.next_rank++], StreamKind::kOps,
+                                                          m.filter, m.reader.digests_, nullptr);
+    }
+    bool go_on = true;
+    if (m.stream->next(keep, &go_on)) return true;
+    keep_status(m.reader.statuses_, std::move(m.stream->status()));
+    m.stream.reset();
+  }
+}
 
 void DumpReader::for_each_op(const RecordFilter& filter,
                              const std::function<bool(const OpRecord&)>& fn) {

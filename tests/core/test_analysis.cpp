@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "analysis_fixtures.h"
+#include "core/compare_check.h"
 #include "precprobe_catch.h"
 
 using namespace precprobe;
@@ -177,7 +178,7 @@ DumpData chain(double f, double noise = 1) {
 TEST_CASE("compare --first blames the op whose inputs match", "[analysis][compare]") {
   CompareOptions opt;
   opt.first = true;
-  const CompareResult r = compare_dumps(chain(1.01), chain(1.0), opt);
+  const CompareResult r = test::compare_checked(chain(1.01), chain(1.0), opt);
   REQUIRE(r.found);
   REQUIRE(r.first);
   CHECK(r.first->name == "aten::mm.0.forward");
@@ -199,7 +200,7 @@ TEST_CASE("compare --first blames the op whose inputs match", "[analysis][compar
 TEST_CASE("compare --first ignores float noise", "[analysis][compare]") {
   CompareOptions opt;
   opt.first = true;
-  const CompareResult r = compare_dumps(chain(1.0, 1 + 3e-7), chain(1.0), opt);
+  const CompareResult r = test::compare_checked(chain(1.0, 1 + 3e-7), chain(1.0), opt);
   CHECK_FALSE(r.found);
   CHECK_FALSE(r.differs());
   CHECK_FALSE(r.identical);  // but the values are not bitwise equal
@@ -218,17 +219,17 @@ TEST_CASE("compare --first prefers the nested op that diverged", "[analysis][com
   };
   CompareOptions opt;
   opt.first = true;
-  const CompareResult r = compare_dumps(run(1.01), run(1.0), opt);
+  const CompareResult r = test::compare_checked(run(1.01), run(1.0), opt);
   REQUIRE(r.found);
   CHECK(r.first->op == "aten::addmm");
   // Seq order in the file (the probe's order) gives the same answer.
   DumpData a = run(1.01), b = run(1.0);
   std::swap(a.ops[0], a.ops[1]);
   std::swap(b.ops[0], b.ops[1]);
-  CHECK(compare_dumps(a, b, opt).first->op == "aten::addmm");
+  CHECK(test::compare_checked(a, b, opt).first->op == "aten::addmm");
   opt.first = false;
   opt.exact = true;
-  CHECK(compare_dumps(run(1.01), run(1.0), opt).first->op == "aten::addmm");
+  CHECK(test::compare_checked(run(1.01), run(1.0), opt).first->op == "aten::addmm");
 }
 
 TEST_CASE("compare aligns around an inserted op", "[analysis][compare]") {
@@ -245,7 +246,7 @@ TEST_CASE("compare aligns around an inserted op", "[analysis][compare]") {
             {"aten::relu", 2, {y}, {y}, 1},  // extra in b
             {"aten::mm", 3, {y}, {y}, 1},
             {"aten::relu", 4, {y}, {y}, 2}});
-  CompareResult r = compare_dumps(a, b);
+  CompareResult r = test::compare_checked(a, b);
   CHECK(r.aligned_by_lcs == 1);
   REQUIRE(r.unmatched.size() == 1);
   CHECK(r.unmatched[0].side == "b");
@@ -256,7 +257,7 @@ TEST_CASE("compare aligns around an inserted op", "[analysis][compare]") {
   CHECK(r.warnings == 0);
   CHECK(r.differs());  // an unmatched op is a difference
   // The other way round it is an op missing from b... i.e. only in a.
-  r = compare_dumps(b, a);
+  r = test::compare_checked(b, a);
   REQUIRE(r.unmatched.size() == 1);
   CHECK(r.unmatched[0].side == "a");
   REQUIRE(r.first_unmatched);
@@ -268,7 +269,7 @@ TEST_CASE("compare: statistics warnings and step/rank groups", "[analysis][compa
   add_step(a, 0, 0, {{"aten::add", 0, {targ({1, 2})}, {targ({1, 10})}}});
   add_step(b, 0, 0, {{"aten::add", 0, {targ({1, 2})}, {targ({1, 4})}}});
   add_step(a, 1, 0, {{"aten::add", 0, {targ({1})}, {targ({1})}}});
-  CompareResult r = compare_dumps(a, b);
+  CompareResult r = test::compare_checked(a, b);
   CHECK(r.warnings == 1);
   CHECK(r.only_a == std::vector<std::pair<int64_t, int>>{{1, 0}});
   CHECK(r.differs());
@@ -277,7 +278,7 @@ TEST_CASE("compare: statistics warnings and step/rank groups", "[analysis][compa
   CHECK(j["ops"][0]["args"][1]["max"]["rel_pct"] == Approx(150));
   CompareOptions only0;
   only0.step = 1;
-  r = compare_dumps(a, b, only0);
+  r = test::compare_checked(a, b, only0);
   CHECK(r.ops.empty());
   CHECK(r.only_a.size() == 1);
 }
@@ -285,7 +286,7 @@ TEST_CASE("compare: statistics warnings and step/rank groups", "[analysis][compa
 TEST_CASE("compare --exact: bitwise identity", "[analysis][compare]") {
   CompareOptions opt;
   opt.exact = true;
-  CompareResult r = compare_dumps(chain(1.0), chain(1.0), opt);
+  CompareResult r = test::compare_checked(chain(1.0), chain(1.0), opt);
   CHECK(r.identical);
   CHECK_FALSE(r.differs());
   CHECK(r.to_json()["identical"] == true);
@@ -294,7 +295,7 @@ TEST_CASE("compare --exact: bitwise identity", "[analysis][compare]") {
   DumpData b = chain(1.0);
   double& mean = b.ops[1].outputs[0].tensor->mean;
   mean = std::nextafter(mean, 10.0);
-  r = compare_dumps(chain(1.0), b, opt);
+  r = test::compare_checked(chain(1.0), b, opt);
   CHECK_FALSE(r.identical);
   REQUIRE(r.first);
   CHECK(r.first->name == "aten::relu.0.forward");
@@ -312,7 +313,7 @@ TEST_CASE("compare --exact: bitwise identity", "[analysis][compare]") {
     }
   }
   hb.ops[2].outputs[0].tensor->hash = 43;
-  r = compare_dumps(ha, hb, opt);
+  r = test::compare_checked(ha, hb, opt);
   CHECK_FALSE(r.identical);
   CHECK(r.first->op == "aten::sum");
 }
@@ -323,7 +324,7 @@ TEST_CASE("compare: a differing constant argument is blamed", "[analysis][compar
   add_step(b, 0, 0, {{"aten::mul", 0, {targ({1, 2}), varg("0.25")}, {targ({0.25, 0.5})}}});
   CompareOptions opt;
   opt.first = true;
-  const CompareResult r = compare_dumps(a, b, opt);
+  const CompareResult r = test::compare_checked(a, b, opt);
   REQUIRE(r.found);
   CHECK(r.first->op == "aten::mul");
 }
@@ -511,7 +512,7 @@ TEST_CASE("randomized: a dump equals itself; deleted ops are reported", "[analys
     const DumpData a = random_dump(rng, 3, 15);
     CompareOptions exact;
     exact.exact = true;
-    const CompareResult same = compare_dumps(a, a, exact);
+    const CompareResult same = test::compare_checked(a, a, exact);
     REQUIRE(same.identical);
     REQUIRE_FALSE(same.found);
     REQUIRE(same.ops.size() == a.ops.size());
@@ -519,7 +520,7 @@ TEST_CASE("randomized: a dump equals itself; deleted ops are reported", "[analys
     DumpData b = a;
     const size_t removed = 1 + rng() % 3;
     for (size_t k = 0; k < removed; ++k) b.ops.erase(b.ops.begin() + rng() % b.ops.size());
-    const CompareResult r = compare_dumps(a, b);
+    const CompareResult r = test::compare_checked(a, b);
     CHECK(r.unmatched.size() == removed);
     CHECK(r.ops.size() == a.ops.size() - removed);
     for (const UnmatchedOp& u : r.unmatched) CHECK(u.side == "a");

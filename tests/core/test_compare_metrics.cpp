@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "analysis_fixtures.h"
+#include "core/compare_check.h"
 #include "precprobe_catch.h"
 
 using namespace precprobe;
@@ -210,7 +211,7 @@ TEST_CASE("compare: gradients of a scaled loss are compared with the loss scale 
   a.scaler.push_back(sr);
   CompareOptions first;
   first.first = true;
-  const CompareResult r = compare_dumps(a, b, first);
+  const CompareResult r = test::compare_checked(a, b, first);
   REQUIRE(r.ops.size() == 1);
   CHECK(r.ops[0].loss_scale == 65536);
   CHECK(r.ops[0].classification != "divergent");
@@ -224,7 +225,7 @@ TEST_CASE("compare: gradients of a scaled loss are compared with the loss scale 
   // (the op inherits that from its input: the difference starts where the loss is scaled).
   DumpData bare = a;
   bare.scaler.clear();
-  const CompareResult raw = compare_dumps(bare, b, first);
+  const CompareResult raw = test::compare_checked(bare, b, first);
   REQUIRE(raw.ops.size() == 1);
   CHECK(raw.ops[0].loss_scale == 1);
   CHECK(raw.ops[0].args[2].abs_error == Approx(0.06 * 65535));
@@ -232,7 +233,7 @@ TEST_CASE("compare: gradients of a scaled loss are compared with the loss scale 
   // A real error in the scaled gradient is still one: grad_input 10 % off.
   DumpData wrong = a;
   wrong.ops[0].outputs[0] = scaled(gi, 65536 * 1.1);
-  const CompareResult w = compare_dumps(wrong, b, first);
+  const CompareResult w = test::compare_checked(wrong, b, first);
   REQUIRE(w.found);
   CHECK(w.first->op == "aten::mm");
   CHECK(w.first->loss_scale == 65536);
@@ -321,7 +322,7 @@ TEST_CASE("noise model: a bias gradient that cancels to ~1e-7 is noise",
   const Arg in = hashed(targ(xd), 7);  // the same gradient in both runs
   auto [a, b] = one_op("aten::sum", {in, varg("[0]")}, {targ({one})}, {in, varg("[0]")},
                        {targ({two})}, Direction::kBackward);
-  const CompareResult r = compare_dumps(a, b, {});
+  const CompareResult r = test::compare_checked(a, b, {});
   REQUIRE(r.ops.size() == 1);
   const OpCompare& o = r.ops[0];
   // msprobe-style relative error of the output statistics: ~100 %.
@@ -342,7 +343,7 @@ TEST_CASE("noise model: a bias gradient that cancels to ~1e-7 is noise",
   CHECK(r.noise_ops == 1);
   CompareOptions first;
   first.first = true;
-  const CompareResult f = compare_dumps(a, b, first);
+  const CompareResult f = test::compare_checked(a, b, first);
   CHECK_FALSE(f.found);
   CHECK_FALSE(f.differs());
 
@@ -350,7 +351,7 @@ TEST_CASE("noise model: a bias gradient that cancels to ~1e-7 is noise",
   // n u = 6.1e-5 the allowance is ~6.1e-4 of S, and 1e-3 sum|x| ~ 1e-3 S.
   auto [a2, b2] = one_op("aten::sum", {in, varg("[0]")}, {targ({one})}, {in, varg("[0]")},
                          {targ({one + 1e-3 * sum_abs})}, Direction::kBackward);
-  const CompareResult g = compare_dumps(a2, b2, first);
+  const CompareResult g = test::compare_checked(a2, b2, first);
   REQUIRE(g.ops.size() == 1);
   CHECK(g.ops[0].classification == "divergent");
   CHECK(g.ops[0].ratio > 10);
@@ -368,7 +369,7 @@ TEST_CASE("noise model: scalars are compared with a tolerance, never exactly",
                        {varg("0.10000000894069672")});
   CompareOptions first;
   first.first = true;
-  const CompareResult r = compare_dumps(a, b, first);
+  const CompareResult r = test::compare_checked(a, b, first);
   REQUIRE(r.ops.size() == 1);
   const OpCompare& o = r.ops[0];
   REQUIRE(o.args.size() == 2);
@@ -382,22 +383,22 @@ TEST_CASE("noise model: scalars are compared with a tolerance, never exactly",
   const Arg h = hashed(targ({1, 2}), 3);
   auto [c, e] = one_op("aten::mul", {h, varg("1.01")}, {targ({1.01, 2.02})}, {h, varg("1.0")},
                        {targ({1, 2})});
-  const CompareResult k = compare_dumps(c, e, first);
+  const CompareResult k = test::compare_checked(c, e, first);
   CHECK(k.found);
   CHECK(k.ops[0].classification == "divergent");
   CHECK(k.ops[0].args[1].error == Approx(0.01 / 1.01));
   // ... one that differs in its last float64 bits is (a host-side computation).
   auto [c2, e2] = one_op("aten::mul", {h, varg("0.30000000000000004")}, {targ({0.3, 0.6})},
                          {h, varg("0.3")}, {targ({0.3, 0.6})});
-  const CompareResult k2 = compare_dumps(c2, e2, first);
+  const CompareResult k2 = test::compare_checked(c2, e2, first);
   CHECK_FALSE(k2.found);
   CHECK(k2.ops[0].classification == "noise");
   // A different integer or string is never rounding.
   auto [c3, e3] = one_op("aten::sum", {h, varg("[0]")}, {targ({3})}, {h, varg("[1]")}, {targ({7})});
-  CHECK(compare_dumps(c3, e3, first).found);
+  CHECK(test::compare_checked(c3, e3, first).found);
   // ... unless it changed nothing: the same tensors in and out (noted, not divergent).
   auto [c4, e4] = one_op("aten::sum", {h, varg("[0]")}, {targ({3})}, {h, varg("[1]")}, {targ({3})});
-  const CompareResult k4 = compare_dumps(c4, e4, first);
+  const CompareResult k4 = test::compare_checked(c4, e4, first);
   CHECK_FALSE(k4.found);
   CHECK(k4.ops[0].classification == "noise");
   CHECK(k4.ops[0].args[1].note == "value differs: [0] vs [1]");
@@ -424,7 +425,7 @@ TEST_CASE("compare aligns runs of two LibTorch versions on the ops both have",
             {"aten::sum", 3, {r}, {hashed(targ({20}), 4)}}});
   CompareOptions first;
   first.first = true;
-  const CompareResult c = compare_dumps(a, b, first);
+  const CompareResult c = test::compare_checked(a, b, first);
   REQUIRE(c.ops.size() == 3);
   CHECK(c.ops[0].op == "aten::mul");
   CHECK(c.ops[1].op == "aten::_reshape_alias");
@@ -491,7 +492,7 @@ TEST_CASE("compare: ops downstream of a near-tie flip are excused, the others ar
 
   // The indices differ: the first convolution backward is downstream of the flip.
   auto [a, b] = runs({1, 5}, moved_b);
-  const CompareResult all = compare_dumps(a, b, {});
+  const CompareResult all = test::compare_checked(a, b, {});
   REQUIRE(all.ops.size() == 3);
   CHECK(all.flip_ops == 1);
   CHECK(all.ops[0].after_flip == "aten::max_pool2d_with_indices_backward.0.backward");
@@ -509,7 +510,7 @@ TEST_CASE("compare: ops downstream of a near-tie flip are excused, the others ar
   CHECK(all.first_excused->seq_a == 1);
   // The excused op is not "the largest noise".
   CHECK((!all.max_noise || !all.max_noise->excused));
-  const CompareResult f = compare_dumps(a, b, first);
+  const CompareResult f = test::compare_checked(a, b, first);
   REQUIRE(f.found);
   CHECK(f.first->seq_a == 2);
   const nlohmann::json j = f.to_json();
@@ -520,7 +521,7 @@ TEST_CASE("compare: ops downstream of a near-tie flip are excused, the others ar
   // Same indices (no flip): the same difference of the first convolution backward is
   // its own, and it is the first divergent op.
   auto [a2, b2] = runs({0, 5}, moved_a);
-  const CompareResult g = compare_dumps(a2, b2, first);
+  const CompareResult g = test::compare_checked(a2, b2, first);
   CHECK(g.flip_ops == 0);
   CHECK(g.excused_ops == 0);
   REQUIRE(g.found);

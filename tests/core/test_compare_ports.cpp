@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "analysis_fixtures.h"
+#include "core/compare_check.h"
 #include "precprobe_catch.h"
 
 using namespace precprobe;
@@ -18,7 +19,7 @@ TEST_CASE("compare: arguments a port spells differently are the same argument",
   // ATen expands: the same int[2].
   auto [a, b] = one_op("aten::max_pool2d", {h, varg("[2,2]"), varg("[]"), varg("[0,0]")}, {out},
                        {h, varg("[2]"), varg("[]"), varg("[0]")}, {out});
-  const CompareResult r = compare_dumps(a, b, first);
+  const CompareResult r = test::compare_checked(a, b, first);
   REQUIRE(r.ops.size() == 1);
   CHECK(r.ops[0].classification == "match");
   CHECK_FALSE(r.found);
@@ -28,7 +29,7 @@ TEST_CASE("compare: arguments a port spells differently are the same argument",
   auto [c, e] =
       one_op("aten::randperm", {varg("3"), varg("4"), varg("null"), varg("\"cpu\""), varg("false")},
              {perm}, {varg("3"), varg("4"), varg("null"), varg("null"), varg("null")}, {perm});
-  const CompareResult k = compare_dumps(c, e, first);
+  const CompareResult k = test::compare_checked(c, e, first);
   REQUIRE(k.ops.size() == 1);
   CHECK_FALSE(k.found);
   CHECK(k.ops[0].classification == "noise");
@@ -39,7 +40,7 @@ TEST_CASE("compare: arguments a port spells differently are the same argument",
   const Arg ones = hashed(targ({1}), 10);
   auto [c3, e3] = one_op("aten::ones_like", {targ({1.9343910217285156}), varg("1")}, {ones},
                          {targ({1.9343911409378052}), varg("0")}, {ones});
-  const CompareResult k3 = compare_dumps(c3, e3, first);
+  const CompareResult k3 = test::compare_checked(c3, e3, first);
   CHECK_FALSE(k3.found);
   CHECK(k3.ops[0].classification == "noise");
   CHECK(k3.ops[0].args[1].note == "value differs: 1 vs 0");
@@ -47,7 +48,7 @@ TEST_CASE("compare: arguments a port spells differently are the same argument",
   // differ.
   auto [c2, e2] = one_op("aten::max_pool2d", {h, varg("[2,3]")}, {out}, {h, varg("[2]")},
                          {hashed(targ({3}), 9)});
-  const CompareResult k2 = compare_dumps(c2, e2, first);
+  const CompareResult k2 = test::compare_checked(c2, e2, first);
   CHECK(k2.found);
   CHECK(k2.ops[0].args[1].note == "value differs: [2,3] vs [2]");
 }
@@ -71,7 +72,7 @@ TEST_CASE("compare: a constant of the program that differs is divergent whatever
     return std::pair<DumpData, DumpData>{a, b};
   };
   auto [a, b] = steps({"1.0000001", "1.0000001", "1.0000001"}, {"1.0", "1.0", "1.0"});
-  const CompareResult r = compare_dumps(a, b, first);
+  const CompareResult r = test::compare_checked(a, b, first);
   REQUIRE(r.found);
   CHECK(r.first->step == 0);
   CHECK(r.first->args[1].note ==
@@ -80,16 +81,16 @@ TEST_CASE("compare: a constant of the program that differs is divergent whatever
   // rule decides, as before.
   auto [a1, b1] = one_op("aten::mul", {h, varg("1.0000001")}, {targ({1.0000001, 2.0000002})},
                          {h, varg("1.0")}, {targ({1, 2})});
-  CHECK_FALSE(compare_dumps(a1, b1, first).found);
+  CHECK_FALSE(test::compare_checked(a1, b1, first).found);
   // A number that changes from step to step in both runs (a clipping coefficient, a learning
   // rate from an earlier item()) is data: its last-bit differences are rounding.
   auto [a2, b2] = steps({"0.50000000000000011", "0.25000000000000006"}, {"0.5", "0.25"});
-  const CompareResult r2 = compare_dumps(a2, b2, first);
+  const CompareResult r2 = test::compare_checked(a2, b2, first);
   CHECK_FALSE(r2.found);
   // The same constant in one run, another in the other from step 1 on (a perturbation): found
   // at step 1, where it starts.
   auto [a3, b3] = steps({"1.0", "1.0000001", "1.0000001"}, {"1.0", "1.0", "1.0"});
-  const CompareResult r3 = compare_dumps(a3, b3, first);
+  const CompareResult r3 = test::compare_checked(a3, b3, first);
   REQUIRE(r3.found);
   CHECK(r3.first->step == 1);
 }
@@ -112,12 +113,12 @@ TEST_CASE("compare: ops of one run only are compared by their results", "[analys
     return std::pair<DumpData, DumpData>{a, b};
   };
   auto [a, b] = run(y, z);
-  const CompareResult same = compare_dumps(a, b, first);
+  const CompareResult same = test::compare_checked(a, b, first);
   CHECK_FALSE(same.found);
   CHECK(same.divergent_ops == 0);
   CHECK(same.unmatched.size() == 3);
   auto [a2, b2] = run(y_off, z_off);
-  const CompareResult off = compare_dumps(a2, b2, first);
+  const CompareResult off = test::compare_checked(a2, b2, first);
   REQUIRE(off.found);
   CHECK(off.first->name == "aten::linear.0.forward");
   CHECK(off.first->name_b == "aten::addmm.0.forward");
@@ -140,7 +141,7 @@ TEST_CASE("compare: ops of one run only are compared by their results", "[analys
   add_step(
       e, 0, 0,
       {{"aten::mul", 0, {h, one}, {targ({1, 2})}}, {"aten::add_", 1, {n0, one, varg("1")}, {n1}}});
-  const CompareResult m = compare_dumps(c, e, first);
+  const CompareResult m = test::compare_checked(c, e, first);
   REQUIRE(m.found);
   CHECK(m.first->name == "aten::mul.0.forward");
   CHECK(m.divergent_places.size() == 1);

@@ -175,8 +175,8 @@ void print_sequence(const CompareResult& r, const Terminal& term, std::string le
 }
 
 void print_totals(const CompareResult& r) {
-  std::cout << fmt::format("{} ops matched, {} with warnings, {} unmatched", r.ops.size(),
-                           r.warnings, r.unmatched.size());
+  std::cout << fmt::format("{} ops matched, {} with warnings, {} unmatched", r.matched, r.warnings,
+                           r.unmatched.size());
   if (r.aligned_by_lcs > 0)
     std::cout << fmt::format(", {} (step, rank) groups aligned by content", r.aligned_by_lcs);
   if (r.aligned_approximately > 0)
@@ -286,7 +286,7 @@ void print_first(const CompareResult& r, const CompareArgs& args, const Terminal
 void print_exact(const CompareResult& r, const CompareArgs& args, const Terminal& term) {
   if (r.identical) {
     std::cout << paint(term, Tone::kGreen,
-                       fmt::format("Identical: {} ops bitwise equal.", r.ops.size()))
+                       fmt::format("Identical: {} ops bitwise equal.", r.matched))
               << '\n';
     return;
   }
@@ -413,6 +413,8 @@ void add_compare_command(CLI::App& app, int& exit_code) {
     opt.noise_factor = args->noise_factor;
     opt.inherited_weight = args->inherited_weight;
     opt.by_module = args->by == "module";
+    // --first and --exact list the divergent ops only: the others are counted, not kept.
+    opt.keep_ops = !args->first && !args->exact;
     CompareResult r;
     {
       Progress progress(term, args->a + " and " + args->b);

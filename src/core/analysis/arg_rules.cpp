@@ -51,6 +51,11 @@ bool ProgramConstants::constant(const OpRecord& r, size_t input) const {
   return it != sites_.end() && !it->second.varies && it->second.steps >= 2;
 }
 
+bool ProgramConstants::settled(const OpRecord& r, size_t input) const {
+  auto it = sites_.find(site(r) + std::to_string(input));
+  return it != sites_.end() && it->second.varies;
+}
+
 std::string ProgramConstants::site(const OpRecord& r) {
   return std::to_string(r.rank) + '\x1f' + r.name() + '\x1f';
 }

@@ -33,6 +33,9 @@ class ProgramConstants {
   void add(const std::vector<OpRecord>& ops);
   /// Whether input `input` of `r`'s site is a constant of the run.
   bool constant(const OpRecord& r, size_t input) const;
+  /// Whether constant(r, input) is final: no group added later can change it (the site's
+  /// value has varied). Groups may be added in any order: the answers depend on the set.
+  bool settled(const OpRecord& r, size_t input) const;
 
  private:
   struct Site {

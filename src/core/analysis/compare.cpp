@@ -1,4 +1,5 @@
-// compare_dumps: pairs the ops of two dumps per (step, rank) and compares them.
+// compare_dumps, one (step, rank) group at a time: pairs the ops of the two runs and compares
+// them (compare_read.cpp reads the runs and hands the groups over).
 //
 // Pairing (pairing.h): ops pair only with an op of the same content (op, direction, shapes,
 // parameter). Equal sequences pair in order; differing ones are aligned by content, so an
@@ -12,6 +13,7 @@
 #include <unordered_map>
 
 #include "arg_rules.h"
+#include "compare_group.h"
 #include "compare_order.h"
 #include "flips.h"
 #include "json_util.h"
@@ -25,64 +27,9 @@ namespace precprobe {
 namespace {
 
 using analysis_detail::ProgramConstants;
-using analysis_detail::RecordSource;
 using analysis_detail::same_after_broadcast;
 using analysis_detail::spelled_default;
-using GroupKey = std::pair<int64_t, int>;  // (step, rank)
-using Groups = std::map<GroupKey, std::vector<OpRecord>>;
-
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-// One run's records to compare: its op records per (step, rank), and its loss scales.
-struct Side {
-  Groups groups;
-  analysis_detail::LossScales scales;
-  /// Ops of threads outside the training step (OpRecord::background): which step they fall
-  /// into, and on which of the program's threads, is up to the scheduler, so they are not
-  /// paired; their data reaches the step's ops, which are.
-  int64_t background = 0;
-  std::map<int, analysis_detail::ModuleOrder> orders;  ///< by the rank of the groups' keys
-};
-
-// `side` 0 is A, 1 is B: with opt.ranks each side keeps its own rank, and B's records are
-// relabelled as A's rank so the two ranks' ops pair up.
-Side load(RecordSource& src, const CompareOptions& opt, int side) {
-  std::optional<int> rank = opt.rank;
-  if (opt.ranks) rank = side == 0 ? opt.ranks->first : opt.ranks->second;
-  // The (step, rank) group of a record, or nullopt for one not compared.
-  auto group = [&](int64_t step, int r) -> std::optional<GroupKey> {
-    if ((opt.step && step != *opt.step) || (rank && r != *rank)) return std::nullopt;
-    return GroupKey{step, opt.ranks ? opt.ranks->first : r};
-  };
-  Side s;
-  for (auto& [r, order] : analysis_detail::module_orders(src.ranks())) {
-    if (opt.ranks && r != (side == 0 ? opt.ranks->first : opt.ranks->second)) continue;
-    s.orders[opt.ranks ? opt.ranks->first : r] = std::move(order);
-  }
-  src.ops([&](const OpRecord& r) {
-    if (r.background) {
-      if (group(r.step, r.rank)) ++s.background;
-      return true;
-    }
-    if (auto key = group(r.step, r.rank)) {
-      auto& ops = s.groups[*key];
-      ops.push_back(r);
-      ops.back().rank = key->second;
-    }
-    return true;
-  });
-  for (auto& [key, ops] : s.groups) {
-    std::stable_sort(ops.begin(), ops.end(),
-                     [](const OpRecord& x, const OpRecord& y) { return x.seq < y.seq; });
-  }
-  src.scaler([&](const ScalerRecord& r) {
-    if (auto key = group(r.step, r.rank))
-      if (std::isfinite(r.scale_before) && r.scale_before > 0)
-        s.scales.emplace(*key, r.scale_before);
-    return true;
-  });
-  return s;
-}
 
 // One side's arguments against the other's; returns the largest tensor error and sets
 // `value_differs` when a non-tensor argument differs in a way rounding cannot explain (a
@@ -168,9 +115,17 @@ double relative(double x, double scale) {
   return scale > 0 ? x / scale : kInf;
 }
 
+// Whether input i of r is a constant of its run. `unsettled` is set when more groups of the
+// run could change the answer (ProgramConstants::settled).
+bool run_constant(const ProgramConstants* c, const OpRecord& r, size_t i, bool* unsettled) {
+  if (c == nullptr) return false;
+  if (unsettled != nullptr && !c->settled(r, i)) *unsettled = true;
+  return c->constant(r, i);
+}
+
 Verdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareOptions& opt,
-                     double loss_scale = 1, const ProgramConstants* const_a = nullptr,
-                     const ProgramConstants* const_b = nullptr) {
+                     double loss_scale, const ProgramConstants* const_a,
+                     const ProgramConstants* const_b, bool* unsettled) {
   // Gradients of a loss scaled by a GradScaler (fp16/bf16 AMP) against a run that scales
   // it otherwise (an fp32 reference): compared as gradients of the same loss.
   analysis_detail::ScaledArgs scaled;
@@ -237,8 +192,8 @@ Verdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareOptio
       // earlier item()): one rounding of the op's precision, times the noise factor, is
       // what it may differ by; beyond that the op was called with a different constant.
       rel = ac.error;
-      const bool program_constant =
-          (const_a && const_a->constant(a, i)) || (const_b && const_b->constant(b, i));
+      const bool in_a = run_constant(const_a, a, i, unsettled);
+      const bool program_constant = run_constant(const_b, b, i, unsettled) || in_a;
       if (program_constant || !(rel <= opt.noise_factor * u_op)) {
         constant_differs = true;  // the op's own cause, not inherited
         if (program_constant) oc.args[i].note += " (a constant of the program: every step)";
@@ -380,16 +335,18 @@ UnmatchedOp unmatched(const OpRecord& r, const char* side) {
 
 // The group's earliest divergent op, or an op nested in it that diverges too (nesting.h):
 // an outer op inherits the divergence of the op it ran, which is the one to blame.
-std::optional<OpCompare> group_first(const std::vector<OpCompare>& divergent,
-                                     const std::vector<OpRecord>& a,
-                                     const std::vector<size_t>& index) {
-  if (divergent.empty()) return std::nullopt;
+// `get(k)` is the comparison of the k-th op of `index` (positions in `a`).
+template <class Get>
+std::optional<OpCompare> group_first(const std::vector<OpRecord>& a,
+                                     const std::vector<size_t>& index, Get get) {
+  if (index.empty()) return std::nullopt;
   std::vector<analysis_detail::OpPlace> places;
+  places.reserve(a.size());
   for (const OpRecord& r : a) places.push_back({r.seq, r.thread, r.depth});
   const analysis_detail::CallTree tree(places);
   const size_t chosen = tree.innermost_earliest(index);
   for (size_t k = 0; k < index.size(); ++k) {
-    if (index[k] == chosen) return divergent[k];
+    if (index[k] == chosen) return get(k);
   }
   return std::nullopt;
 }
@@ -419,104 +376,180 @@ void excuse_after_flip(const std::optional<analysis_detail::FlipTracker::Source>
   if (!res.first_excused || earlier(v.oc, *res.first_excused)) res.first_excused = v.oc;
 }
 
-CompareResult compare_groups(const Side& sa, const Side& sb, const CompareOptions& opt) {
-  const Groups& ga = sa.groups;
-  const Groups& gb = sb.groups;
-  CompareResult res;
-  res.background_a = sa.background;
-  res.background_b = sb.background;
-  res.first_mode = opt.first;
-  res.exact_mode = opt.exact;
-  std::optional<OpCompare> first_divergent, first_inexact;
-  ProgramConstants const_a, const_b;
-  for (const auto& kv : ga) const_a.add(kv.second);
-  for (const auto& kv : gb) const_b.add(kv.second);
-  for (const auto& kv : ga) {
-    // Named references, not structured bindings: clang 14 won't capture those in a lambda.
-    const GroupKey& key = kv.first;
-    const std::vector<OpRecord>& a = kv.second;
-    res.ops_a += static_cast<int64_t>(a.size());
-    auto it = gb.find(key);
-    if (it == gb.end()) {
-      res.only_a.push_back(key);
-      for (const OpRecord& r : a) res.unmatched.push_back(unmatched(r, "a"));
+// Per module in order of first appearance among `ops` (--by module).
+std::vector<ModuleCompare> modules_compared(const std::vector<OpCompare>& ops) {
+  std::vector<ModuleCompare> out;
+  std::map<std::string, size_t> index;
+  for (const OpCompare& o : ops) {
+    auto [at, added] = index.emplace(o.module, out.size());
+    if (added) {
+      ModuleCompare m;
+      m.module = o.module;
+      out.push_back(std::move(m));
+    }
+    ModuleCompare& m = out[at->second];
+    ++m.ops;
+    if (o.classification == "match") ++m.match;
+    if (o.classification == "noise") ++m.noise;
+    if (o.classification == "divergent") {
+      ++m.divergent;
+      if (!m.first_divergent || earlier(o, *m.first_divergent)) m.first_divergent = o;
+    }
+    if (std::isfinite(o.ratio)) m.max_ratio = std::max(m.max_ratio, o.ratio);
+  }
+  return out;
+}
+
+}  // namespace
+
+namespace analysis_detail {
+
+GroupResult compare_group(const GroupKey& key, const std::vector<OpRecord>& a,
+                          const std::vector<OpRecord>& b, const CompareOptions& opt,
+                          double loss_scale, const ModuleOrder* order_a,
+                          const ProgramConstants& const_a, const ProgramConstants& const_b,
+                          bool* unsettled) {
+  GroupResult g;
+  CompareResult& res = g.part;
+  res.ops_a = static_cast<int64_t>(a.size());
+  res.ops_b = static_cast<int64_t>(b.size());
+  res.groups_compared = 1;
+  const std::vector<std::string> module_of = modules_of(a, order_a);
+  const GroupPairing paired = pair_ops(a, b, opt.max_align_cost);
+  add_sequence_diffs(a, b, paired.pairs, res.sequence_diffs);
+  std::vector<OpCompare> divergent, ops;
+  ops.reserve(paired.pairs.size());
+  // Inexact ops: their positions in A and in `ops` (most ops of two runs are inexact: no
+  // copies of them).
+  std::vector<size_t> divergent_at, inexact_at, inexact_op;
+  FlipTracker flips;
+  std::vector<int64_t> only_a, only_b;
+  double seen_error = 0;
+  // A place of ops of one run only, closed by the next compared op or the group's end.
+  auto close_place = [&]() {
+    for (auto& [pv, ka] : compare_place(a, b, only_a, only_b, seen_error, opt)) {
+      pv.oc.module = module_of[static_cast<size_t>(ka)];
+      ++res.divergent_ops;
+      divergent.push_back(pv.oc);
+      divergent_at.push_back(static_cast<size_t>(ka));
+      res.divergent_places.push_back(std::move(pv.oc));
+    }
+    only_a.clear();
+    only_b.clear();
+  };
+  for (const auto& [i, j] : paired.pairs) {
+    if (i < 0 || j < 0) {
+      res.unmatched.push_back(i < 0 ? unmatched(b[j], "b") : unmatched(a[i], "a"));
+      (i < 0 ? only_b : only_a).push_back(i < 0 ? j : i);
       continue;
     }
-    const std::vector<OpRecord>& b = it->second;
-    const std::vector<std::string> module_of =
-        modules_of(a, analysis_detail::order_of(sa.orders, key.second));
-    ++res.groups_compared;
-    const analysis_detail::GroupPairing paired =
-        analysis_detail::pair_ops(a, b, opt.max_align_cost);
-    analysis_detail::add_sequence_diffs(a, b, paired.pairs, res.sequence_diffs);
-    std::vector<OpCompare> divergent, inexact;
-    std::vector<size_t> divergent_at, inexact_at;
-    analysis_detail::FlipTracker flips;
-    const double loss_scale = analysis_detail::loss_scale_of(sa.scales, key) /
-                              analysis_detail::loss_scale_of(sb.scales, key);
-    std::vector<int64_t> only_a, only_b;
-    double seen_error = 0;
-    // A place of ops of one run only, closed by the next compared op or the group's end.
-    auto close_place = [&]() {
-      for (auto& [pv, ka] : compare_place(a, b, only_a, only_b, seen_error, opt)) {
-        pv.oc.module = module_of[static_cast<size_t>(ka)];
-        ++res.divergent_ops;
-        divergent.push_back(pv.oc);
-        divergent_at.push_back(static_cast<size_t>(ka));
-        res.divergent_places.push_back(std::move(pv.oc));
-      }
-      only_a.clear();
-      only_b.clear();
-    };
-    for (const auto& [i, j] : paired.pairs) {
-      if (i < 0 || j < 0) {
-        res.unmatched.push_back(i < 0 ? unmatched(b[j], "b") : unmatched(a[i], "a"));
-        (i < 0 ? only_b : only_a).push_back(i < 0 ? j : i);
-        continue;
-      }
-      close_place();
-      Verdict v = compare_pair(a[i], b[j], opt, loss_scale, &const_a, &const_b);
-      if (std::isfinite(v.oc.error)) seen_error = std::max(seen_error, v.oc.error);
-      v.oc.module = module_of[static_cast<size_t>(i)];
-      excuse_after_flip(flips.observe(a[i], v.oc), a[i].seq, v, res);
-      res.warnings += v.oc.warning ? 1 : 0;
-      if (v.oc.classification == "match") {
-        ++res.match_ops;
-      } else if (v.oc.classification == "noise") {
-        ++res.noise_ops;
-        if (!v.oc.excused && (!res.max_noise || v.oc.ratio > res.max_noise->ratio))
-          res.max_noise = v.oc;
-      } else {
-        ++res.divergent_ops;
-      }
-      if (v.divergent) {
-        divergent.push_back(v.oc);
-        divergent_at.push_back(static_cast<size_t>(i));
-      }
-      if (!v.oc.exact) {
-        inexact.push_back(v.oc);
-        inexact_at.push_back(static_cast<size_t>(i));
-      }
-      res.ops.push_back(std::move(v.oc));
-    }
     close_place();
-    auto keep_earliest = [&](std::optional<OpCompare>& found, const std::vector<OpCompare>& from,
-                             const std::vector<size_t>& at) {
-      std::optional<OpCompare> g = group_first(from, a, at);
-      if (g && (!found || earlier(*g, *found))) found = std::move(g);
-    };
-    keep_earliest(first_divergent, divergent, divergent_at);
-    keep_earliest(first_inexact, inexact, inexact_at);
-    res.aligned_by_lcs += paired.by == analysis_detail::PairedBy::kContent ? 1 : 0;
-    res.aligned_by_thread += paired.by == analysis_detail::PairedBy::kThread ? 1 : 0;
-    res.aligned_approximately += paired.approximate ? 1 : 0;
+    Verdict v = compare_pair(a[i], b[j], opt, loss_scale, &const_a, &const_b, unsettled);
+    if (std::isfinite(v.oc.error)) seen_error = std::max(seen_error, v.oc.error);
+    v.oc.module = module_of[static_cast<size_t>(i)];
+    excuse_after_flip(flips.observe(a[i], v.oc), a[i].seq, v, res);
+    res.warnings += v.oc.warning ? 1 : 0;
+    if (v.oc.classification == "match") {
+      ++res.match_ops;
+    } else if (v.oc.classification == "noise") {
+      ++res.noise_ops;
+      if (!v.oc.excused && !std::isnan(v.oc.ratio) &&
+          (!res.max_noise || v.oc.ratio > res.max_noise->ratio))
+        res.max_noise = v.oc;
+    } else {
+      ++res.divergent_ops;
+    }
+    if (v.divergent) {
+      divergent.push_back(v.oc);
+      divergent_at.push_back(static_cast<size_t>(i));
+    }
+    if (!v.oc.exact) {
+      inexact_op.push_back(ops.size());
+      inexact_at.push_back(static_cast<size_t>(i));
+    }
+    ++res.matched;
+    ops.push_back(std::move(v.oc));
   }
-  for (const auto& [key, b] : gb) {
-    res.ops_b += static_cast<int64_t>(b.size());
-    if (ga.count(key)) continue;
-    res.only_b.push_back(key);
-    for (const OpRecord& r : b) res.unmatched.push_back(unmatched(r, "b"));
+  close_place();
+  g.first_divergent = group_first(a, divergent_at, [&](size_t k) { return divergent[k]; });
+  g.first_inexact = group_first(a, inexact_at, [&](size_t k) { return ops[inexact_op[k]]; });
+  res.aligned_by_lcs = paired.by == PairedBy::kContent ? 1 : 0;
+  res.aligned_by_thread = paired.by == PairedBy::kThread ? 1 : 0;
+  res.aligned_approximately = paired.approximate ? 1 : 0;
+  if (opt.by_module) res.modules = modules_compared(ops);
+  if (opt.keep_ops) {
+    res.ops = std::move(ops);
+  } else {
+    for (OpCompare& o : ops)
+      if (o.classification == "divergent") res.ops.push_back(std::move(o));
   }
+  return g;
+}
+
+GroupResult one_run_group(const GroupKey& key, const std::vector<OpRecord>& ops, const char* side) {
+  GroupResult g;
+  const bool in_a = side[0] == 'a';
+  (in_a ? g.part.ops_a : g.part.ops_b) = static_cast<int64_t>(ops.size());
+  (in_a ? g.part.only_a : g.part.only_b).push_back(key);
+  for (const OpRecord& r : ops) g.part.unmatched.push_back(unmatched(r, side));
+  return g;
+}
+
+CompareMerge::CompareMerge(const CompareOptions& opt) : opt_(opt) {
+  res_.first_mode = opt.first;
+  res_.exact_mode = opt.exact;
+}
+
+void CompareMerge::add(GroupResult&& g) {
+  CompareResult& res = res_;
+  CompareResult& p = g.part;
+  auto append = [](auto& to, auto& from) {
+    to.insert(to.end(), std::make_move_iterator(from.begin()), std::make_move_iterator(from.end()));
+  };
+  append(res.ops, p.ops);
+  append(res.unmatched, p.unmatched);
+  append(res.only_a, p.only_a);
+  append(res.only_b, p.only_b);
+  append(res.sequence_diffs, p.sequence_diffs);
+  append(res.divergent_places, p.divergent_places);
+  for (int64_t CompareResult::*n :
+       {&CompareResult::warnings, &CompareResult::groups_compared, &CompareResult::aligned_by_lcs,
+        &CompareResult::aligned_by_thread, &CompareResult::aligned_approximately,
+        &CompareResult::match_ops, &CompareResult::noise_ops, &CompareResult::divergent_ops,
+        &CompareResult::flip_ops, &CompareResult::excused_ops, &CompareResult::ops_a,
+        &CompareResult::ops_b, &CompareResult::matched})
+    res.*n += p.*n;
+  if (p.max_noise && (!res.max_noise || p.max_noise->ratio > res.max_noise->ratio))
+    res.max_noise = std::move(p.max_noise);
+  if (p.first_excused && (!res.first_excused || earlier(*p.first_excused, *res.first_excused)))
+    res.first_excused = std::move(p.first_excused);
+  auto keep_earliest = [](std::optional<OpCompare>& found, std::optional<OpCompare>& in) {
+    if (in && (!found || earlier(*in, *found))) found = std::move(in);
+  };
+  keep_earliest(first_divergent_, g.first_divergent);
+  keep_earliest(first_inexact_, g.first_inexact);
+  for (ModuleCompare& m : p.modules) {
+    auto [at, added] = module_index_.emplace(m.module, res.modules.size());
+    if (added) {
+      res.modules.push_back(std::move(m));
+      continue;
+    }
+    ModuleCompare& to = res.modules[at->second];
+    to.ops += m.ops;
+    to.match += m.match;
+    to.noise += m.noise;
+    to.divergent += m.divergent;
+    to.max_ratio = std::max(to.max_ratio, m.max_ratio);
+    if (m.first_divergent &&
+        (!to.first_divergent || earlier(*m.first_divergent, *to.first_divergent)))
+      to.first_divergent = std::move(m.first_divergent);
+  }
+}
+
+CompareResult CompareMerge::finish(int64_t background_a, int64_t background_b) {
+  CompareResult& res = res_;
+  res.background_a = background_a;
+  res.background_b = background_b;
   for (const UnmatchedOp& u : res.unmatched) {
     if (!res.first_unmatched || earlier(u, *res.first_unmatched)) res.first_unmatched = u;
   }
@@ -525,65 +558,21 @@ CompareResult compare_groups(const Side& sa, const Side& sb, const CompareOption
     if (!f || std::tie(d.step, d.seq_a, d.rank) < std::tie(f->step, f->seq_a, f->rank))
       res.first_sequence_diff = d;
   }
-  if (opt.by_module) {
-    std::map<std::string, size_t> index;
-    for (const OpCompare& o : res.ops) {  // (step, rank) groups in order, seq within
-      auto [at, added] = index.emplace(o.module, res.modules.size());
-      if (added) {
-        ModuleCompare m;
-        m.module = o.module;
-        res.modules.push_back(std::move(m));
-      }
-      ModuleCompare& m = res.modules[at->second];
-      ++m.ops;
-      if (o.classification == "match") ++m.match;
-      if (o.classification == "noise") ++m.noise;
-      if (o.classification == "divergent") {
-        ++m.divergent;
-        if (!m.first_divergent || earlier(o, *m.first_divergent)) m.first_divergent = o;
-      }
-      if (std::isfinite(o.ratio)) m.max_ratio = std::max(m.max_ratio, o.ratio);
-    }
-  }
   if (res.ops_a + res.ops_b > 0)
     res.aligned_fraction =
-        2.0 * static_cast<double>(res.ops.size()) / static_cast<double>(res.ops_a + res.ops_b);
-  res.found = first_divergent.has_value();
-  res.identical = !first_inexact && res.unmatched.empty();
-  res.first = opt.exact ? first_inexact : first_divergent;
-  return res;
+        2.0 * static_cast<double>(res.matched) / static_cast<double>(res.ops_a + res.ops_b);
+  res.found = first_divergent_.has_value();
+  res.identical = !first_inexact_ && res.unmatched.empty();
+  res.first = opt_.exact ? std::move(first_inexact_) : std::move(first_divergent_);
+  return std::move(res);
 }
 
-}  // namespace
+}  // namespace analysis_detail
 
 bool CompareResult::differs() const noexcept {
   if (exact_mode) return !identical;
   if (first_mode) return found;
   return warnings > 0 || !unmatched.empty();
-}
-
-CompareResult compare_dumps(DumpReader& a, DumpReader& b, const CompareOptions& options,
-                            const ProgressFn& progress) {
-  ReadOptions read;
-  read.progress = progress;
-  if (options.step) read.filter.step_min = read.filter.step_max = options.step;
-  ReadOptions read_b = read;
-  if (options.ranks) {
-    read.filter.ranks = {options.ranks->first};
-    read_b.filter.ranks = {options.ranks->second};
-  } else if (options.rank) {
-    read.filter.ranks = read_b.filter.ranks = {*options.rank};
-  }
-  analysis_detail::ReaderSource sa(a, read), sb(b, read_b);
-  CompareResult r = compare_groups(load(sa, options, 0), load(sb, options, 1), options);
-  r.path_a = a.path();
-  r.path_b = b.path();
-  return r;
-}
-
-CompareResult compare_dumps(const DumpData& a, const DumpData& b, const CompareOptions& options) {
-  analysis_detail::DataSource sa(a), sb(b);
-  return compare_groups(load(sa, options, 0), load(sb, options, 1), options);
 }
 
 }  // namespace precprobe

@@ -107,7 +107,7 @@ nlohmann::json CompareResult::to_json() const {
                                          : "statistics"},
                    {"found", found},
                    {"identical", identical},
-                   {"matched", ops.size()},
+                   {"matched", matched},
                    {"warnings", warnings},
                    {"unmatched_count", unmatched.size()},
                    {"groups_compared", groups_compared},

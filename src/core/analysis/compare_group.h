@@ -1,0 +1,66 @@
+// compare's two halves (private to src/core/analysis). compare.cpp judges one (step, rank)
+// group of ops present in both runs, or in one run only, into a GroupResult; CompareMerge
+// adds the groups' results up, in the order of the groups' keys, into the CompareResult.
+// compare_read.cpp reads the runs: both streamed side by side, a group judged as soon as
+// both runs' records of it are read, or (without frame digests) both held in memory.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "arg_rules.h"
+#include "modules.h"
+#include "precprobe/analysis.h"
+
+namespace precprobe::analysis_detail {
+
+using GroupKey = std::pair<int64_t, int>;  // (step, rank)
+
+/// What one group adds to the CompareResult: its counts and lists in `part` (ops: every
+/// comparison with CompareOptions::keep_ops, else the divergent ones), and its earliest
+/// divergent and inexact ops.
+struct GroupResult {
+  CompareResult part;
+  std::optional<OpCompare> first_divergent, first_inexact;
+};
+
+/// One group present in both runs, each side's ops in seq order. `const_a`/`const_b` hold
+/// the non-tensor arguments of the runs' groups (ProgramConstants); `unsettled` (may be null)
+/// is set when a verdict asked them a question that groups not yet added could answer
+/// otherwise: the result is then to be recomputed once every group is added.
+GroupResult compare_group(const GroupKey& key, const std::vector<OpRecord>& a,
+                          const std::vector<OpRecord>& b, const CompareOptions& opt,
+                          double loss_scale, const ModuleOrder* order_a,
+                          const ProgramConstants& const_a, const ProgramConstants& const_b,
+                          bool* unsettled);
+
+/// A group of run `side` ("a" or "b") only: its ops are unmatched.
+GroupResult one_run_group(const GroupKey& key, const std::vector<OpRecord>& ops, const char* side);
+
+/// Adds GroupResults up. Add the groups in compare's order: the groups of A (present in both
+/// runs or in A only) by key, then those of B only by key; the result is then the same
+/// whatever order they were judged in.
+class CompareMerge {
+ public:
+  explicit CompareMerge(const CompareOptions& opt);
+  void add(GroupResult&& g);
+  CompareResult finish(int64_t background_a, int64_t background_b);
+
+ private:
+  const CompareOptions& opt_;
+  CompareResult res_;
+  std::optional<OpCompare> first_divergent_, first_inexact_;
+  std::map<std::string, size_t> module_index_;
+};
+
+/// How many compare_dumps calls read both runs side by side (tests: that the streamed path
+/// is the one they checked).
+uint64_t compare_streamed() noexcept;
+/// The most (step, rank) groups the last of them held in memory at once (both runs').
+uint64_t compare_streamed_peak() noexcept;
+
+}  // namespace precprobe::analysis_detail

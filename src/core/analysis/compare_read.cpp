@@ -1,0 +1,336 @@
+// compare_dumps: reads the two runs and hands compare.cpp their (step, rank) groups.
+//
+// Dumps whose op frames all have digests (docs/dump-format.md, "Frame digests") are read side
+// by side, a frame at a time from whichever run is behind: the digests say how many records
+// each (rank, step) holds, so a group is judged, and its records let go, as soon as both runs'
+// records of it are read. Memory then holds the groups in flight, not the runs. Otherwise
+// (no digests, DumpData, digests off, or a count the records contradict) both runs are held
+// in memory, as before. Both ways give the same result (test_compare_stream.cpp).
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <map>
+#include <optional>
+#include <set>
+#include <tuple>
+
+#include "compare_group.h"
+#include "loss_scale.h"
+#include "modules.h"
+#include "op_cursor.h"
+#include "source.h"
+
+namespace precprobe {
+namespace {
+
+std::atomic<uint64_t> streamed_calls{0};
+std::atomic<uint64_t> last_peak{0};  // groups in memory at once, in the last streamed compare
+
+using analysis_detail::CompareMerge;
+using analysis_detail::GroupKey;
+using analysis_detail::GroupResult;
+using analysis_detail::ProgramConstants;
+using Groups = std::map<GroupKey, std::vector<OpRecord>>;
+
+// Where one run's records go: which are compared, under which group key.
+struct Selection {
+  Selection(const CompareOptions& options, int side) : opt(options) {
+    rank = opt.rank;
+    if (opt.ranks) rank = side == 0 ? opt.ranks->first : opt.ranks->second;
+  }
+  // The (step, rank) group of a record, or nullopt for one not compared. With opt.ranks
+  // each side keeps its own rank, and B's records are relabelled as A's rank so the two
+  // ranks' ops pair up.
+  std::optional<GroupKey> group(int64_t step, int r) const {
+    if ((opt.step && step != *opt.step) || (rank && r != *rank)) return std::nullopt;
+    return GroupKey{step, opt.ranks ? opt.ranks->first : r};
+  }
+  const CompareOptions& opt;
+  std::optional<int> rank;
+};
+
+// One run's records to compare: its op records per (step, rank), and its loss scales.
+struct Side {
+  Side(const CompareOptions& opt, int side) : select(opt, side) {}
+  Selection select;
+  Groups groups;
+  analysis_detail::LossScales scales;
+  /// Ops of threads outside the training step (OpRecord::background): which step they fall
+  /// into, and on which of the program's threads, is up to the scheduler, so they are not
+  /// paired; their data reaches the step's ops, which are.
+  int64_t background = 0;
+  std::map<int, analysis_detail::ModuleOrder> orders;  ///< by the rank of the groups' keys
+
+  // Takes one op record: into its group, counted as background, or left out.
+  void add(OpRecord&& r) {
+    if (r.background) {
+      if (select.group(r.step, r.rank)) ++background;
+      return;
+    }
+    if (auto key = select.group(r.step, r.rank)) {
+      auto& ops = groups[*key];
+      ops.push_back(std::move(r));
+      ops.back().rank = key->second;
+    }
+  }
+};
+
+// The ranks' module orders and the loss scales of one run.
+void load_context(analysis_detail::RecordSource& src, Side& s, const CompareOptions& opt,
+                  int side) {
+  for (auto& [r, order] : analysis_detail::module_orders(src.ranks())) {
+    if (opt.ranks && r != (side == 0 ? opt.ranks->first : opt.ranks->second)) continue;
+    s.orders[opt.ranks ? opt.ranks->first : r] = std::move(order);
+  }
+  src.scaler([&](const ScalerRecord& r) {
+    if (auto key = s.select.group(r.step, r.rank))
+      if (std::isfinite(r.scale_before) && r.scale_before > 0)
+        s.scales.emplace(*key, r.scale_before);
+    return true;
+  });
+}
+
+void sort_by_seq(std::vector<OpRecord>& ops) {
+  auto by_seq = [](const OpRecord& x, const OpRecord& y) { return x.seq < y.seq; };
+  if (!std::is_sorted(ops.begin(), ops.end(), by_seq))  // as written, mostly
+    std::stable_sort(ops.begin(), ops.end(), by_seq);
+}
+
+double loss_scale(const Side& sa, const Side& sb, const GroupKey& key) {
+  return analysis_detail::loss_scale_of(sa.scales, key) /
+         analysis_detail::loss_scale_of(sb.scales, key);
+}
+
+// Both runs in memory: every group, then compare's order.
+CompareResult compare_loaded(analysis_detail::RecordSource& src_a,
+                             analysis_detail::RecordSource& src_b, const CompareOptions& opt) {
+  Side sa(opt, 0), sb(opt, 1);
+  for (auto [src, s, side] : {std::tuple{&src_a, &sa, 0}, std::tuple{&src_b, &sb, 1}}) {
+    src->ops([s = s](const OpRecord& r) {
+      s->add(OpRecord(r));
+      return true;
+    });
+    for (auto& [key, ops] : s->groups) sort_by_seq(ops);
+    load_context(*src, *s, opt, side);
+  }
+  ProgramConstants const_a, const_b;
+  for (const auto& kv : sa.groups) const_a.add(kv.second);
+  for (const auto& kv : sb.groups) const_b.add(kv.second);
+  CompareMerge merge(opt);
+  for (const auto& [key, a] : sa.groups) {
+    auto it = sb.groups.find(key);
+    if (it == sb.groups.end()) {
+      merge.add(analysis_detail::one_run_group(key, a, "a"));
+      continue;
+    }
+    merge.add(analysis_detail::compare_group(key, a, it->second, opt, loss_scale(sa, sb, key),
+                                             analysis_detail::order_of(sa.orders, key.second),
+                                             const_a, const_b, nullptr));
+  }
+  for (const auto& [key, b] : sb.groups) {
+    if (!sa.groups.count(key)) merge.add(analysis_detail::one_run_group(key, b, "b"));
+  }
+  return merge.finish(sa.background, sb.background);
+}
+
+using RankStep = std::pair<int, int64_t>;
+
+// How many op records each (rank, step) of a dump holds, from its frame digests; nullopt
+// when a frame has none (an older writer, digests off) or cannot be passed over.
+std::optional<std::map<RankStep, int64_t>> records_per_step(DumpReader& reader,
+                                                            const RecordFilter& ranks) {
+  std::map<RankStep, int64_t> n;
+  bool every_frame = true;
+  reader.for_each_op(
+      ranks,
+      [&](int rank, const FrameDigest& d) {
+        for (const FrameDigest::Step& s : d.steps) n[{rank, s.step}] += s.records;
+        return true;
+      },
+      [&](const OpRecord&) { return every_frame = false; });
+  if (!every_frame) return std::nullopt;
+  return n;
+}
+
+// The two runs read side by side (the file comment). nullopt when a run's records
+// contradict its digests (more records of a (rank, step) than the digests count): then
+// nothing streamed can be trusted to be complete, and the caller reads both in memory.
+class StreamedCompare {
+ public:
+  StreamedCompare(const CompareOptions& opt, const ProgressFn& progress)
+      : opt_(opt), progress_(progress), sa_(opt, 0), sb_(opt, 1) {}
+
+  std::optional<CompareResult> run(DumpReader& a, DumpReader& b, const ReadOptions& read_a,
+                                   const ReadOptions& read_b) {
+    RecordFilter ranks_a, ranks_b;
+    ranks_a.ranks = read_a.filter.ranks;
+    ranks_b.ranks = read_b.filter.ranks;
+    auto na = records_per_step(a, ranks_a);
+    auto nb = na ? records_per_step(b, ranks_b) : std::nullopt;
+    if (!na || !nb) return std::nullopt;
+    run_[0].expected = std::move(*na);
+    run_[1].expected = std::move(*nb);
+    for (int side : {0, 1}) {
+      analysis_detail::ReaderSource src(side == 0 ? a : b, side == 0 ? read_a : read_b);
+      load_context(src, side == 0 ? sa_ : sb_, opt_, side);
+      for (const auto& [rs, n] : run_[side].expected) run_[side].total += n;
+    }
+    OpCursor ca(a, read_a.filter), cb(b, read_b.filter);
+    OpCursor* cursor[2] = {&ca, &cb};
+    bool more[2] = {true, true};
+    std::vector<OpRecord> frame;
+    size_t peak = 0;
+    while (more[0] || more[1]) {
+      const int side = !more[0] ? 1 : !more[1] ? 0 : behind();
+      frame.clear();
+      more[side] = cursor[side]->next(frame);
+      if (!take(side, frame)) return std::nullopt;
+      peak = std::max(peak, sa_.groups.size() + sb_.groups.size() + held_.size());
+    }
+    last_peak = peak;
+    // Groups whose records did not all arrive (a truncated stream, a bad line), then those
+    // waiting for every group's constants: judged now that every group is known.
+    std::set<GroupKey> rest;
+    for (const auto& kv : sa_.groups) rest.insert(kv.first);
+    for (const auto& kv : sb_.groups) rest.insert(kv.first);
+    for (const GroupKey& key : rest) hold(key);
+    for (const GroupKey& key : std::set<GroupKey>(held_)) judge(key, /*final=*/true);
+    CompareMerge merge(opt_);
+    for (auto& kv : results_) merge.add(std::move(kv.second));
+    return merge.finish(sa_.background, sb_.background);
+  }
+
+ private:
+  struct Run {
+    std::map<RankStep, int64_t> expected, read;
+    int64_t total = 0, records = 0;
+  };
+
+  // The run that has read the smaller share of its records.
+  int behind() const {
+    const double fa = static_cast<double>(run_[0].records) * static_cast<double>(run_[1].total);
+    const double fb = static_cast<double>(run_[1].records) * static_cast<double>(run_[0].total);
+    return fa <= fb ? 0 : 1;
+  }
+
+  int64_t count(int side, const RankStep& rs, bool read) const {
+    const auto& m = read ? run_[side].read : run_[side].expected;
+    auto it = m.find(rs);
+    return it == m.end() ? 0 : it->second;
+  }
+
+  // A frame's records of run `side`; false when they contradict the digests.
+  bool take(int side, std::vector<OpRecord>& frame) {
+    Side& s = side == 0 ? sa_ : sb_;
+    std::set<RankStep> touched;
+    for (OpRecord& r : frame) {
+      const RankStep rs{r.rank, r.step};
+      if (++run_[side].read[rs] > count(side, rs, false)) return false;
+      touched.insert(rs);
+      s.add(std::move(r));
+      if (progress_ && (++progressed_ & 4095u) == 0) progress_(progressed_);
+    }
+    run_[side].records += static_cast<int64_t>(frame.size());
+    for (const RankStep& rs : touched) {
+      if (count(side, rs, true) != count(side, rs, false)) continue;
+      const std::optional<GroupKey> key = s.select.group(rs.second, rs.first);
+      if (!key) continue;
+      // The other run's records of the group: its rank is the key's, or with opt.ranks the
+      // other side's own rank.
+      const int other = 1 - side;
+      const int other_rank =
+          opt_.ranks ? (other == 0 ? opt_.ranks->first : opt_.ranks->second) : key->second;
+      const RankStep ors{other_rank, key->first};
+      if (count(other, ors, true) != count(other, ors, false)) continue;
+      hold(*key);
+      judge(*key, /*final=*/false);
+    }
+    return true;
+  }
+
+  // Takes the group's records of both runs out of reading, into the constants.
+  void hold(const GroupKey& key) {
+    for (auto [s, consts] : {std::pair{&sa_, &const_a_}, std::pair{&sb_, &const_b_}}) {
+      auto it = s->groups.find(key);
+      if (it == s->groups.end()) continue;
+      sort_by_seq(it->second);
+      consts->add(it->second);
+      (s == &sa_ ? held_a_ : held_b_)[key] = std::move(it->second);
+      s->groups.erase(it);
+    }
+    held_.insert(key);
+  }
+
+  // Judges a held group. Not final: a verdict that more groups' constants could change is
+  // left for the end (the group stays held).
+  void judge(const GroupKey& key, bool final) {
+    auto ia = held_a_.find(key), ib = held_b_.find(key);
+    const bool in_a = ia != held_a_.end(), in_b = ib != held_b_.end();
+    if (in_a && in_b) {
+      bool unsettled = false;
+      GroupResult g = analysis_detail::compare_group(
+          key, ia->second, ib->second, opt_, loss_scale(sa_, sb_, key),
+          analysis_detail::order_of(sa_.orders, key.second), const_a_, const_b_,
+          final ? nullptr : &unsettled);
+      if (unsettled) return;
+      results_[{0, key}] = std::move(g);
+    } else if (in_a) {
+      results_[{0, key}] = analysis_detail::one_run_group(key, ia->second, "a");
+    } else if (in_b) {
+      results_[{1, key}] = analysis_detail::one_run_group(key, ib->second, "b");
+    }
+    if (in_a) held_a_.erase(ia);
+    if (in_b) held_b_.erase(ib);
+    held_.erase(key);
+  }
+
+  const CompareOptions& opt_;
+  const ProgressFn& progress_;
+  Side sa_, sb_;
+  Run run_[2];
+  ProgramConstants const_a_, const_b_;
+  std::map<GroupKey, std::vector<OpRecord>> held_a_, held_b_;
+  std::set<GroupKey> held_;
+  // By (0: groups of A, 1: groups of B only; key): compare's order (CompareMerge).
+  std::map<std::pair<int, GroupKey>, GroupResult> results_;
+  uint64_t progressed_ = 0;
+};
+
+}  // namespace
+
+CompareResult compare_dumps(DumpReader& a, DumpReader& b, const CompareOptions& options,
+                            const ProgressFn& progress) {
+  ReadOptions read;
+  read.progress = progress;
+  if (options.step) read.filter.step_min = read.filter.step_max = options.step;
+  ReadOptions read_b = read;
+  if (options.ranks) {
+    read.filter.ranks = {options.ranks->first};
+    read_b.filter.ranks = {options.ranks->second};
+  } else if (options.rank) {
+    read.filter.ranks = read_b.filter.ranks = {*options.rank};
+  }
+  std::optional<CompareResult> r;
+  if (a.digests() && b.digests()) r = StreamedCompare(options, progress).run(a, b, read, read_b);
+  if (r) {
+    ++streamed_calls;
+  } else {
+    analysis_detail::ReaderSource sa(a, read), sb(b, read_b);
+    r = compare_loaded(sa, sb, options);
+  }
+  r->path_a = a.path();
+  r->path_b = b.path();
+  return std::move(*r);
+}
+
+namespace analysis_detail {
+uint64_t compare_streamed() noexcept { return streamed_calls.load(); }
+uint64_t compare_streamed_peak() noexcept { return last_peak.load(); }
+}  // namespace analysis_detail
+
+CompareResult compare_dumps(const DumpData& a, const DumpData& b, const CompareOptions& options) {
+  analysis_detail::DataSource sa(a), sb(b);
+  return compare_loaded(sa, sb, options);
+}
+
+}  // namespace precprobe

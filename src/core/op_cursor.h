@@ -1,0 +1,32 @@
+// OpCursor: op records of a DumpReader a frame at a time, pulled by the caller rather than
+// pushed to a callback, so one analysis can read two dumps side by side (compare streams
+// both runs group by group). Private to precprobe::core. Not thread-safe.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "precprobe/reader.h"
+
+namespace precprobe {
+
+class OpCursor {
+ public:
+  /// Reads `reader`'s op records selected by `filter` (kept by reference: it must outlive
+  /// the cursor), rank by rank in file order, as DumpReader::for_each_op does; each stream's
+  /// status goes to reader.statuses() when the stream ends.
+  OpCursor(DumpReader& reader, const RecordFilter& filter);
+  ~OpCursor();
+  OpCursor(const OpCursor&) = delete;
+  OpCursor& operator=(const OpCursor&) = delete;
+
+  /// Appends the selected records of the next frame to `out` (none for a frame whose
+  /// records are all filtered out or passed over); false when every stream has been read.
+  bool next(std::vector<OpRecord>& out);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace precprobe

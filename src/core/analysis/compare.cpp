@@ -103,7 +103,7 @@ void identify(const OpRecord& a, const OpRecord& b, OpCompare& oc) {
   oc.scope = a.scope;
 }
 
-struct Verdict {
+struct PairVerdict {
   OpCompare oc;
   bool divergent = false;
   bool beyond_rounding_only = false;  // divergent by the ratio alone (no value, no constant)
@@ -123,9 +123,9 @@ bool run_constant(const ProgramConstants* c, const OpRecord& r, size_t i, bool* 
   return c->constant(r, i);
 }
 
-Verdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareOptions& opt,
-                     double loss_scale, const ProgramConstants* const_a,
-                     const ProgramConstants* const_b, bool* unsettled) {
+PairVerdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareOptions& opt,
+                         double loss_scale, const ProgramConstants* const_a,
+                         const ProgramConstants* const_b, bool* unsettled) {
   // Gradients of a loss scaled by a GradScaler (fp16/bf16 AMP) against a run that scales
   // it otherwise (an fp32 reference): compared as gradients of the same loss.
   analysis_detail::ScaledArgs scaled;
@@ -133,7 +133,7 @@ Verdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareOptio
   const OpRecord a_copy =
       rescale ? analysis_detail::unscaled(a_in, b, loss_scale, scaled) : OpRecord{};
   const OpRecord& a = rescale ? a_copy : a_in;
-  Verdict v;
+  PairVerdict v;
   OpCompare& oc = v.oc;
   identify(a, b, oc);
   if (!scaled.empty()) oc.loss_scale = loss_scale;
@@ -265,9 +265,9 @@ double output_bound(const OpRecord& r) {
   return nz.outputs.empty() ? 0 : nz.outputs[0].bound;
 }
 
-Verdict judge_place(const OpRecord& la, const OpRecord& lb, double bound, double seen_error,
-                    const CompareOptions& opt) {
-  Verdict v;
+PairVerdict judge_place(const OpRecord& la, const OpRecord& lb, double bound, double seen_error,
+                        const CompareOptions& opt) {
+  PairVerdict v;
   OpCompare& oc = v.oc;
   identify(la, lb, oc);
   ArgCompare ac;
@@ -291,13 +291,13 @@ Verdict judge_place(const OpRecord& la, const OpRecord& lb, double bound, double
 }
 
 // The divergent comparisons of one place, each with the index in A of its op.
-std::vector<std::pair<Verdict, int64_t>> compare_place(const std::vector<OpRecord>& a,
-                                                       const std::vector<OpRecord>& b,
-                                                       const std::vector<int64_t>& only_a,
-                                                       const std::vector<int64_t>& only_b,
-                                                       double seen_error,
-                                                       const CompareOptions& opt) {
-  std::vector<std::pair<Verdict, int64_t>> out;
+std::vector<std::pair<PairVerdict, int64_t>> compare_place(const std::vector<OpRecord>& a,
+                                                           const std::vector<OpRecord>& b,
+                                                           const std::vector<int64_t>& only_a,
+                                                           const std::vector<int64_t>& only_b,
+                                                           double seen_error,
+                                                           const CompareOptions& opt) {
+  std::vector<std::pair<PairVerdict, int64_t>> out;
   if (only_a.empty() || only_b.empty()) return out;
   auto at = [](const std::vector<OpRecord>& ops, int64_t k) -> const OpRecord& {
     return ops[static_cast<size_t>(k)];
@@ -311,7 +311,7 @@ std::vector<std::pair<Verdict, int64_t>> compare_place(const std::vector<OpRecor
       if (rb.op != ra.op || !same_first_output(ra, rb)) continue;
       next_b = m + 1;
       last_done = last_done || (ka == only_a.back() && m + 1 == only_b.size());
-      Verdict v =
+      PairVerdict v =
           judge_place(ra, rb, std::max(output_bound(ra), output_bound(rb)), seen_error, opt);
       if (v.divergent) out.emplace_back(std::move(v), ka);
       break;
@@ -323,7 +323,7 @@ std::vector<std::pair<Verdict, int64_t>> compare_place(const std::vector<OpRecor
     double bound = 0;  // the rounding the place may make: every op's, on both sides
     for (int64_t k : only_a) bound += output_bound(at(a, k));
     for (int64_t k : only_b) bound += output_bound(at(b, k));
-    Verdict v = judge_place(la, lb, bound, seen_error, opt);
+    PairVerdict v = judge_place(la, lb, bound, seen_error, opt);
     if (v.divergent) out.emplace_back(std::move(v), only_a.back());
   }
   return out;
@@ -363,7 +363,7 @@ std::vector<std::string> modules_of(const std::vector<OpRecord>& ops,
 // An op downstream of a near-tie flip (flips.h) that the rounding model alone would call
 // divergent is classified noise and counted as excused.
 void excuse_after_flip(const std::optional<analysis_detail::FlipTracker::Source>& flip, int64_t seq,
-                       Verdict& v, CompareResult& res) {
+                       PairVerdict& v, CompareResult& res) {
   if (!flip) return;
   v.oc.after_flip = flip->name;
   v.oc.after_flip_seq = flip->seq;
@@ -444,7 +444,7 @@ GroupResult compare_group(const GroupKey& key, const std::vector<OpRecord>& a,
       continue;
     }
     close_place();
-    Verdict v = compare_pair(a[i], b[j], opt, loss_scale, &const_a, &const_b, unsettled);
+    PairVerdict v = compare_pair(a[i], b[j], opt, loss_scale, &const_a, &const_b, unsettled);
     if (std::isfinite(v.oc.error)) seen_error = std::max(seen_error, v.oc.error);
     v.oc.module = module_of[static_cast<size_t>(i)];
     excuse_after_flip(flips.observe(a[i], v.oc), a[i].seq, v, res);

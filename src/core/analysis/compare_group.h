@@ -60,7 +60,8 @@ class CompareMerge {
 /// How many compare_dumps calls read both runs side by side (tests: that the streamed path
 /// is the one they checked).
 uint64_t compare_streamed() noexcept;
-/// The most (step, rank) groups the last of them held in memory at once (both runs').
+/// The most (step, rank) groups the last of them held in memory at once: records read, and
+/// results judged but not yet added up.
 uint64_t compare_streamed_peak() noexcept;
 
 }  // namespace precprobe::analysis_detail

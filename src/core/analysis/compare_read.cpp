@@ -175,6 +175,10 @@ class StreamedCompare {
       load_context(src, side == 0 ? sa_ : sb_, opt_, side);
       for (const auto& [rs, n] : run_[side].expected) run_[side].total += n;
     }
+    std::set<GroupKey> keys_a;
+    for (const auto& kv : run_[0].expected)
+      if (auto key = sa_.select.group(kv.first.second, kv.first.first)) keys_a.insert(*key);
+    keys_a_.assign(keys_a.begin(), keys_a.end());
     OpCursor ca(a, read_a.filter), cb(b, read_b.filter);
     OpCursor* cursor[2] = {&ca, &cb};
     bool more[2] = {true, true};
@@ -185,7 +189,7 @@ class StreamedCompare {
       frame.clear();
       more[side] = cursor[side]->next(frame);
       if (!take(side, frame)) return std::nullopt;
-      peak = std::max(peak, sa_.groups.size() + sb_.groups.size() + held_.size());
+      peak = std::max(peak, sa_.groups.size() + sb_.groups.size() + held_.size() + results_.size());
     }
     last_peak = peak;
     // Groups whose records did not all arrive (a truncated stream, a bad line), then those
@@ -195,9 +199,9 @@ class StreamedCompare {
     for (const auto& kv : sb_.groups) rest.insert(kv.first);
     for (const GroupKey& key : rest) hold(key);
     for (const GroupKey& key : std::set<GroupKey>(held_)) judge(key, /*final=*/true);
-    CompareMerge merge(opt_);
-    for (auto& kv : results_) merge.add(std::move(kv.second));
-    return merge.finish(sa_.background, sb_.background);
+    // What is left is in compare's order: A's groups after the last one added, then B's only.
+    for (auto& kv : results_) merge_.add(std::move(kv.second));
+    return merge_.finish(sa_.background, sb_.background);
   }
 
  private:
@@ -282,6 +286,17 @@ class StreamedCompare {
     if (in_a) held_a_.erase(ia);
     if (in_b) held_b_.erase(ib);
     held_.erase(key);
+    done_.insert(key);
+    // Adds the results of A's groups in key order as far as every group before is judged:
+    // memory holds the groups waiting, not one result per step.
+    for (; next_a_ < keys_a_.size() && done_.count(keys_a_[next_a_]); ++next_a_) {
+      auto it = results_.find({0, keys_a_[next_a_]});
+      if (it != results_.end()) {
+        merge_.add(std::move(it->second));
+        results_.erase(it);
+      }
+      done_.erase(keys_a_[next_a_]);
+    }
   }
 
   const CompareOptions& opt_;
@@ -291,8 +306,13 @@ class StreamedCompare {
   ProgramConstants const_a_, const_b_;
   std::map<GroupKey, std::vector<OpRecord>> held_a_, held_b_;
   std::set<GroupKey> held_;
-  // By (0: groups of A, 1: groups of B only; key): compare's order (CompareMerge).
+  // Judged, not yet added to merge_, by (0: groups of A, 1: groups of B only; key): compare's
+  // order (CompareMerge).
   std::map<std::pair<int, GroupKey>, GroupResult> results_;
+  CompareMerge merge_{opt_};
+  std::vector<GroupKey> keys_a_;  // every group key of A's records, in order
+  size_t next_a_ = 0;             // keys_a_[next_a_] is the next to add to merge_
+  std::set<GroupKey> done_;       // judged, from keys_a_[next_a_] on
   uint64_t progressed_ = 0;
 };
 

@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
       rb.set_digests(read.digests);
       CompareOptions o;
       o.first = true;
-      o.keep_ops = false;  // as `precprobe compare --first` runs it
+      o.keep_ops = KeepOps::kDivergent;  // as `precprobe compare --first` runs it
       o.step = step;
       text = compare_dumps(ra, rb, o).to_json().dump();
       n = op_records(ra) + op_records(rb);

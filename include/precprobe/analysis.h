@@ -384,6 +384,13 @@ struct SequenceDiff {
 /// How many op names a SequenceDiff keeps per run.
 inline constexpr size_t kSequenceDiffNames = 5;
 
+/// Which comparisons CompareResult::ops keeps (CompareOptions::keep_ops).
+enum class KeepOps : uint8_t {
+  kAll,        ///< every matched op (statistics --json, the report)
+  kWarned,     ///< those with a warning or classified divergent (the statistics table)
+  kDivergent,  ///< those classified divergent (--first and --exact list only those)
+};
+
 struct CompareOptions {
   std::optional<int64_t> step;  ///< only this step
   std::optional<int> rank;      ///< only this rank
@@ -402,10 +409,9 @@ struct CompareOptions {
   bool first = false;      ///< find the first divergent op
   bool exact = false;      ///< bitwise identity
   bool by_module = false;  ///< fill CompareResult::modules
-  /// Keep every matched op's comparison in CompareResult::ops (the statistics table, the
-  /// report). Off: only the divergent ones (what --first lists), so memory does not grow with
-  /// the run (about 1 KB an op kept); `matched` counts every op either way.
-  bool keep_ops = true;
+  /// Which matched ops' comparisons CompareResult::ops keeps (about 1 KB an op kept):
+  /// `matched` and the other counts cover every op either way.
+  KeepOps keep_ops = KeepOps::kAll;
   /// Work bound of the alignment of one (step, rank) whose op sequences differ (diagonals
   /// and comparisons of Myers' search, about 0.1 s): past it the alignment settles for a
   /// common subsequence that may leave some equal ops unpaired (aligned_approximately).
@@ -414,10 +420,9 @@ struct CompareOptions {
 
 struct CompareResult {
   std::string path_a, path_b;
-  /// Matched ops in (step, rank, seq) order (with CompareOptions::keep_ops off, only the
-  /// divergent ones).
+  /// Matched ops in (step, rank, seq) order (those CompareOptions::keep_ops selects).
   std::vector<OpCompare> ops;
-  int64_t matched = 0;  ///< ops paired and compared (ops.size() with keep_ops)
+  int64_t matched = 0;  ///< ops paired and compared (ops.size() with KeepOps::kAll)
   std::vector<UnmatchedOp> unmatched;
   std::vector<std::pair<int64_t, int>> only_a, only_b;  ///< (step, rank) groups in one dump only
   int64_t warnings = 0;

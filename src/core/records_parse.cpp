@@ -350,6 +350,7 @@ constexpr size_t kMaxSpareArgs = 64;
 
 bool parse_args(Cursor& c, std::vector<Arg>& args) {
   size_t n = 0;
+  if (args.capacity() == 0) args.reserve(4);  // a record taken away (compare keeps them)
   bool ok = c.array([&] {
     if (n >= kMaxListSize) return c.fail("too many arguments");
     if (n == args.size()) {
@@ -401,17 +402,16 @@ enum OpKey : int {
   kOpKeys,
   kUnknownOpKey = kOpKeys
 };
-constexpr std::string_view kOpKeyNames[kOpKeys] = {"step", "seq",   "op",   "ovl", "call",
+constexpr std::string_view kOpKeyNames[kOpKeys] = {"step", "seq",   "op",    "ovl", "call",
                                                    "dir",  "thr",   "depth", "sn",  "grad",
-                                                   "bg",   "scope", "node", "in",  "out"};
+                                                   "bg",   "scope", "node",  "in",  "out"};
 
 constexpr json::KeyLiteral kOpKeyLiterals[kOpKeys] = {
     json::KeyLiteral("step"), json::KeyLiteral("seq"),   json::KeyLiteral("op"),
     json::KeyLiteral("ovl"),  json::KeyLiteral("call"),  json::KeyLiteral("dir"),
     json::KeyLiteral("thr"),  json::KeyLiteral("depth"), json::KeyLiteral("sn"),
     json::KeyLiteral("grad"), json::KeyLiteral("bg"),    json::KeyLiteral("scope"),
-    json::KeyLiteral("node"),
-    json::KeyLiteral("in"),   json::KeyLiteral("out")};
+    json::KeyLiteral("node"), json::KeyLiteral("in"),    json::KeyLiteral("out")};
 
 int next_op_key(Cursor& c, int& expected) {
   for (int i = expected; i < kOpKeys && i < expected + 4; ++i) {

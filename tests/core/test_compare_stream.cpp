@@ -109,9 +109,11 @@ std::vector<CompareOptions> every_mode(int ranks) {
   modes[3].first = true;
   modes[4].step = 7;
   for (const CompareOptions& m : std::vector<CompareOptions>(modes)) {
-    CompareOptions k = m;  // --first and --exact as the CLI runs them
-    k.keep_ops = false;
-    modes.push_back(k);
+    for (KeepOps keep : {KeepOps::kWarned, KeepOps::kDivergent}) {  // as the CLI runs them
+      CompareOptions k = m;
+      k.keep_ops = keep;
+      modes.push_back(k);
+    }
   }
   if (ranks > 1) {
     modes.emplace_back().rank = 1;
@@ -187,8 +189,8 @@ TEST_CASE("compare streamed side by side equals compare in memory", "[compare][d
     test::write_dump_data(dir.path() / "a", make_run(pairs[i].a), pairs[i].frame_a);
     test::write_dump_data(dir.path() / "b", make_run(pairs[i].b), pairs[i].frame_b);
     for (const CompareOptions& opt : every_mode(pairs[i].a.ranks)) {
-      CAPTURE(opt.first, opt.exact, opt.by_module, opt.keep_ops, opt.step.value_or(-1),
-              opt.rank.value_or(-1), opt.ranks.has_value());
+      CAPTURE(opt.first, opt.exact, opt.by_module, static_cast<int>(opt.keep_ops),
+              opt.step.value_or(-1), opt.rank.value_or(-1), opt.ranks.has_value());
       const uint64_t streamed = analysis_detail::compare_streamed();
       const nlohmann::json s = compare_json(dir.path() / "a", dir.path() / "b", opt, true);
       CHECK(analysis_detail::compare_streamed() == streamed + 1);
@@ -196,7 +198,7 @@ TEST_CASE("compare streamed side by side equals compare in memory", "[compare][d
       CHECK(analysis_detail::compare_streamed() == streamed + 1);
       CAPTURE(nlohmann::json::diff(s, m).dump());
       CHECK(s == m);
-      if (opt.keep_ops && !opt.step && !opt.rank && !opt.ranks) {
+      if (opt.keep_ops == KeepOps::kAll && !opt.step && !opt.rank && !opt.ranks) {
         // Not two empty results: what each plan planted is found.
         CHECK(s["matched"].get<int64_t>() > (pairs[i].a.steps > 1 ? 100 : 7));
         if (i == 1) CHECK(s["divergent_ops"].get<int64_t>() > 0);
@@ -211,6 +213,44 @@ TEST_CASE("compare streamed side by side equals compare in memory", "[compare][d
   }
 }
 
+TEST_CASE("compare keeps the ops asked for, and counts the same", "[compare]") {
+  RunPlan a;
+  RunPlan b = a;
+  b.diverge_step = 20;  // steps before match (not kept), from 20 on one op diverges
+  b.extra_op = true;
+  TempDir dir("compare_keep");
+  test::write_dump_data(dir.path() / "a", make_run(a), 7);
+  test::write_dump_data(dir.path() / "b", make_run(b), 7);
+  for (bool first : {false, true}) {
+    CompareOptions all;
+    all.first = first;
+    DumpReader ra((dir.path() / "a").string()), rb((dir.path() / "b").string());
+    const CompareResult r_all = compare_dumps(ra, rb, all);
+    for (KeepOps keep : {KeepOps::kWarned, KeepOps::kDivergent}) {
+      CAPTURE(first, static_cast<int>(keep));
+      CompareOptions o = all;
+      o.keep_ops = keep;
+      DumpReader sa((dir.path() / "a").string()), sb((dir.path() / "b").string());
+      CompareResult r = compare_dumps(sa, sb, o);
+      std::vector<nlohmann::json> expected, kept;
+      for (const OpCompare& oc : r_all.ops) {
+        if (oc.classification == "divergent" || (keep == KeepOps::kWarned && oc.warning))
+          expected.push_back(oc.to_json());
+      }
+      for (const OpCompare& oc : r.ops) kept.push_back(oc.to_json());
+      CHECK(kept == expected);
+      CHECK_FALSE(kept.empty());
+      CHECK(kept.size() < r_all.ops.size());
+      CHECK(r.matched == static_cast<int64_t>(r_all.ops.size()));
+      // Everything but the ops kept (and "ops" of the statistics JSON) is the same.
+      nlohmann::json x = r.to_json(), y = r_all.to_json();
+      x.erase("ops");
+      y.erase("ops");
+      CHECK(x == y);
+    }
+  }
+}
+
 TEST_CASE("compare streamed holds the groups in flight, not the runs", "[compare]") {
   RunPlan a;
   a.steps = 200;
@@ -221,7 +261,7 @@ TEST_CASE("compare streamed holds the groups in flight, not the runs", "[compare
   test::write_dump_data(dir.path() / "b", make_run(b), 11);
   CompareOptions first;
   first.first = true;
-  first.keep_ops = false;
+  first.keep_ops = KeepOps::kDivergent;
   const nlohmann::json s = compare_json(dir.path() / "a", dir.path() / "b", first, true);
   CHECK(s["matched"] == 200 * 8);
   CHECK(analysis_detail::compare_streamed_peak() <= 6);

@@ -413,8 +413,10 @@ void add_compare_command(CLI::App& app, int& exit_code) {
     opt.noise_factor = args->noise_factor;
     opt.inherited_weight = args->inherited_weight;
     opt.by_module = args->by == "module";
-    // --first and --exact list the divergent ops only: the others are counted, not kept.
-    opt.keep_ops = !args->first && !args->exact;
+    // What is printed is kept; the other ops are counted (memory for the ops printed only).
+    opt.keep_ops = args->first || args->exact ? KeepOps::kDivergent
+                   : args->json || args->all  ? KeepOps::kAll
+                                              : KeepOps::kWarned;
     CompareResult r;
     {
       Progress progress(term, args->a + " and " + args->b);

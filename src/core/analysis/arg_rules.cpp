@@ -30,11 +30,15 @@ bool spelled_default(const Arg& a, const Arg& b) {
 }
 
 void ProgramConstants::add(const std::vector<OpRecord>& ops) {
+  std::string base, key;
   for (const OpRecord& r : ops) {
-    const std::string base = site(r);
+    base.clear();  // made for the first non-tensor input: most ops have none
     for (size_t i = 0; i < r.inputs.size(); ++i) {
       if (r.inputs[i].is_tensor()) continue;
-      Site& s = sites_[base + std::to_string(i)];
+      if (base.empty()) base = site(r);
+      key = base;
+      key += std::to_string(i);
+      Site& s = sites_[key];
       if (s.steps == 0) {
         s.value = r.inputs[i].value;
       } else if (s.value != r.inputs[i].value) {

@@ -138,6 +138,8 @@ PairVerdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareO
   identify(a, b, oc);
   if (!scaled.empty()) oc.loss_scale = loss_scale;
   bool in_value = false, out_value = false;
+  oc.args.reserve(std::max(a.inputs.size(), b.inputs.size()) +
+                  std::max(a.outputs.size(), b.outputs.size()));
   oc.input_error = compare_args(a.inputs, b.inputs, "input", oc, in_value);
   oc.output_error = compare_args(a.outputs, b.outputs, "output", oc, out_value);
   analysis_detail::note_unscaled(scaled, loss_scale, oc.args);
@@ -477,11 +479,12 @@ GroupResult compare_group(const GroupKey& key, const std::vector<OpRecord>& a,
   res.aligned_by_thread = paired.by == PairedBy::kThread ? 1 : 0;
   res.aligned_approximately = paired.approximate ? 1 : 0;
   if (opt.by_module) res.modules = modules_compared(ops);
-  if (opt.keep_ops) {
+  if (opt.keep_ops == KeepOps::kAll) {
     res.ops = std::move(ops);
   } else {
+    const bool warned = opt.keep_ops == KeepOps::kWarned;
     for (OpCompare& o : ops)
-      if (o.classification == "divergent") res.ops.push_back(std::move(o));
+      if (o.classification == "divergent" || (warned && o.warning)) res.ops.push_back(std::move(o));
   }
   return g;
 }

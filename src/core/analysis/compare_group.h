@@ -20,9 +20,8 @@ namespace precprobe::analysis_detail {
 
 using GroupKey = std::pair<int64_t, int>;  // (step, rank)
 
-/// What one group adds to the CompareResult: its counts and lists in `part` (ops: every
-/// comparison with CompareOptions::keep_ops, else the divergent ones), and its earliest
-/// divergent and inexact ops.
+/// What one group adds to the CompareResult: its counts and lists in `part` (ops: the
+/// comparisons CompareOptions::keep_ops selects), and its earliest divergent and inexact ops.
 struct GroupResult {
   CompareResult part;
   std::optional<OpCompare> first_divergent, first_inexact;

@@ -71,6 +71,11 @@ struct FrameDigest {
   std::vector<Step> steps;
   /// Records with a non-finite output per op name (OpRecord::op), in first-seen order.
   std::vector<std::pair<std::string, int64_t>> nonfinite_ops;
+  /// Records of threads outside the training step (OpRecord::background).
+  uint64_t background = 0;
+  /// XXH3-64 of the frame's decompressed bytes (absent from digests written before it): two
+  /// frames with the same hash hold the same records, so `compare` need not read them.
+  std::optional<uint64_t> content;
 
   /// Whether any tensor of any record counts a NaN or an Inf.
   bool nonfinite() const noexcept {

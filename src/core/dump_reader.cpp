@@ -289,12 +289,13 @@ void read_all(const std::vector<RankInfo>& ranks, std::vector<StreamStatus>& sta
 struct OpCursor::Impl {
   DumpReader& reader;
   const RecordFilter& filter;
+  PassFn pass;
   size_t next_rank = 0;
   std::unique_ptr<StreamCursor<OpRecord>> stream;
 };
 
-OpCursor::OpCursor(DumpReader& reader, const RecordFilter& filter)
-    : impl_(new Impl{reader, filter, 0, nullptr}) {}
+OpCursor::OpCursor(DumpReader& reader, const RecordFilter& filter, PassFn pass)
+    : impl_(new Impl{reader, filter, std::move(pass), 0, nullptr}) {}
 
 OpCursor::~OpCursor() {
   if (impl_->stream) {  // left before its end: the status says what was read
@@ -316,7 +317,7 @@ bool OpCursor::next(std::vector<OpRecord>& out) {
         ++m.next_rank;
       if (m.next_rank == ranks.size()) return false;
       m.stream = std::make_unique<StreamCursor<OpRecord>>(ranks[m.next_rank++], StreamKind::kOps,
-                                                          m.filter, m.reader.digests_, nullptr);
+                                                          m.filter, m.reader.digests_, &m.pass);
     }
     bool go_on = true;
     if (m.stream->next(keep, &go_on)) return true;

@@ -1,5 +1,7 @@
 #include "frame_digest.h"
 
+#include <xxhash.h>
+
 #include <algorithm>
 
 #include "json_lite.h"
@@ -8,6 +10,7 @@ namespace precprobe::digest_detail {
 
 void add(FrameDigest& d, const OpRecord& r) {
   ++d.records;
+  if (r.background) ++d.background;
   if (d.steps.empty() || d.steps.back().step != r.step) d.steps.push_back({r.step, 0, 0, 0});
   FrameDigest::Step& s = d.steps.back();
   ++s.records;
@@ -72,8 +75,14 @@ std::string encode(const FrameDigest& d, uint64_t frame_size) {
       o.int64(d.nonfinite_ops[i].second);
       o.put(']');
     }
-    o.reserve(4);
-    o.lit("]}");
+    o.reserve(96);
+    o.lit("],\"background\":");
+    o.int64(static_cast<int64_t>(d.background));
+    if (d.content) {
+      o.lit(",\"content\":");
+      o.hex64(*d.content);
+    }
+    o.put('}');
   }
   std::string frame;
   frame.reserve(kSkippableHeader + payload.size());
@@ -124,11 +133,30 @@ bool parse(std::string_view payload, FrameDigest& d, uint64_t& frame_size) {
     } while (c.consume(','));
     if (!c.expect(']')) return false;
   }
+  // Later additions; keys this reader does not know are skipped (written by a newer one).
+  while (c.consume(',')) {
+    int64_t background = 0;
+    uint64_t content = 0;
+    if (c.quoted_key("background")) {
+      if (!c.int64(background) || background < 0 || background > records) return false;
+      d.background = static_cast<uint64_t>(background);
+    } else if (c.quoted_key("content")) {
+      if (!c.hex64(content)) return false;
+      d.content = content;
+    } else {
+      std::string_view key;
+      if (!c.key(key) || !c.skip_value()) return false;
+    }
+  }
   if (!c.expect('}') || !c.at_end()) return false;
   if (counted != records || by_op != outputs) return false;
   d.records = static_cast<uint64_t>(records);
   frame_size = static_cast<uint64_t>(size);
   return true;
+}
+
+uint64_t content_hash(std::string_view bytes) noexcept {
+  return XXH3_64bits(bytes.data(), bytes.size());
 }
 
 }  // namespace precprobe::digest_detail

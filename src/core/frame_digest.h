@@ -29,8 +29,11 @@ inline constexpr size_t kSkippableHeader = 8;
 void add(FrameDigest& d, const OpRecord& r);
 
 /// The whole skippable frame (header and payload) describing `d`, for a data frame of
-/// `frame_size` compressed bytes.
+/// `frame_size` compressed bytes (d.content: the hash of its decompressed bytes).
 std::string encode(const FrameDigest& d, uint64_t frame_size);
+
+/// The hash FrameDigest::content holds for a frame's decompressed bytes.
+uint64_t content_hash(std::string_view bytes) noexcept;
 
 /// Reads a digest's payload (the bytes after the 8-byte header). False, leaving `d`
 /// unspecified, when it is not a digest this reader understands.

@@ -89,7 +89,9 @@ bool FrameWriter::end_frame(std::string* error, const FrameDigest* digest) {
   if (digest != nullptr) {
     // One write(2) for both: the digest before its frame, so a reader decides before it
     // decompresses (a digest left without its frame by a crash is passed over unused).
-    const std::string skippable = digest_detail::encode(*digest, n);
+    FrameDigest described = *digest;
+    described.content = digest_detail::content_hash(pending_);
+    const std::string skippable = digest_detail::encode(described, n);
     head = skippable.size();
     if (out_.size() < head + n) out_.resize(head + n);
     std::memmove(out_.data() + head, out_.data(), n);

@@ -3,6 +3,7 @@
 // both runs group by group). Private to precprobe::core. Not thread-safe.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -13,9 +14,11 @@ namespace precprobe {
 class OpCursor {
  public:
   /// Reads `reader`'s op records selected by `filter` (kept by reference: it must outlive
-  /// the cursor), rank by rank in file order, as DumpReader::for_each_op does; each stream's
-  /// status goes to reader.statuses() when the stream ends.
-  OpCursor(DumpReader& reader, const RecordFilter& filter);
+  /// the cursor), rank by rank in file order, as DumpReader::for_each_op does, `pass` as its
+  /// pass function (may be empty); each stream's status goes to reader.statuses() when the
+  /// stream ends.
+  OpCursor(DumpReader& reader, const RecordFilter& filter,
+           std::function<bool(int rank, const FrameDigest&)> pass = {});
   ~OpCursor();
   OpCursor(const OpCursor&) = delete;
   OpCursor& operator=(const OpCursor&) = delete;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -20,9 +21,11 @@
 namespace precprobe::test {
 
 /// Writes `d` as a dump with the real DumpWriter, a frame every `records_a_frame` records
-/// (frames across steps, steps across frames), one rank directory per rank of its records.
+/// (frames across steps, steps across frames), one rank directory per rank of its records;
+/// with `end_steps`, each step also ends a frame, as the debugger does.
 inline void write_dump_data(const std::filesystem::path& root, const DumpData& d,
-                            size_t records_a_frame = 3) {
+                            size_t records_a_frame = 3, bool digests = true,
+                            bool end_steps = false) {
   std::set<int> ranks;
   for (const OpRecord& r : d.ops) ranks.insert(r.rank);
   for (const ScalerRecord& r : d.scaler) ranks.insert(r.rank);
@@ -33,6 +36,7 @@ inline void write_dump_data(const std::filesystem::path& root, const DumpData& d
     o.dir = (root / ("rank" + std::to_string(rank))).string();
     o.flush_every_records = records_a_frame;
     o.flush_interval_ms = 3600 * 1000;
+    o.frame_digests = digests;
     DumpWriter w(o);
     std::string meta;
     for (const RankInfo& r : d.ranks)
@@ -41,8 +45,11 @@ inline void write_dump_data(const std::filesystem::path& root, const DumpData& d
       meta = R"({"format_version":1,"rank":)" + std::to_string(rank) + R"(,"world_size":)" +
              std::to_string(ranks.size()) + "}";
     w.write_meta(meta);
+    std::optional<int64_t> step;
     for (const OpRecord& r : d.ops) {
       if (r.rank != rank) continue;
+      if (end_steps && step && *step != r.step) w.end_step(*step);
+      step = r.step;
       OpRecord copy = r;
       REQUIRE(w.submit(std::move(copy)));
     }

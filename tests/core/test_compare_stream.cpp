@@ -279,6 +279,114 @@ TEST_CASE("compare streamed holds the groups in flight, not the runs", "[compare
   CHECK(c["divergent"].size() == 2 * 200);  // both layer norms of every step
 }
 
+TEST_CASE("compare passes over the steps whose frames are the same bytes in both runs",
+          "[compare][differential]") {
+  struct Case {
+    RunPlan a, b;
+    bool passes;  // some steps are passed over
+  };
+  std::vector<Case> cases;
+  {
+    Case c;  // the same until step 17 (a nondeterministic op there), background ops
+    c.a.steps = c.b.steps = 40;
+    c.a.background = c.b.background = true;
+    c.b.diverge_step = 17;
+    c.passes = true;
+    cases.push_back(c);
+  }
+  {
+    Case c;  // the same runs, two ranks
+    c.a.ranks = c.b.ranks = 2;
+    c.passes = true;
+    cases.push_back(c);
+  }
+  {
+    Case c;  // a constant that differs from step 9 on: a verdict asks whether it is a
+             // constant of the run, which the steps passed over would tell: read again whole
+    c.b.eps = 1e-6;
+    c.b.noise = 1e-7;  // outputs that differ: the rounding model judges the op
+    c.passes = false;
+    cases.push_back(c);
+  }
+  {
+    Case c;  // the same records, but A scaled its loss: compared unscaled, never passed over
+    c.a.loss_scale = 1;
+    c.b.loss_scale = 1;
+    c.passes = true;
+    cases.push_back(c);
+  }
+  {
+    Case c;  // a number that changes at step 9 in both runs, and differs between them by
+             // rounding from there: data, not a constant, which only the steps before (the
+             // same in both runs) show
+    c.b.noise = 1e-7;
+    c.passes = false;
+    cases.push_back(c);
+  }
+  for (size_t i = 0; i < cases.size(); ++i) {
+    CAPTURE(i);
+    TempDir dir("compare_identical");
+    DumpData da = make_run(cases[i].a), db = make_run(cases[i].b);
+    if (i == 2 || i == 4) {  // the runs differ from step 9 on only
+      for (size_t k = 0; k < db.ops.size(); ++k)
+        if (db.ops[k].step < 9) db.ops[k] = da.ops[k];
+    }
+    if (i == 4) {
+      for (DumpData* d : {&da, &db}) {
+        for (OpRecord& r : d->ops)
+          if (r.step >= 9 && r.op == "aten::native_layer_norm")
+            r.inputs[1].value = d == &da ? "2e-05" : "2.0000001e-05";
+      }
+    }
+    test::write_dump_data(dir.path() / "a", da, 4096, true, /*end_steps=*/true);
+    test::write_dump_data(dir.path() / "b", db, 4096, true, /*end_steps=*/true);
+    for (const CompareOptions& opt : every_mode(cases[i].a.ranks)) {
+      CAPTURE(opt.first, opt.exact, opt.by_module, static_cast<int>(opt.keep_ops),
+              opt.step.value_or(-1), opt.rank.value_or(-1), opt.ranks.has_value());
+      DumpReader ra((dir.path() / "a").string()), rb((dir.path() / "b").string());
+      CompareResult r = compare_dumps(ra, rb, opt);
+      uint64_t passed = 0;
+      for (const DumpReader* reader : {&ra, &rb})
+        for (const StreamStatus& s : reader->statuses()) passed += s.frames_passed;
+      // (compare --step passes over the frames of other steps anyway.)
+      const bool may_pass = opt.keep_ops != KeepOps::kAll && !opt.by_module;
+      if (!opt.step) CHECK((passed > 0) == (may_pass && cases[i].passes));
+      r.path_a = r.path_b = "";
+      const nlohmann::json s = r.to_json();
+      const nlohmann::json m = compare_json(dir.path() / "a", dir.path() / "b", opt, false);
+      CAPTURE(nlohmann::json::diff(s, m).dump());
+      CHECK(s == m);
+      if (i == 0 && opt.first && !opt.step && !opt.rank && !opt.ranks) CHECK(s["step"] == 17);
+      if (i == 0 && !opt.step) CHECK(s["background_a"].get<int64_t>() > 10);
+      if (i == 2 && opt.first && !opt.step) CHECK(s["step"] == 9);
+      if (i == 4 && opt.first) CHECK(s["found"] == false);
+    }
+  }
+}
+
+TEST_CASE("compare of a dump without digests holds both runs, with the same result",
+          "[compare][differential]") {
+  RunPlan a;
+  RunPlan b = a;
+  b.diverge_step = 4;
+  TempDir dir("compare_no_digests");
+  const DumpData da = make_run(a), db = make_run(b);
+  test::write_dump_data(dir.path() / "a", da, 5, /*digests=*/false);
+  test::write_dump_data(dir.path() / "b", db, 5);
+  test::write_dump_data(dir.path() / "b2", db, 9);
+  CompareOptions first;
+  first.first = true;
+  const uint64_t streamed = analysis_detail::compare_streamed();
+  const nlohmann::json old_a = compare_json(dir.path() / "a", dir.path() / "b", first, true);
+  CHECK(analysis_detail::compare_streamed() == streamed);  // a frame without a digest
+  // The same records with digests, read side by side: the same answer.
+  const nlohmann::json new_a = compare_json(dir.path() / "b2", dir.path() / "b", first, true);
+  CHECK(analysis_detail::compare_streamed() == streamed + 1);
+  CHECK(old_a["step"] == 4);
+  CHECK(old_a == compare_json(dir.path() / "a", dir.path() / "b", first, false));
+  CHECK(new_a["found"] == false);  // b2 is b
+}
+
 TEST_CASE("compare of a truncated stream reads the same streamed and in memory",
           "[compare][differential]") {
   RunPlan a;

@@ -26,6 +26,7 @@
 namespace precprobe {
 namespace {
 
+using analysis_detail::ConstantsUse;
 using analysis_detail::ProgramConstants;
 using analysis_detail::same_after_broadcast;
 using analysis_detail::spelled_default;
@@ -115,17 +116,20 @@ double relative(double x, double scale) {
   return scale > 0 ? x / scale : kInf;
 }
 
-// Whether input i of r is a constant of its run. `unsettled` is set when more groups of the
-// run could change the answer (ProgramConstants::settled).
-bool run_constant(const ProgramConstants* c, const OpRecord& r, size_t i, bool* unsettled) {
+// Whether input i of r is a constant of its run. `use` (may be null) notes the question, and
+// whether more groups of the run could change the answer (ProgramConstants::settled).
+bool run_constant(const ProgramConstants* c, const OpRecord& r, size_t i, ConstantsUse* use) {
   if (c == nullptr) return false;
-  if (unsettled != nullptr && !c->settled(r, i)) *unsettled = true;
+  if (use != nullptr) {
+    use->asked = true;
+    if (!c->settled(r, i)) use->unsettled = true;
+  }
   return c->constant(r, i);
 }
 
 PairVerdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareOptions& opt,
                          double loss_scale, const ProgramConstants* const_a,
-                         const ProgramConstants* const_b, bool* unsettled) {
+                         const ProgramConstants* const_b, ConstantsUse* use) {
   // Gradients of a loss scaled by a GradScaler (fp16/bf16 AMP) against a run that scales
   // it otherwise (an fp32 reference): compared as gradients of the same loss.
   analysis_detail::ScaledArgs scaled;
@@ -194,8 +198,8 @@ PairVerdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareO
       // earlier item()): one rounding of the op's precision, times the noise factor, is
       // what it may differ by; beyond that the op was called with a different constant.
       rel = ac.error;
-      const bool in_a = run_constant(const_a, a, i, unsettled);
-      const bool program_constant = run_constant(const_b, b, i, unsettled) || in_a;
+      const bool in_a = run_constant(const_a, a, i, use);
+      const bool program_constant = run_constant(const_b, b, i, use) || in_a;
       if (program_constant || !(rel <= opt.noise_factor * u_op)) {
         constant_differs = true;  // the op's own cause, not inherited
         if (program_constant) oc.args[i].note += " (a constant of the program: every step)";
@@ -410,7 +414,7 @@ GroupResult compare_group(const GroupKey& key, const std::vector<OpRecord>& a,
                           const std::vector<OpRecord>& b, const CompareOptions& opt,
                           double loss_scale, const ModuleOrder* order_a,
                           const ProgramConstants& const_a, const ProgramConstants& const_b,
-                          bool* unsettled) {
+                          ConstantsUse* use) {
   GroupResult g;
   CompareResult& res = g.part;
   res.ops_a = static_cast<int64_t>(a.size());
@@ -446,7 +450,7 @@ GroupResult compare_group(const GroupKey& key, const std::vector<OpRecord>& a,
       continue;
     }
     close_place();
-    PairVerdict v = compare_pair(a[i], b[j], opt, loss_scale, &const_a, &const_b, unsettled);
+    PairVerdict v = compare_pair(a[i], b[j], opt, loss_scale, &const_a, &const_b, use);
     if (std::isfinite(v.oc.error)) seen_error = std::max(seen_error, v.oc.error);
     v.oc.module = module_of[static_cast<size_t>(i)];
     excuse_after_flip(flips.observe(a[i], v.oc), a[i].seq, v, res);

@@ -27,15 +27,21 @@ struct GroupResult {
   std::optional<OpCompare> first_divergent, first_inexact;
 };
 
+/// What the verdicts of a group asked of the runs' ProgramConstants.
+struct ConstantsUse {
+  bool asked = false;      ///< whether an argument is a constant of its run
+  bool unsettled = false;  ///< ... and groups not yet added could change the answer
+};
+
 /// One group present in both runs, each side's ops in seq order. `const_a`/`const_b` hold
-/// the non-tensor arguments of the runs' groups (ProgramConstants); `unsettled` (may be null)
-/// is set when a verdict asked them a question that groups not yet added could answer
-/// otherwise: the result is then to be recomputed once every group is added.
+/// the non-tensor arguments of the runs' groups (ProgramConstants); `use` (may be null) says
+/// what the verdicts asked of them: when unsettled, the result is to be recomputed once every
+/// group is added.
 GroupResult compare_group(const GroupKey& key, const std::vector<OpRecord>& a,
                           const std::vector<OpRecord>& b, const CompareOptions& opt,
                           double loss_scale, const ModuleOrder* order_a,
                           const ProgramConstants& const_a, const ProgramConstants& const_b,
-                          bool* unsettled);
+                          ConstantsUse* use);
 
 /// A group of run `side` ("a" or "b") only: its ops are unmatched.
 GroupResult one_run_group(const GroupKey& key, const std::vector<OpRecord>& ops, const char* side);

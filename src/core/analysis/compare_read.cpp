@@ -135,16 +135,32 @@ CompareResult compare_loaded(analysis_detail::RecordSource& src_a,
 
 using RankStep = std::pair<int, int64_t>;
 
-// How many op records each (rank, step) of a dump holds, from its frame digests; nullopt
-// when a frame has none (an older writer, digests off) or cannot be passed over.
-std::optional<std::map<RankStep, int64_t>> records_per_step(DumpReader& reader,
-                                                            const RecordFilter& ranks) {
-  std::map<RankStep, int64_t> n;
+// What the digests say of one (rank, step) of a dump.
+struct StepFrames {
+  int64_t records = 0;  ///< over every frame that holds some
+  /// Every frame that holds some holds this step only, has a content hash and no NaN/Inf.
+  bool pure = true;
+  std::vector<uint64_t> hashes;  ///< of those frames, in order (when pure)
+  uint64_t background = 0;       ///< records of threads outside the step (when pure)
+};
+
+// Each (rank, step) of a dump, from its frame digests; nullopt when a frame has none (an
+// older writer, digests off) or cannot be passed over.
+std::optional<std::map<RankStep, StepFrames>> census(DumpReader& reader,
+                                                     const RecordFilter& ranks) {
+  std::map<RankStep, StepFrames> n;
   bool every_frame = true;
   reader.for_each_op(
       ranks,
       [&](int rank, const FrameDigest& d) {
-        for (const FrameDigest::Step& s : d.steps) n[{rank, s.step}] += s.records;
+        for (const FrameDigest::Step& s : d.steps) {
+          StepFrames& f = n[{rank, s.step}];
+          f.records += s.records;
+          f.pure = f.pure && d.steps.size() == 1 && d.content && s.nonfinite_records == 0;
+          if (!f.pure) continue;
+          f.hashes.push_back(*d.content);
+          f.background += d.background;
+        }
         return true;
       },
       [&](const OpRecord&) { return every_frame = false; });
@@ -155,31 +171,52 @@ std::optional<std::map<RankStep, int64_t>> records_per_step(DumpReader& reader,
 // The two runs read side by side (the file comment). nullopt when a run's records
 // contradict its digests (more records of a (rank, step) than the digests count): then
 // nothing streamed can be trusted to be complete, and the caller reads both in memory.
+//
+// With `skip_identical`, a step whose frames are the same bytes in both runs (the digests'
+// content hashes), holding that step only and no NaN/Inf, is not read: its ops are equal
+// ops, each a match, and are counted so. Not with what needs each op (--by module, every
+// op kept), nor where the loss scales differ. When a verdict then asks whether a number is
+// a constant of the run (the steps passed over would tell), retry() says to run again
+// without skipping.
 class StreamedCompare {
  public:
-  StreamedCompare(const CompareOptions& opt, const ProgressFn& progress)
-      : opt_(opt), progress_(progress), sa_(opt, 0), sb_(opt, 1) {}
+  StreamedCompare(const CompareOptions& opt, const ProgressFn& progress, bool skip_identical)
+      : opt_(opt),
+        progress_(progress),
+        sa_(opt, 0),
+        sb_(opt, 1),
+        skip_identical_(skip_identical && !opt.by_module && opt.keep_ops != KeepOps::kAll &&
+                        !opt.step) {}
+
+  bool retry() const noexcept { return retry_; }
 
   std::optional<CompareResult> run(DumpReader& a, DumpReader& b, const ReadOptions& read_a,
                                    const ReadOptions& read_b) {
     RecordFilter ranks_a, ranks_b;
     ranks_a.ranks = read_a.filter.ranks;
     ranks_b.ranks = read_b.filter.ranks;
-    auto na = records_per_step(a, ranks_a);
-    auto nb = na ? records_per_step(b, ranks_b) : std::nullopt;
+    auto na = census(a, ranks_a);
+    auto nb = na ? census(b, ranks_b) : std::nullopt;
     if (!na || !nb) return std::nullopt;
-    run_[0].expected = std::move(*na);
-    run_[1].expected = std::move(*nb);
     for (int side : {0, 1}) {
+      for (const auto& [rs, f] : side == 0 ? *na : *nb) run_[side].expected[rs] = f.records;
       analysis_detail::ReaderSource src(side == 0 ? a : b, side == 0 ? read_a : read_b);
       load_context(src, side == 0 ? sa_ : sb_, opt_, side);
-      for (const auto& [rs, n] : run_[side].expected) run_[side].total += n;
     }
     std::set<GroupKey> keys_a;
     for (const auto& kv : run_[0].expected)
       if (auto key = sa_.select.group(kv.first.second, kv.first.first)) keys_a.insert(*key);
     keys_a_.assign(keys_a.begin(), keys_a.end());
-    OpCursor ca(a, read_a.filter), cb(b, read_b.filter);
+    if (skip_identical_ && same_grad_mode(a, b)) pass_identical(*na, *nb);
+    for (int side : {0, 1}) {
+      for (const auto& [rs, n] : run_[side].expected) run_[side].total += n;
+    }
+    auto passing = [this](int side) {
+      return [this, side](int rank, const FrameDigest& d) {
+        return d.steps.size() == 1 && passed_[side].count({rank, d.steps[0].step}) > 0;
+      };
+    };
+    OpCursor ca(a, read_a.filter, passing(0)), cb(b, read_b.filter, passing(1));
     OpCursor* cursor[2] = {&ca, &cb};
     bool more[2] = {true, true};
     std::vector<OpRecord> frame;
@@ -188,7 +225,7 @@ class StreamedCompare {
       const int side = !more[0] ? 1 : !more[1] ? 0 : behind();
       frame.clear();
       more[side] = cursor[side]->next(frame);
-      if (!take(side, frame)) return std::nullopt;
+      if (!take(side, frame) || retry_) return std::nullopt;
       peak = std::max(peak, sa_.groups.size() + sb_.groups.size() + held_.size() + results_.size());
     }
     last_peak = peak;
@@ -199,12 +236,60 @@ class StreamedCompare {
     for (const auto& kv : sb_.groups) rest.insert(kv.first);
     for (const GroupKey& key : rest) hold(key);
     for (const GroupKey& key : std::set<GroupKey>(held_)) judge(key, /*final=*/true);
+    if (retry_) return std::nullopt;
     // What is left is in compare's order: A's groups after the last one added, then B's only.
     for (auto& kv : results_) merge_.add(std::move(kv.second));
     return merge_.finish(sa_.background, sb_.background);
   }
 
  private:
+  // Whether both runs' readers fill OpRecord::grad alike (meta.json's ops_grad_mode): the
+  // same bytes are the same records only then.
+  static bool same_grad_mode(const DumpReader& a, const DumpReader& b) {
+    auto mode = [](const DumpReader& r) {
+      std::map<int, bool> m;
+      for (const RankInfo& info : r.ranks())
+        m[info.rank] = info.meta && info.meta->ops_grad_mode.value_or(false);
+      return m;
+    };
+    const std::map<int, bool> ma = mode(a), mb = mode(b);
+    for (const auto& [ra, x] : ma)
+      for (const auto& [rb, y] : mb)
+        if (x != y) return false;
+    return true;
+  }
+
+  // Passes over the steps whose frames are the same bytes in both runs (the class comment),
+  // counting their ops as matches.
+  void pass_identical(const std::map<RankStep, StepFrames>& na,
+                      const std::map<RankStep, StepFrames>& nb) {
+    for (const auto& [rs, fa] : na) {
+      const std::optional<GroupKey> key = sa_.select.group(rs.second, rs.first);
+      if (!key || !fa.pure || fa.hashes.empty()) continue;
+      const RankStep other{opt_.ranks ? opt_.ranks->second : key->second, key->first};
+      auto it = nb.find(other);
+      if (it == nb.end() || !sb_.select.group(other.second, other.first)) continue;
+      const StepFrames& fb = it->second;
+      if (!fb.pure || fb.hashes != fa.hashes || fb.records != fa.records ||
+          fb.background != fa.background || std::fabs(loss_scale(sa_, sb_, *key) - 1) > 0)
+        continue;
+      passed_[0].insert(rs);
+      passed_[1].insert(other);
+      run_[0].expected.erase(rs);
+      run_[1].expected.erase(other);
+      sa_.background += static_cast<int64_t>(fa.background);
+      sb_.background += static_cast<int64_t>(fb.background);
+      const int64_t n = fa.records - static_cast<int64_t>(fa.background);
+      if (n > 0) {
+        GroupResult g;
+        g.part.ops_a = g.part.ops_b = g.part.matched = g.part.match_ops = n;
+        g.part.groups_compared = 1;
+        results_[{0, *key}] = std::move(g);
+      }
+      settle(*key);
+    }
+  }
+
   struct Run {
     std::map<RankStep, int64_t> expected, read;
     int64_t total = 0, records = 0;
@@ -271,12 +356,15 @@ class StreamedCompare {
     auto ia = held_a_.find(key), ib = held_b_.find(key);
     const bool in_a = ia != held_a_.end(), in_b = ib != held_b_.end();
     if (in_a && in_b) {
-      bool unsettled = false;
+      analysis_detail::ConstantsUse use;
       GroupResult g = analysis_detail::compare_group(
           key, ia->second, ib->second, opt_, loss_scale(sa_, sb_, key),
-          analysis_detail::order_of(sa_.orders, key.second), const_a_, const_b_,
-          final ? nullptr : &unsettled);
-      if (unsettled) return;
+          analysis_detail::order_of(sa_.orders, key.second), const_a_, const_b_, &use);
+      if (use.asked && !passed_[0].empty()) {
+        retry_ = true;  // the steps passed over would have answered too
+        return;
+      }
+      if (use.unsettled && !final) return;
       results_[{0, key}] = std::move(g);
     } else if (in_a) {
       results_[{0, key}] = analysis_detail::one_run_group(key, ia->second, "a");
@@ -286,6 +374,11 @@ class StreamedCompare {
     if (in_a) held_a_.erase(ia);
     if (in_b) held_b_.erase(ib);
     held_.erase(key);
+    settle(key);
+  }
+
+  // The group is judged: its result waits in results_ until every group before is judged.
+  void settle(const GroupKey& key) {
     done_.insert(key);
     // Adds the results of A's groups in key order as far as every group before is judged:
     // memory holds the groups waiting, not one result per step.
@@ -313,6 +406,9 @@ class StreamedCompare {
   std::vector<GroupKey> keys_a_;  // every group key of A's records, in order
   size_t next_a_ = 0;             // keys_a_[next_a_] is the next to add to merge_
   std::set<GroupKey> done_;       // judged, from keys_a_[next_a_] on
+  bool skip_identical_;
+  std::set<RankStep> passed_[2];  // the steps of each run passed over as identical
+  bool retry_ = false;
   uint64_t progressed_ = 0;
 };
 
@@ -331,7 +427,12 @@ CompareResult compare_dumps(DumpReader& a, DumpReader& b, const CompareOptions& 
     read.filter.ranks = read_b.filter.ranks = {*options.rank};
   }
   std::optional<CompareResult> r;
-  if (a.digests() && b.digests()) r = StreamedCompare(options, progress).run(a, b, read, read_b);
+  if (a.digests() && b.digests()) {
+    StreamedCompare first(options, progress, /*skip_identical=*/true);
+    r = first.run(a, b, read, read_b);
+    if (!r && first.retry())
+      r = StreamedCompare(options, progress, /*skip_identical=*/false).run(a, b, read, read_b);
+  }
   if (r) {
     ++streamed_calls;
   } else {

@@ -3,9 +3,10 @@
 // Dumps whose op frames all have digests (docs/dump-format.md, "Frame digests") are read side
 // by side, a frame at a time from whichever run is behind: the digests say how many records
 // each (rank, step) holds, so a group is judged, and its records let go, as soon as both runs'
-// records of it are read. Memory then holds the groups in flight, not the runs. Otherwise
+// records of it are read. Memory then holds the groups in flight, not the runs; a step whose
+// frames are the same bytes in both runs is not read at all (StreamedCompare). Otherwise
 // (no digests, DumpData, digests off, or a count the records contradict) both runs are held
-// in memory, as before. Both ways give the same result (test_compare_stream.cpp).
+// in memory, as before. Every way gives the same result (test_compare_stream.cpp).
 #include <algorithm>
 #include <atomic>
 #include <cmath>

@@ -35,6 +35,7 @@ OpRecord unscaled(const OpRecord& a, const OpRecord& b, double factor, ScaledArg
 }
 
 void note_unscaled(const ScaledArgs& scaled, double factor, std::vector<ArgCompare>& args) {
+  if (scaled.empty()) return;  // every op of a run without a loss scale
   char note[64];
   std::snprintf(note, sizeof note, "a / loss scale %g", factor);
   for (const auto& [output, index] : scaled) {

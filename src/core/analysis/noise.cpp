@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string_view>
 
 #include "precprobe/analysis.h"
 
@@ -64,9 +65,12 @@ int64_t dim_size(const Mag& m, int64_t d) {
 
 int64_t last_dim(const Mag& m) { return dim_size(m, -1); }
 
-bool one_of(const std::string& op, std::initializer_list<const char*> names) {
-  for (const char* n : names) {
-    if (op == n) return true;
+// Names as string_views: their lengths are known where they are written, and most names
+// differ from the op's in length (no byte compared).
+bool one_of(const std::string& op, std::initializer_list<std::string_view> names) {
+  const std::string_view o(op);
+  for (std::string_view n : names) {
+    if (o == n) return true;
   }
   return false;
 }

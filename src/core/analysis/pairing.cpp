@@ -96,7 +96,7 @@ class OpKeys {
 
   // Keys and parameter names share one table: a key always holds '|', a name never does.
   uint32_t intern(const std::string& s) {
-    return ids_.emplace(s, static_cast<uint32_t>(ids_.size())).first->second;
+    return ids_.try_emplace(s, static_cast<uint32_t>(ids_.size())).first->second;  // no node if in
   }
 
   std::unordered_map<std::string, uint32_t> ids_;

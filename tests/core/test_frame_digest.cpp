@@ -190,6 +190,8 @@ TEST_CASE("each frame of op records follows its digest, which zstd passes over",
     CHECK(d.records == again.records);
     CHECK(d.steps == again.steps);
     CHECK(d.nonfinite_ops == again.nonfinite_ops);
+    CHECK(d.background == again.background);
+    CHECK(d.content == digest_detail::content_hash(content));  // the bytes' XXH3-64
     nonfinite_frames += d.nonfinite() ? 1 : 0;
     at += frame;
     ++digests;
@@ -203,6 +205,8 @@ TEST_CASE("a digest round-trips and a malformed one is refused", "[frame_digest]
   d.records = 7;
   d.steps = {{-1, 2, 0, 1}, {4, 5, 2, 3}};
   d.nonfinite_ops = {{"aten::\"odd\" name", 1}, {"aten::exp", 1}};
+  d.background = 3;
+  d.content = 0x0123456789abcdefu;
   const std::string frame = digest_detail::encode(d, 1234);
   const std::string payload = frame.substr(digest_detail::kSkippableHeader);
   FrameDigest back;
@@ -212,6 +216,8 @@ TEST_CASE("a digest round-trips and a malformed one is refused", "[frame_digest]
   CHECK(back.records == 7);
   CHECK(back.steps == d.steps);
   CHECK(back.nonfinite_ops == d.nonfinite_ops);
+  CHECK(back.background == 3);
+  CHECK(back.content == d.content);
   CHECK(back.nonfinite());
   // Every prefix, counts that contradict each other, a later version: refused.
   for (size_t n = 0; n < payload.size(); ++n) {
@@ -230,6 +236,20 @@ TEST_CASE("a digest round-trips and a malformed one is refused", "[frame_digest]
   CHECK_FALSE(digest_detail::parse(edited("digest\":1", "digest\":2"), back, size));
   CHECK_FALSE(digest_detail::parse(edited("\"size\":1234", "\"size\":0"), back, size));
   CHECK(digest_detail::parse(edited("[4,5,2,3]", "[4,5,2,3] "), back, size));  // blanks: fine
+  CHECK_FALSE(digest_detail::parse(edited("\"background\":3", "\"background\":8"), back, size));
+  CHECK_FALSE(digest_detail::parse(edited("\"background\":3", "\"background\":-1"), back, size));
+  CHECK_FALSE(digest_detail::parse(edited("0123456789abcdef", "0123456789abcdeg"), back, size));
+  // A digest written before background and content: taken, without a hash.
+  const std::string older = payload.substr(0, payload.find(",\"background\"")) + "}";
+  REQUIRE(digest_detail::parse(older, back, size));
+  CHECK(back.background == 0);
+  CHECK_FALSE(back.content.has_value());
+  // Keys a later writer adds are passed over.
+  const std::string later = payload.substr(0, payload.size() - 1) + ",\"later\":[1,{\"x\":\"y\"}]}";
+  REQUIRE(digest_detail::parse(later, back, size));
+  CHECK(back.content == d.content);
+  CHECK_FALSE(
+      digest_detail::parse(payload.substr(0, payload.size() - 1) + ",\"later\":}", back, size));
 }
 
 TEST_CASE("summary and overflow passing over frames equal them decoding every frame",

@@ -49,10 +49,10 @@ TEST_CASE("helpers: direction names, msprobe-style name, abs_max, non-finite fla
   CHECK(bad.non_finite() == 1);
 
   // Uninitialized memory from the empty family is garbage, never an overflow.
-  for (const char* op :
-       {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty",
-        "aten::new_empty_strided", "aten::empty_permuted", "aten::empty_quantized",
-        "aten::_empty_affine_quantized", "aten::_empty_per_channel_affine_quantized"}) {
+  for (const char* op : {"aten::empty", "aten::empty_like", "aten::empty_strided",
+                         "aten::new_empty", "aten::new_empty_strided", "aten::empty_permuted",
+                         "aten::empty_quantized", "aten::_empty_affine_quantized",
+                         "aten::_empty_per_channel_affine_quantized"}) {
     r.op = op;
     CHECK(r.outputs_uninitialized());
     CHECK_FALSE(r.outputs_non_finite());

@@ -4,6 +4,9 @@
 // JSON, over runs built to reach every part of compare: noise, divergences, ops of one run
 // only, steps of one run only, background ops, loss scales, ranks, program constants, frames
 // across steps, truncated streams. And memory holds the groups in flight, not the runs.
+#include <zstd.h>
+
+#include <cstring>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -13,6 +16,7 @@
 #include "core/analysis_fixtures.h"
 #include "core/compare_check.h"
 #include "core/temp_dir.h"
+#include "frame_digest.h"
 #include "precprobe/analysis.h"
 #include "precprobe/reader.h"
 #include "precprobe_catch.h"
@@ -385,6 +389,42 @@ TEST_CASE("compare of a dump without digests holds both runs, with the same resu
   CHECK(old_a["step"] == 4);
   CHECK(old_a == compare_json(dir.path() / "a", dir.path() / "b", first, false));
   CHECK(new_a["found"] == false);  // b2 is b
+}
+
+TEST_CASE("compare reads both runs whole when a digest miscounts its steps",
+          "[compare][differential]") {
+  RunPlan a;
+  a.steps = 10;
+  RunPlan b = a;
+  b.diverge_step = 6;
+  TempDir dir("compare_lie");
+  test::write_dump_data(dir.path() / "a", make_run(a), 16);  // frames of two steps
+  test::write_dump_data(dir.path() / "b", make_run(b), 16);
+  CompareOptions first;
+  first.first = true;
+  first.keep_ops = KeepOps::kDivergent;
+  const nlohmann::json held = compare_json(dir.path() / "a", dir.path() / "b", first, false);
+  // Rewrite A's first digest: one record of step 0 counted under step 1 (the totals agree,
+  // so the digest is taken); then every reading that trusts it would judge step 1 early.
+  const std::string ops = (dir.path() / "a" / "rank0" / "ops.jsonl.zst").string();
+  const std::string bytes = test::read_bytes(ops);
+  const size_t head = ZSTD_findFrameCompressedSize(bytes.data(), bytes.size());
+  REQUIRE_FALSE(ZSTD_isError(head));
+  FrameDigest d;
+  uint64_t size = 0;
+  REQUIRE(
+      digest_detail::parse(std::string_view(bytes).substr(digest_detail::kSkippableHeader,
+                                                          head - digest_detail::kSkippableHeader),
+                           d, size));
+  REQUIRE(d.steps.size() == 2);
+  --d.steps[0].records;
+  ++d.steps[1].records;
+  test::write_bytes(ops, digest_detail::encode(d, size) + bytes.substr(head));
+  const uint64_t streamed = analysis_detail::compare_streamed();
+  const nlohmann::json s = compare_json(dir.path() / "a", dir.path() / "b", first, true);
+  CHECK(analysis_detail::compare_streamed() == streamed);  // fell back to holding both
+  CHECK(s == held);
+  CHECK(s["step"] == 6);
 }
 
 TEST_CASE("compare of a truncated stream reads the same streamed and in memory",

@@ -70,7 +70,7 @@ bool FrameWriter::open(const std::string& path, int zstd_level, std::string* err
   return true;
 }
 
-bool FrameWriter::end_frame(std::string* error, const FrameDigest* digest) {
+bool FrameWriter::end_frame(std::string* error, FrameDigest* digest) {
   if (pending_.empty()) return true;
   if (fd_ < 0) {
     set_error(error, "stream is not open");
@@ -89,9 +89,8 @@ bool FrameWriter::end_frame(std::string* error, const FrameDigest* digest) {
   if (digest != nullptr) {
     // One write(2) for both: the digest before its frame, so a reader decides before it
     // decompresses (a digest left without its frame by a crash is passed over unused).
-    FrameDigest described = *digest;
-    described.content = digest_detail::content_hash(pending_);
-    const std::string skippable = digest_detail::encode(described, n);
+    digest->content = digest_detail::content_hash(pending_);
+    const std::string skippable = digest_detail::encode(*digest, n);
     head = skippable.size();
     if (out_.size() < head + n) out_.resize(head + n);
     std::memmove(out_.data() + head, out_.data(), n);

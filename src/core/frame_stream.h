@@ -36,8 +36,9 @@ class FrameWriter {
   size_t pending_bytes() const noexcept { return pending_.size(); }
 
   /// Compresses the buffered bytes into one frame and writes it; nothing when empty. With a
-  /// digest (frame_digest.h), its skippable frame goes first, in the same write.
-  bool end_frame(std::string* error, const FrameDigest* digest = nullptr);
+  /// digest (frame_digest.h), its skippable frame goes first, in the same write; its
+  /// `content` is set to the hash of the frame's bytes.
+  bool end_frame(std::string* error, FrameDigest* digest = nullptr);
   /// fsync(2).
   bool sync(std::string* error);
   /// Ends the frame and closes the file.

@@ -382,26 +382,40 @@ void excuse_after_flip(const std::optional<analysis_detail::FlipTracker::Source>
   if (!res.first_excused || earlier(v.oc, *res.first_excused)) res.first_excused = v.oc;
 }
 
+// Adds `m` to the module of its name in `modules` (in order of first appearance; `index`
+// by name), or appends it.
+void add_module(std::vector<ModuleCompare>& modules, std::map<std::string, size_t>& index,
+                ModuleCompare&& m) {
+  auto [at, added] = index.emplace(m.module, modules.size());
+  if (added) {
+    modules.push_back(std::move(m));
+    return;
+  }
+  ModuleCompare& to = modules[at->second];
+  to.ops += m.ops;
+  to.match += m.match;
+  to.noise += m.noise;
+  to.divergent += m.divergent;
+  to.max_ratio = std::max(to.max_ratio, m.max_ratio);
+  if (m.first_divergent &&
+      (!to.first_divergent || earlier(*m.first_divergent, *to.first_divergent)))
+    to.first_divergent = std::move(m.first_divergent);
+}
+
 // Per module in order of first appearance among `ops` (--by module).
 std::vector<ModuleCompare> modules_compared(const std::vector<OpCompare>& ops) {
   std::vector<ModuleCompare> out;
   std::map<std::string, size_t> index;
   for (const OpCompare& o : ops) {
-    auto [at, added] = index.emplace(o.module, out.size());
-    if (added) {
-      ModuleCompare m;
-      m.module = o.module;
-      out.push_back(std::move(m));
-    }
-    ModuleCompare& m = out[at->second];
-    ++m.ops;
-    if (o.classification == "match") ++m.match;
-    if (o.classification == "noise") ++m.noise;
-    if (o.classification == "divergent") {
-      ++m.divergent;
-      if (!m.first_divergent || earlier(o, *m.first_divergent)) m.first_divergent = o;
-    }
-    if (std::isfinite(o.ratio)) m.max_ratio = std::max(m.max_ratio, o.ratio);
+    ModuleCompare m;  // the op alone
+    m.module = o.module;
+    m.ops = 1;
+    m.match = o.classification == "match";
+    m.noise = o.classification == "noise";
+    m.divergent = o.classification == "divergent";
+    if (m.divergent) m.first_divergent = o;
+    if (std::isfinite(o.ratio)) m.max_ratio = std::max(0.0, o.ratio);
+    add_module(out, index, std::move(m));
   }
   return out;
 }
@@ -535,22 +549,7 @@ void CompareMerge::add(GroupResult&& g) {
   };
   keep_earliest(first_divergent_, g.first_divergent);
   keep_earliest(first_inexact_, g.first_inexact);
-  for (ModuleCompare& m : p.modules) {
-    auto [at, added] = module_index_.emplace(m.module, res.modules.size());
-    if (added) {
-      res.modules.push_back(std::move(m));
-      continue;
-    }
-    ModuleCompare& to = res.modules[at->second];
-    to.ops += m.ops;
-    to.match += m.match;
-    to.noise += m.noise;
-    to.divergent += m.divergent;
-    to.max_ratio = std::max(to.max_ratio, m.max_ratio);
-    if (m.first_divergent &&
-        (!to.first_divergent || earlier(*m.first_divergent, *to.first_divergent)))
-      to.first_divergent = std::move(m.first_divergent);
-  }
+  for (ModuleCompare& m : p.modules) add_module(res.modules, module_index_, std::move(m));
 }
 
 CompareResult CompareMerge::finish(int64_t background_a, int64_t background_b) {

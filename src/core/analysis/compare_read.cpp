@@ -13,7 +13,6 @@
 #include <map>
 #include <optional>
 #include <set>
-#include <tuple>
 
 #include "compare_group.h"
 #include "loss_scale.h"
@@ -46,6 +45,8 @@ struct Selection {
     if ((opt.step && step != *opt.step) || (rank && r != *rank)) return std::nullopt;
     return GroupKey{step, opt.ranks ? opt.ranks->first : r};
   }
+  // The rank of this run's records of a group: the key's, or with opt.ranks this run's own.
+  int own_rank(const GroupKey& key) const { return opt.ranks ? *rank : key.second; }
   const CompareOptions& opt;
   std::optional<int> rank;
 };
@@ -77,10 +78,9 @@ struct Side {
 };
 
 // The ranks' module orders and the loss scales of one run.
-void load_context(analysis_detail::RecordSource& src, Side& s, const CompareOptions& opt,
-                  int side) {
+void load_context(analysis_detail::RecordSource& src, Side& s, const CompareOptions& opt) {
   for (auto& [r, order] : analysis_detail::module_orders(src.ranks())) {
-    if (opt.ranks && r != (side == 0 ? opt.ranks->first : opt.ranks->second)) continue;
+    if (opt.ranks && r != *s.select.rank) continue;
     s.orders[opt.ranks ? opt.ranks->first : r] = std::move(order);
   }
   src.scaler([&](const ScalerRecord& r) {
@@ -106,13 +106,13 @@ double loss_scale(const Side& sa, const Side& sb, const GroupKey& key) {
 CompareResult compare_loaded(analysis_detail::RecordSource& src_a,
                              analysis_detail::RecordSource& src_b, const CompareOptions& opt) {
   Side sa(opt, 0), sb(opt, 1);
-  for (auto [src, s, side] : {std::tuple{&src_a, &sa, 0}, std::tuple{&src_b, &sb, 1}}) {
+  for (auto [src, s] : {std::pair{&src_a, &sa}, std::pair{&src_b, &sb}}) {
     src->ops([s = s](const OpRecord& r) {
       s->add(OpRecord(r));
       return true;
     });
     for (auto& [key, ops] : s->groups) sort_by_seq(ops);
-    load_context(*src, *s, opt, side);
+    load_context(*src, *s, opt);
   }
   ProgramConstants const_a, const_b;
   for (const auto& kv : sa.groups) const_a.add(kv.second);
@@ -202,7 +202,7 @@ class StreamedCompare {
     for (int side : {0, 1}) {
       for (const auto& [rs, f] : side == 0 ? *na : *nb) run_[side].expected[rs] = f.records;
       analysis_detail::ReaderSource src(side == 0 ? a : b, side == 0 ? read_a : read_b);
-      load_context(src, side == 0 ? sa_ : sb_, opt_, side);
+      load_context(src, side == 0 ? sa_ : sb_, opt_);
     }
     std::set<GroupKey> keys_a;
     for (const auto& kv : run_[0].expected)
@@ -227,7 +227,8 @@ class StreamedCompare {
       frame.clear();
       more[side] = cursor[side]->next(frame);
       if (!take(side, frame) || retry_) return std::nullopt;
-      peak = std::max(peak, sa_.groups.size() + sb_.groups.size() + held_.size() + results_.size());
+      peak = std::max(peak, sa_.groups.size() + sb_.groups.size() + held_a_.size() +
+                                held_b_.size() + results_.size());
     }
     last_peak = peak;
     // Groups whose records did not all arrive (a truncated stream, a bad line), then those
@@ -236,7 +237,10 @@ class StreamedCompare {
     for (const auto& kv : sa_.groups) rest.insert(kv.first);
     for (const auto& kv : sb_.groups) rest.insert(kv.first);
     for (const GroupKey& key : rest) hold(key);
-    for (const GroupKey& key : std::set<GroupKey>(held_)) judge(key, /*final=*/true);
+    std::set<GroupKey> held;
+    for (const auto* m : {&held_a_, &held_b_})
+      for (const auto& kv : *m) held.insert(kv.first);
+    for (const GroupKey& key : held) judge(key, /*final=*/true);
     if (retry_) return std::nullopt;
     // What is left is in compare's order: A's groups after the last one added, then B's only.
     for (auto& kv : results_) merge_.add(std::move(kv.second));
@@ -247,17 +251,11 @@ class StreamedCompare {
   // Whether both runs' readers fill OpRecord::grad alike (meta.json's ops_grad_mode): the
   // same bytes are the same records only then.
   static bool same_grad_mode(const DumpReader& a, const DumpReader& b) {
-    auto mode = [](const DumpReader& r) {
-      std::map<int, bool> m;
-      for (const RankInfo& info : r.ranks())
-        m[info.rank] = info.meta && info.meta->ops_grad_mode.value_or(false);
-      return m;
-    };
-    const std::map<int, bool> ma = mode(a), mb = mode(b);
-    for (const auto& [ra, x] : ma)
-      for (const auto& [rb, y] : mb)
-        if (x != y) return false;
-    return true;
+    std::set<bool> modes;
+    for (const DumpReader* r : {&a, &b})
+      for (const RankInfo& info : r->ranks())
+        modes.insert(info.meta && info.meta->ops_grad_mode.value_or(false));
+    return modes.size() <= 1;
   }
 
   // Passes over the steps whose frames are the same bytes in both runs (the class comment),
@@ -267,7 +265,7 @@ class StreamedCompare {
     for (const auto& [rs, fa] : na) {
       const std::optional<GroupKey> key = sa_.select.group(rs.second, rs.first);
       if (!key || !fa.pure || fa.hashes.empty()) continue;
-      const RankStep other{opt_.ranks ? opt_.ranks->second : key->second, key->first};
+      const RankStep other{sb_.select.own_rank(*key), key->first};
       auto it = nb.find(other);
       if (it == nb.end() || !sb_.select.group(other.second, other.first)) continue;
       const StepFrames& fb = it->second;
@@ -325,12 +323,9 @@ class StreamedCompare {
       if (count(side, rs, true) != count(side, rs, false)) continue;
       const std::optional<GroupKey> key = s.select.group(rs.second, rs.first);
       if (!key) continue;
-      // The other run's records of the group: its rank is the key's, or with opt.ranks the
-      // other side's own rank.
+      // The other run's records of the group.
       const int other = 1 - side;
-      const int other_rank =
-          opt_.ranks ? (other == 0 ? opt_.ranks->first : opt_.ranks->second) : key->second;
-      const RankStep ors{other_rank, key->first};
+      const RankStep ors{(other == 0 ? sa_ : sb_).select.own_rank(*key), key->first};
       if (count(other, ors, true) != count(other, ors, false)) continue;
       hold(*key);
       judge(*key, /*final=*/false);
@@ -348,7 +343,6 @@ class StreamedCompare {
       (s == &sa_ ? held_a_ : held_b_)[key] = std::move(it->second);
       s->groups.erase(it);
     }
-    held_.insert(key);
   }
 
   // Judges a held group. Not final: a verdict that more groups' constants could change is
@@ -374,7 +368,6 @@ class StreamedCompare {
     }
     if (in_a) held_a_.erase(ia);
     if (in_b) held_b_.erase(ib);
-    held_.erase(key);
     settle(key);
   }
 
@@ -398,8 +391,9 @@ class StreamedCompare {
   Side sa_, sb_;
   Run run_[2];
   ProgramConstants const_a_, const_b_;
+  // Records of groups both runs have read, out of reading, until judged (those whose
+  // verdicts asked a question later groups could answer wait for the end).
   std::map<GroupKey, std::vector<OpRecord>> held_a_, held_b_;
-  std::set<GroupKey> held_;
   // Judged, not yet added to merge_, by (0: groups of A, 1: groups of B only; key): compare's
   // order (CompareMerge).
   std::map<std::pair<int, GroupKey>, GroupResult> results_;

@@ -21,8 +21,6 @@
 // started debugger (async, L1; --task
 // overflow_check or "none" for no debugger) and nothing else: the difference of two runs under
 // `valgrind --tool=callgrind` gives instructions per record, independent of load.
-// "L1 async (unsplit)" is "L1 statistics (async)" with PRECPROBE_SPLIT_STATS=0 (every tensor
-// computed by one thread: no SplitSummary), the A/B of split_stats.h in one process.
 // --threads: "free-core" (the default) or "default", settings (a) and (b) of BENCHMARKS.md
 // (bench_support.h, apply_threading). Every line also gives the CPU time of all threads and
 // its ratio (setting (c)). Both arms of a ratio run in one process, with the same malloc
@@ -34,7 +32,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -144,9 +141,6 @@ struct Variant {
   // outputs, function and backward scopes) whose start and end do nothing. What any op
   // observer pays in LibTorch before it does anything: a floor for every recording mode.
   bool empty_callbacks = false;
-  // An environment setting in force while the debugger is constructed (the engine reads its
-  // measurement knobs then), e.g. "PRECPROBE_SPLIT_STATS=0": an A/B in one process.
-  const char* env = nullptr;
 };
 
 // --malloc: "tuned" applies "tune_malloc"'s settings before anything runs, so that every
@@ -205,15 +199,7 @@ void run_variant(Trainer& tr, const Variant& v, int steps, int warmup, const std
     o.overflow_nums = -1;
     o.range_stats = v.range ? precprobe::RangeStats::kTraining : precprobe::RangeStats::kOff;
     if (v.unselected) o.step.add_every(1000000, 2000000, 100);
-    std::string key, value;
-    if (v.env != nullptr) {
-      key = v.env;
-      value = key.substr(key.find('=') + 1);
-      key.resize(key.find('='));
-      setenv(key.c_str(), value.c_str(), 1);
-    }
     dbg = std::make_unique<precprobe::PrecisionDebugger>(o);
-    if (v.env != nullptr) unsetenv(key.c_str());
     if (v.start && v.on_anomaly) {
       dbg->start(tr.model.ptr(), tr.opt);
     } else if (v.start) {
@@ -391,10 +377,6 @@ int main(int argc, char** argv) {
       {"constructed, not started", true, false},
       {"L1 statistics (async)", true, true, precprobe::Level::kL1, true},
       {"L1 statistics (sync)", true, true, precprobe::Level::kL1, false},
-      // The A/B of a large tensor computed by two threads (split_stats.h): the same, with
-      // every tensor on one thread.
-      {"L1 async (unsplit)", true, true, precprobe::Level::kL1, true, false,
-       precprobe::Task::kStatistics, false, false, false, false, "PRECPROBE_SPLIT_STATS=0"},
       {"L1 + range (async)", true, true, precprobe::Level::kL1, true, false,
        precprobe::Task::kStatistics, false, false, true},
       {"L1 + range (sync)", true, true, precprobe::Level::kL1, false, false,

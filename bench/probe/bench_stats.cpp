@@ -6,15 +6,11 @@
 #include <ATen/ATen.h>
 #include <benchmark/benchmark.h>
 
-#include <atomic>
-#include <chrono>
 #include <cstring>
-#include <thread>
 #include <vector>
 
 #include "precprobe/hash.h"
 #include "stats/borrowed_memory.h"
-#include "stats/split_stats.h"
 #include "stats/stats.h"
 
 namespace {
@@ -174,60 +170,6 @@ void BM_SummarizeView(benchmark::State& state) {
 BENCHMARK(BM_SummarizeView)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
 
 // Fixed cost per call.
-// A 4 MiB float tensor (an h=1024 layer's weight or Adam moment) as the engine computes a
-// claimed one: summarize() on one thread, or a SplitSummary computed by this thread and
-// `helpers` more (a persistent thread each, as the statistics worker is). Arg 1: hot (the
-// tensor was just written, as after the op), 0: cold (64 MiB of other data read between).
-void BM_SummarizeSplit(benchmark::State& state) {
-  const int helpers = static_cast<int>(state.range(0));
-  const bool hot = state.range(1) != 0;
-  const at::Tensor t = at::randn({int64_t{1} << 20});
-  const at::Tensor& flush = big(at::kFloat);
-  std::atomic<precprobe::detail::SplitSummary*> job{nullptr};
-  std::atomic<bool> stop{false};
-  std::vector<std::thread> threads;
-  for (int i = 0; i < helpers; ++i)
-    threads.emplace_back([&] {
-      while (!stop.load(std::memory_order_acquire)) {
-        if (auto* j = job.load(std::memory_order_acquire)) j->work(false);
-      }
-    });
-  precprobe::TensorStats s;
-  for (auto _ : state) {
-    state.PauseTiming();
-    if (hot) {
-      t.mul_(1.0f);
-    } else {
-      benchmark::DoNotOptimize(flush.sum().item<float>());
-    }
-    state.ResumeTiming();
-    if (helpers == 0) {
-      precprobe::detail::summarize(t, s, false);
-    } else {
-      precprobe::detail::SplitSummary sum(t, false);
-      job.store(&sum, std::memory_order_release);
-      sum.work(true);
-      sum.wait_done();
-      job.store(nullptr, std::memory_order_release);
-      sum.finish(s);
-      // A helper may still be inside work() (it found nothing left): wait it out.
-      state.PauseTiming();
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-      state.ResumeTiming();
-    }
-    benchmark::DoNotOptimize(s.mean);
-  }
-  stop = true;
-  for (auto& th : threads) th.join();
-  set_bytes(state, t.numel() * t.element_size());
-}
-BENCHMARK(BM_SummarizeSplit)
-    ->Args({0, 1})
-    ->Args({1, 1})
-    ->Args({0, 0})
-    ->Args({1, 0})
-    ->Unit(benchmark::kMicrosecond);
-
 void BM_SummarizeTiny(benchmark::State& state) {
   const at::Tensor t = at::randn({state.range(0)});
   precprobe::TensorStats s;

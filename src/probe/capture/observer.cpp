@@ -93,8 +93,6 @@ Observer::Observer(const DebuggerOptions& options, DumpWriter* writer, std::stri
   // Tuning knob for measurements (docs/debugger.md): tensors below this many elements are
   // summarised on the capturing thread.
   if (const char* v = std::getenv("PRECPROBE_INLINE_NUMEL")) cfg.inline_numel = std::atoll(v);
-  // And: "0" computes every tensor on one thread (no SplitSummary), the A/B of BENCHMARKS.md.
-  if (const char* v = std::getenv("PRECPROBE_SPLIT_STATS")) cfg.split = std::atoi(v) != 0;
   cfg.with_hash = options.summary_mode == SummaryMode::kHash;
   cfg.carry = options.reuse_across_steps;
   const int level = options.zstd_level;

@@ -189,8 +189,6 @@ RunMeta PrecisionDebugger::Impl::run_meta(bool final_meta) const {
       k["stats_worker"] = o.engine.worker_computed;
       k["claimed_for_write"] = o.engine.claimed_for_write;
       k["waited_for_write"] = o.engine.waited_for_write;
-      k["stats_split"] = o.engine.split;
-      k["stats_split_shared"] = o.engine.split_shared;
       k["backpressure"] = o.engine.backpressure;
       k["stale"] = o.engine.stale;
     }

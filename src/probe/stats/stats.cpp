@@ -499,23 +499,6 @@ void summarize(const at::Tensor& t, TensorStats& out, bool with_hash, bool with_
   }
 }
 
-void summarize_from_blocks(const at::Tensor& t, const BlockStats* blocks, int64_t num_blocks,
-                           const int64_t* range, TensorStats& out) {
-  // summarize()'s steps for such a tensor (run_cpu, summarize_cpu's contiguous path), with
-  // the blocks' partials added in block order exactly as that loop adds them.
-  out.hist.clear();
-  fill_header(t, out);
-  Totals s;
-  for (int64_t i = 0; i < num_blocks; ++i) s.add(blocks[i]);
-  fill_stats(s, 1, out);
-  if (range == nullptr) return;
-  if (t.scalar_type() == at::kDouble) {
-    fill_range(range, kDoubleRangeBins, kDoubleRangeMinExp, 1, out);
-  } else {
-    fill_range(range, kFloatRangeBins, kFloatRangeMinExp, 1, out);
-  }
-}
-
 uint64_t hash_tensor(const at::Tensor& t) {
   TensorHasher hasher;
   if (!t.defined() || t.is_meta() || t.layout() != c10::kStrided || t.is_quantized() ||

@@ -68,10 +68,7 @@ std::unique_lock<std::mutex> lock_soon(std::mutex& m) {
 void set_capture_origin(const char* op) noexcept { tl_origin = op; }
 
 StatsEngine::StatsEngine(EngineConfig config) : cfg_(std::move(config)) {
-  if (cfg_.async) {
-    worker_ = std::thread([this] { worker_main(); });
-    worker_id_ = worker_.get_id();
-  }
+  if (cfg_.async) worker_ = std::thread([this] { worker_main(); });
 }
 
 StatsEngine::~StatsEngine() {
@@ -108,6 +105,16 @@ bool order_free(const at::Tensor& t) {
 }
 
 }  // namespace
+
+void StatsEngine::remember_locked(const TensorKey& key, const std::shared_ptr<Slot>& s) {
+  auto [it, added] = cache_.try_emplace(key, s);
+  if (!added) {
+    const bool retired = it->second->overwritten;  // its key left the storage index then
+    it->second = s;
+    if (!retired) return;
+  }
+  index_locked(key);
+}
 
 bool StatsEngine::known_unread(const at::Tensor& t) {
   const TensorKey key = make_key(t);
@@ -253,6 +260,28 @@ void StatsEngine::capture_for_save(const at::Tensor& t, std::string path) {
   enqueue_locked(std::move(s), lk);
 }
 
+uint64_t StatsEngine::storage_bit(const void* storage) noexcept {
+  const uint64_t h = (reinterpret_cast<uintptr_t>(storage) >> 4) * 0x9e3779b97f4a7c15ULL;
+  return uint64_t{1} << (h >> 58);
+}
+
+void StatsEngine::index_locked(const TensorKey& key) {
+  cached_by_storage_[key.storage].push_back(key);
+  const uint64_t bit = storage_bit(key.storage);
+  if ((cached_storages_.load(std::memory_order_relaxed) & bit) == 0)
+    cached_storages_.fetch_or(bit, std::memory_order_release);
+}
+
+void StatsEngine::retire_storage(const void* storage) {
+  auto it = cached_by_storage_.find(storage);
+  if (it == cached_by_storage_.end()) return;
+  for (const TensorKey& k : it->second) {
+    auto c = cache_.find(k);
+    if (c != cache_.end()) c->second->overwritten = true;
+  }
+  cached_by_storage_.erase(it);
+}
+
 void StatsEngine::enqueue_locked(std::shared_ptr<Slot> s, std::unique_lock<std::mutex>& lk) {
   held_bytes_ += s->bytes;
   pending_jobs_.fetch_add(1, std::memory_order_release);
@@ -265,7 +294,7 @@ void StatsEngine::enqueue_locked(std::shared_ptr<Slot> s, std::unique_lock<std::
   while (held_bytes_ > cfg_.max_pending_bytes && help_one_locked(lk)) bump_locked(kBackpressure);
 }
 
-void StatsEngine::compute(Slot& s, const SplitSummary* split) {
+void StatsEngine::compute(Slot& s) {
   OwnCodeGuard own;  // our own ATen calls are not observed (the worker also disables them)
   GradOffGuard no_grad;
   at::Tensor t = std::move(s.tensor);
@@ -285,11 +314,7 @@ void StatsEngine::compute(Slot& s, const SplitSummary* split) {
       s.stats.numel = t.numel();
       s.stats.requires_grad = t.requires_grad();
     } else {
-      if (split != nullptr) {
-        split->finish(s.stats);  // summarize()'s result, computed in parts
-      } else {
-        summarize(t, s.stats, cfg_.with_hash, s.range);
-      }
+      summarize(t, s.stats, cfg_.with_hash, s.range);
       s.stats.requires_grad = s.requires_grad;  // a borrow has no autograd metadata
       // Before the version check below: a write racing the read makes the slot stale.
       if (s.carryable) s.data = first_byte(t);
@@ -318,72 +343,18 @@ void StatsEngine::compute(Slot& s, const SplitSummary* split) {
 
 void StatsEngine::run_claimed(const std::shared_ptr<Slot>& s, std::unique_lock<std::mutex>& lk) {
   running_.push_back(s.get());
-  // A large tensor is published in chunks for other threads to help with.
-  const bool by_worker = std::this_thread::get_id() == worker_id_;
-  std::shared_ptr<SplitJob> split;
-  if (cfg_.async && cfg_.split && splits_.size() < kMaxSplits && s->save_path.empty() &&
-      !s->unread && SplitSummary::eligible(s->tensor, cfg_.with_hash)) {
-    split = std::make_shared<SplitJob>(s->tensor, s->range, s.get(), std::this_thread::get_id());
-    splits_.push_back(split);
-    if (!by_worker) {
-      claims_waiting_.fetch_add(1, std::memory_order_relaxed);
-      if (worker_sleeping_) {
-        worker_sleeping_ = false;
-        work_cv_.notify_one();
-      }
-    }
-  }
   lk.unlock();
-  if (split) {
-    if (by_worker) {
-      // Its own tensor a chunk at a time: a claim (a thread waiting) is helped first.
-      while (split->sum.work(true, &claims_waiting_)) {
-        lock_soon(lk);
-        help_split_locked(lk);
-        lk.unlock();
-      }
-    } else {
-      split->sum.work(true);
-    }
-    split->sum.wait_done();
-    compute(*s, &split->sum);
-    split->sum.release();
-  } else {
 #if PRECPROBE_WITH_CUDA
-    // Launched: the worker completes it. The device kernel counts no exponents: range
-    // statistics take the ATen path.
-    if (!(cfg_.async && defer_device_stats(s, cfg_.with_hash || s->range)))
+  // Launched: the worker completes it. The device kernel counts no exponents: range
+  // statistics take the ATen path.
+  if (!(cfg_.async && defer_device_stats(s, cfg_.with_hash || s->range)))
 #endif
-      compute(*s);
-  }
+    compute(*s);
   lock_soon(lk);
-  if (split) {
-    splits_.erase(std::find(splits_.begin(), splits_.end(), split));
-    if (!by_worker) claims_waiting_.fetch_sub(1, std::memory_order_relaxed);
-    bump_locked(kSplit);
-    if (split->sum.shared()) bump_locked(kSplitShared);
-  }
   held_bytes_ -= s->bytes;
   running_.erase(std::find(running_.begin(), running_.end(), s.get()));
   pending_jobs_.fetch_sub(1, std::memory_order_release);
   done_cv_.notify_all();
-}
-
-bool StatsEngine::help_split_locked(std::unique_lock<std::mutex>& lk, const Slot* slot) {
-  const std::thread::id me = std::this_thread::get_id();
-  std::shared_ptr<SplitJob> job;
-  for (const auto& j : splits_) {
-    if ((slot != nullptr ? j->slot == slot : j->owner != me) && !j->sum.all_claimed()) {
-      job = j;
-      break;
-    }
-  }
-  if (!job) return false;
-  lk.unlock();
-  job->sum.work(false);
-  job.reset();  // never the last reference: its owner holds one until it has re-locked
-  lock_soon(lk);
-  return true;
 }
 
 bool StatsEngine::help_one_locked(std::unique_lock<std::mutex>& lk) {
@@ -430,7 +401,6 @@ void StatsEngine::before_write(const at::Tensor& t) {
     auto busy = std::find_if(running_.begin(), running_.end(),
                              [storage](const Slot* r) { return r->key.storage == storage; });
     if (busy == running_.end()) return;
-    if (help_split_locked(lk, *busy)) continue;
     bump_locked(kWaited);
     done_cv_.wait(lk);
   }
@@ -472,6 +442,23 @@ void StatsEngine::clear_cache() {
   }
 }  // slots freed here, outside the lock
 
+bool StatsEngine::current_locked(Slot& hit, const at::Tensor& t, const CaptureOptions& how) {
+  // Inside a kernel, a buffer this step has not seen may be that kernel's fresh allocation:
+  // it is read as unread memory, never served from an earlier step.
+  if (how.unread_if_new || hit.state.load(std::memory_order_acquire) != Slot::kDone ||
+      !hit.fingerprinted || (how.range && !hit.range))
+    return false;
+  if (hit.data == nullptr || first_byte(t) != hit.data) return false;
+  const size_t n = static_cast<size_t>(t.numel()) * t.element_size();
+  if (memory_fingerprint(hit.data, n) != hit.fingerprint) {
+    bump_locked(kCarryMismatch);
+    return false;
+  }
+  hit.epoch = epoch_;
+  bump_locked(kCarried);
+  return true;
+}
+
 bool StatsEngine::op_ready(const PendingOp& op) const {
   if (op.flush_marker) return true;
   if (!op.ended.load(std::memory_order_acquire)) return false;
@@ -507,14 +494,31 @@ void StatsEngine::drain() {
     std::unique_lock<std::mutex> lk(mu_);
     while (help_one_locked(lk)) {
     }
-    while (pending_jobs_.load(std::memory_order_acquire) != 0) {
-      if (!help_split_locked(lk)) done_cv_.wait(lk);
-    }
+    while (pending_jobs_.load(std::memory_order_acquire) != 0) done_cv_.wait(lk);
   }
 #if PRECPROBE_WITH_CUDA
   wait_device_stats();  // slots deferred to the device: their events
 #endif
   emit_ready();
+}
+
+EngineCounters StatsEngine::counters() const {
+  EngineCounters c;
+  auto get = [this](Counter k) { return n_[k].load(std::memory_order_relaxed); };
+  c.summarised = get(kSummarised);
+  c.cached = get(kCached);
+  c.inline_computed = get(kInline);
+  c.worker_computed = get(kWorker);
+  c.claimed_for_write = get(kClaimed);
+  c.waited_for_write = get(kWaited);
+  c.backpressure = get(kBackpressure);
+  c.stale = get(kStale);
+  c.saved = get(kSaved);
+  c.save_errors = get(kSaveErrors);
+  c.bytes = get(kBytes);
+  c.carried = get(kCarried);
+  c.carry_mismatches = get(kCarryMismatch);
+  return c;
 }
 
 void StatsEngine::worker_main() {
@@ -525,12 +529,10 @@ void StatsEngine::worker_main() {
   at::NoGradGuard no_grad;
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
-    // A thread waiting for a large tensor first: its split job, then the queue.
-    bool worked = help_split_locked(lk);
+    bool worked = false;
     while (help_one_locked(lk)) {
       bump_locked(kWorker);
       worked = true;
-      help_split_locked(lk);
       if (!ops_.empty()) {
         lk.unlock();
         emit_ready();
@@ -551,10 +553,7 @@ void StatsEngine::worker_main() {
       }
     }
     lock_soon(lk);
-    const bool claim_open = std::any_of(splits_.begin(), splits_.end(), [this](const auto& j) {
-      return j->owner != worker_id_ && !j->sum.all_claimed();
-    });
-    if (!queue_.empty() || stop_ || claim_open) continue;
+    if (!queue_.empty() || stop_) continue;
     worker_idle_ = ops_.empty();
     worker_sleeping_ = true;
     work_cv_.wait_for(lk, worker_idle_

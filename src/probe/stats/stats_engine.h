@@ -19,12 +19,6 @@
 // next `p.grad().data()`, as they were).
 // Back-pressure: while the bytes held by queued jobs exceed max_pending_bytes, the
 // capturing thread computes queued jobs itself.
-// Large jobs are shared: a thread that computes a large tensor (split_stats.h: contiguous,
-// floating, at least SplitSummary::kMinNumel elements, no hash) publishes it in chunks. The
-// worker helps with a tensor another thread claimed before its own work, which it computes
-// a chunk at a time so that a claim never waits behind it; a thread waiting for the worker's
-// tensor helps with that. A claimed tensor then costs the training thread about half its
-// reading time; the result is bit for bit the single thread's.
 //
 // Threads: capture(), before_write(), push_op(), end_op() may be called from any observed
 // thread; drain() and clear_cache() from the controlling thread. The emit function runs on
@@ -52,7 +46,6 @@
 #include "precprobe/records.h"
 #include "stats/block_pool.h"
 #include "stats/memory_fingerprint.h"
-#include "stats/split_stats.h"
 #include "stats/stats.h"
 
 namespace precprobe {
@@ -215,8 +208,6 @@ struct EngineConfig {
   /// as the check).
   bool carry = true;
   int64_t carry_bytes = int64_t{16} << 10;
-  /// Large tensors are computed in parts by the threads that can help (SplitSummary).
-  bool split = true;
   /// Bytes held by queued jobs before the capturing thread helps.
   int64_t max_pending_bytes = int64_t{256} << 20;
   /// Write a tensor file; returns "" or an error message. Runs where the slot is computed.
@@ -233,8 +224,6 @@ struct EngineCounters {
   /// Cache hits served by a slot of an earlier step (its fingerprint matched), and carried
   /// slots whose fingerprint did not match (memory written without an op).
   uint64_t carried = 0, carry_mismatches = 0;
-  /// Tensors computed as a SplitSummary, and those of them another thread helped with.
-  uint64_t split = 0, split_shared = 0;
 };
 
 class StatsEngine {
@@ -285,12 +274,8 @@ class StatsEngine {
   void index_locked(const TensorKey& key);
   void retire_storage(const void* storage);
   static uint64_t storage_bit(const void* storage) noexcept;
-  /// Computes `s`; with `split`, its statistics come from that finished SplitSummary.
-  void compute(Slot& s, const SplitSummary* split = nullptr);
+  void compute(Slot& s);
   void run_claimed(const std::shared_ptr<Slot>& s, std::unique_lock<std::mutex>& lk);
-  /// Computes chunks of a published large job: that of `slot`, or (nullptr) the first
-  /// another thread owns. Returns whether it did; `lk` is released meanwhile.
-  bool help_split_locked(std::unique_lock<std::mutex>& lk, const Slot* slot = nullptr);
   bool help_one_locked(std::unique_lock<std::mutex>& lk);
   void wait_done_locked(Slot& s, std::unique_lock<std::mutex>& lk);
   void emit_ready();
@@ -318,19 +303,6 @@ class StatsEngine {
   std::atomic<uint64_t> cached_storages_{0};
   std::deque<std::shared_ptr<Slot>> queue_;
   std::vector<const Slot*> running_;  // claimed jobs being computed outside the lock
-  // Large jobs being computed in parts (at most kMaxSplits at once; others run whole).
-  struct SplitJob {
-    SplitJob(at::Tensor t, bool range, const Slot* s, std::thread::id by)
-        : sum(std::move(t), range), slot(s), owner(by) {}
-    SplitSummary sum;
-    const Slot* slot;
-    std::thread::id owner;
-  };
-  static constexpr size_t kMaxSplits = 4;
-  c10::SmallVector<std::shared_ptr<SplitJob>, kMaxSplits> splits_;
-  // Published jobs of threads other than the worker (claims): the worker's own large job
-  // yields to them between its chunks. Written under mu_, read without it.
-  std::atomic<int> claims_waiting_{0};
   std::deque<std::shared_ptr<PendingOp>> ops_;
   int64_t held_bytes_ = 0;
   std::atomic<uint64_t> serial_{0};  // written under mu_, read without it
@@ -353,8 +325,6 @@ class StatsEngine {
     kBytes,
     kCarried,
     kCarryMismatch,
-    kSplit,
-    kSplitShared,
     kNumCounters
   };
   // Counters written with mu_ held are bumped without a locked instruction (each writer
@@ -365,7 +335,6 @@ class StatsEngine {
   void bump(Counter c) noexcept { n_[c].fetch_add(1, std::memory_order_relaxed); }
   std::array<std::atomic<uint64_t>, kNumCounters> n_{};
   std::thread worker_;
-  std::thread::id worker_id_;  // set before any capture
 };
 
 }  // namespace detail

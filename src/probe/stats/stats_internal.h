@@ -8,7 +8,6 @@
 #include <string>
 
 #include "precprobe/records.h"
-#include "stats/stats_kernels.h"
 
 namespace precprobe {
 namespace detail {
@@ -28,15 +27,6 @@ at::Tensor values_view(const at::Tensor& t);
 /// counted `repeat` times; sets out.has_range.
 void fill_range(const int64_t* bins, int num_bins, int min_exponent, int64_t repeat,
                 TensorStats& out);
-
-/// summarize(t, out, false, range != nullptr) for a contiguous Float, Double, BFloat16 or
-/// Half CPU tensor (no conj/neg bit, not a ZeroTensor, at least one element), given its
-/// blocks' partials: block i from block_stats() of elements [i * kStatsBlock, ...), and with
-/// range statistics, the exponent counts of every block added in `range` (kFloatRangeBins or
-/// kDoubleRangeBins of them). Bit for bit summarize()'s result: the partials are added in
-/// block order, as its own loop adds them (split_stats.h).
-void summarize_from_blocks(const at::Tensor& t, const BlockStats* blocks, int64_t num_blocks,
-                           const int64_t* range, TensorStats& out);
 
 /// The range statistics of a floating (or complex) tensor on any device, from ATen ops
 /// (frexp, bincount): the path of summarize_with_aten(). May throw c10::Error.

@@ -106,23 +106,44 @@ bool order_free(const at::Tensor& t) {
 
 }  // namespace
 
-void StatsEngine::remember_locked(const TensorKey& key, const std::shared_ptr<Slot>& s) {
-  auto [it, added] = cache_.try_emplace(key, s);
-  if (!added) {
-    const bool retired = it->second->overwritten;  // its key left the storage index then
-    it->second = s;
-    if (!retired) return;
+StatsEngine::StorageEntries& StatsEngine::entries_locked(const void* storage) {
+  auto [it, added] = cache_.try_emplace(storage);
+  if (added) {
+    const uint64_t bit = storage_bit(storage);
+    if ((cached_storages_.load(std::memory_order_relaxed) & bit) == 0)
+      cached_storages_.fetch_or(bit, std::memory_order_release);
   }
-  index_locked(key);
+  return it->second;
+}
+
+std::shared_ptr<Slot>* StatsEngine::find_locked(StorageEntries& e, const TensorKey& key) {
+  for (auto& [k, slot] : e.keys)
+    if (k == key) return &slot;
+  return nullptr;
+}
+
+void StatsEngine::remember_locked(StorageEntries& e, const TensorKey& key,
+                                  const std::shared_ptr<Slot>& s) {
+  for (size_t i = 0; i < e.keys.size(); ++i) {
+    if (e.keys[i].first != key) continue;
+    e.keys[i].second = s;
+    // A retired entry that stands for a new slot must be retired again by the next write:
+    // it moves to the end of the retired ones, out of their range.
+    if (i < e.retired) std::swap(e.keys[i], e.keys[--e.retired]);
+    return;
+  }
+  e.keys.emplace_back(key, s);
 }
 
 bool StatsEngine::known_unread(const at::Tensor& t) {
   const TensorKey key = make_key(t);
   if (!key.versioned || key.storage == nullptr) return false;
   std::lock_guard<std::mutex> lk(mu_);
-  auto it = cache_.find(key);
-  return it != cache_.end() && it->second->unread && !it->second->overwritten &&
-         it->second->epoch == epoch_ && unread_unchanged(*it->second, t);
+  auto it = cache_.find(key.storage);
+  if (it == cache_.end()) return false;
+  const std::shared_ptr<Slot>* hit = find_locked(it->second, key);
+  return hit != nullptr && (*hit)->unread && !(*hit)->overwritten && (*hit)->epoch == epoch_ &&
+         unread_unchanged(**hit, t);
 }
 
 std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, const CaptureOptions& how) {
@@ -143,25 +164,30 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, const CaptureOpt
   // The hash depends on element order: with it, only the exact key is shared.
   const bool by_memory = dense && !cfg_.with_hash;
   std::unique_lock<std::mutex> lk = lock_soon(mu_);
-  std::shared_ptr<Slot>* cached = nullptr;
+  // The cached slot of this key: replaced below by the statistics of the tensor as it is now
+  // when it no longer stands for it. Read, not kept: remember_locked() may move entries.
+  std::shared_ptr<Slot> cached;
+  StorageEntries* entries = nullptr;
   if (cacheable) {
-    auto it = cache_.find(key);
+    auto it = cache_.find(key.storage);
     if (it != cache_.end()) {
-      Slot& hit = *it->second;
-      if (usable(hit) && current(hit)) {
-        bump_locked(kCached);
-        return it->second;
+      entries = &it->second;
+      if (std::shared_ptr<Slot>* hit = find_locked(*entries, key)) {
+        if (usable(**hit) && current(**hit)) {
+          bump_locked(kCached);
+          return *hit;
+        }
+        cached = *hit;
       }
-      cached = &it->second;  // replaced below by the statistics of the tensor as it is now
     }
   }
   TensorKey memory_key;
   if (by_memory) {
     memory_key = dense_key(key, t.numel());
-    auto it = cache_.find(memory_key);
-    if (it != cache_.end() && usable(*it->second) && cached == nullptr && current(*it->second)) {
+    std::shared_ptr<Slot>* whole = entries != nullptr ? find_locked(*entries, memory_key) : nullptr;
+    if (whole != nullptr && usable(**whole) && cached == nullptr && current(**whole)) {
       auto v = make_slot();  // a full view of a tensor summarised this step
-      v->base = it->second;
+      v->base = *whole;
       v->key = key;
       v->origin = tl_origin;
       v->untracked = v->base->untracked;
@@ -171,7 +197,7 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, const CaptureOpt
       v->stats.shape.assign(t.sizes().begin(), t.sizes().end());
       v->storage_alive = v->base->storage_alive;
       v->state.store(Slot::kDone, std::memory_order_relaxed);
-      remember_locked(key, v);
+      remember_locked(*entries, key, v);
       bump_locked(kCached);
       return v;
     }
@@ -184,7 +210,7 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, const CaptureOpt
   // which may not have written it yet: a nested as_strided of sum's out= buffer).
   s->unread =
       how.unread ||
-      (how.unread_if_new && (cached == nullptr || (*cached)->unread || (*cached)->epoch != epoch_));
+      (how.unread_if_new && (cached == nullptr || cached->unread || cached->epoch != epoch_));
   if (s->unread) take_unread_fingerprint(*s, t);
   s->untracked = how.untracked;
   s->range = how.range;
@@ -198,14 +224,10 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, const CaptureOpt
   if (key.storage)
     s->storage_alive = t.unsafeGetTensorImpl()->unsafe_storage().getWeakStorageImpl();
   bump_locked(kSummarised);
-  if (by_memory) remember_locked(memory_key, s);
-  if (cached != nullptr) {
-    const bool retired = (*cached)->overwritten;  // its key left the storage index then
-    *cached = s;
-    if (retired) index_locked(key);
-  } else if (cacheable) {
-    cache_.emplace(key, s);
-    index_locked(key);
+  if (cacheable) {
+    if (entries == nullptr) entries = &entries_locked(key.storage);
+    if (by_memory) remember_locked(*entries, memory_key, s);
+    remember_locked(*entries, key, s);
   }
   bump_locked(kBytes, static_cast<uint64_t>(t.numel()) * t.element_size());
   s->requires_grad = t.requires_grad();
@@ -265,21 +287,14 @@ uint64_t StatsEngine::storage_bit(const void* storage) noexcept {
   return uint64_t{1} << (h >> 58);
 }
 
-void StatsEngine::index_locked(const TensorKey& key) {
-  cached_by_storage_[key.storage].push_back(key);
-  const uint64_t bit = storage_bit(key.storage);
-  if ((cached_storages_.load(std::memory_order_relaxed) & bit) == 0)
-    cached_storages_.fetch_or(bit, std::memory_order_release);
-}
-
 void StatsEngine::retire_storage(const void* storage) {
-  auto it = cached_by_storage_.find(storage);
-  if (it == cached_by_storage_.end()) return;
-  for (const TensorKey& k : it->second) {
-    auto c = cache_.find(k);
-    if (c != cache_.end()) c->second->overwritten = true;
-  }
-  cached_by_storage_.erase(it);
+  auto it = cache_.find(storage);
+  if (it == cache_.end()) return;
+  // Only the entries cached (or replaced) since the last write: a storage written many
+  // times a step costs each write its new entries, not all of them again.
+  StorageEntries& e = it->second;
+  for (size_t i = e.retired; i < e.keys.size(); ++i) e.keys[i].second->overwritten = true;
+  e.retired = e.keys.size();
 }
 
 void StatsEngine::enqueue_locked(std::shared_ptr<Slot> s, std::unique_lock<std::mutex>& lk) {
@@ -418,11 +433,9 @@ void StatsEngine::end_op(PendingOp& op) {
 
 void StatsEngine::clear_cache() {
   decltype(cache_) old;
-  decltype(cached_by_storage_) old_index;
   {
     std::lock_guard<std::mutex> lk(mu_);
     old.swap(cache_);
-    old_index.swap(cached_by_storage_);
     cached_storages_.store(0, std::memory_order_release);
     ++epoch_;
     if (!cfg_.carry) return;
@@ -430,14 +443,17 @@ void StatsEngine::clear_cache() {
     // storage's key cannot come back (the weak reference keeps its address), but its entry
     // would only take room. A slot the worker has not computed yet is carried too; it
     // serves a later step only once done and fingerprinted (current_locked()).
-    for (auto& [key, slot] : old) {
-      const Slot& c = *slot;
-      if (!c.carryable || c.base || c.overwritten ||
-          (c.state.load(std::memory_order_acquire) == Slot::kDone && !c.fingerprinted) ||
-          !c.storage_alive || c.storage_alive->expired())
-        continue;
-      cache_.emplace(key, slot);
-      index_locked(key);
+    for (auto& [storage, e] : old) {
+      StorageEntries* kept = nullptr;
+      for (auto& [key, slot] : e.keys) {
+        const Slot& c = *slot;
+        if (!c.carryable || c.base || c.overwritten ||
+            (c.state.load(std::memory_order_acquire) == Slot::kDone && !c.fingerprinted) ||
+            !c.storage_alive || c.storage_alive->expired())
+          continue;
+        if (kept == nullptr) kept = &entries_locked(storage);
+        kept->keys.emplace_back(key, slot);
+      }
     }
   }
 }  // slots freed here, outside the lock

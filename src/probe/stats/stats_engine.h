@@ -264,14 +264,26 @@ class StatsEngine {
   EngineCounters counters() const;
 
  private:
-  /// Caches `s` under `key` (replacing an entry) and indexes the key by storage.
-  void remember_locked(const TensorKey& key, const std::shared_ptr<Slot>& s);
+  // This step's slots by storage (cache_): every key cached on a storage (a tensor's own
+  // key and, for a dense tensor, its memory key too, dense_key()). One hash lookup finds
+  // both keys of a tensor; a write to the storage finds every slot it retires. Entries
+  // [0, retired) have been retired by a write since they were cached.
+  struct StorageEntries {
+    c10::SmallVector<std::pair<TensorKey, std::shared_ptr<Slot>>, 2> keys;
+    size_t retired = 0;
+  };
+  /// The entries of `storage`, created empty (and the storage's filter bit set) if none.
+  StorageEntries& entries_locked(const void* storage);
+  /// The slot cached under `key` in `e`, or nullptr.
+  static std::shared_ptr<Slot>* find_locked(StorageEntries& e, const TensorKey& key);
+  /// Caches `s` under `key` in `e` (replacing an entry, which is then no longer retired).
+  static void remember_locked(StorageEntries& e, const TensorKey& key,
+                              const std::shared_ptr<Slot>& s);
   /// Whether `hit` (usable otherwise) stands for `t` now: a slot of this epoch does; a
   /// carried one when `t` is the memory it fingerprinted and still holds the same bytes
   /// there (it then joins this epoch).
   bool current_locked(Slot& hit, const at::Tensor& t, const CaptureOptions& how);
   void enqueue_locked(std::shared_ptr<Slot> s, std::unique_lock<std::mutex>& lk);
-  void index_locked(const TensorKey& key);
   void retire_storage(const void* storage);
   static uint64_t storage_bit(const void* storage) noexcept;
   void compute(Slot& s);
@@ -288,18 +300,13 @@ class StatsEngine {
   std::mutex emit_mu_;               // one emitter at a time
   std::condition_variable work_cv_;  // worker: jobs or ops
   std::condition_variable done_cv_;  // a slot finished
-  // Hash nodes from the pool: a step makes and frees one or two per new tensor.
-  using CacheEntry = std::pair<const TensorKey, std::shared_ptr<Slot>>;
-  std::unordered_map<TensorKey, std::shared_ptr<Slot>, TensorKeyHash, std::equal_to<TensorKey>,
-                     PoolAllocator<CacheEntry>>
+  // Hash nodes from the pool: a step makes and frees one per new storage.
+  using CacheNode = std::pair<const void* const, StorageEntries>;
+  std::unordered_map<const void*, StorageEntries, std::hash<const void*>,
+                     std::equal_to<const void*>, PoolAllocator<CacheNode>>
       cache_;
-  // The keys cached this step per storage (before_write() retires them), and a one-word
-  // filter of those storages, read without the lock: a write to a storage never cached
-  // costs a load and a compare.
-  using StorageEntry = std::pair<const void* const, c10::SmallVector<TensorKey, 2>>;
-  std::unordered_map<const void*, c10::SmallVector<TensorKey, 2>, std::hash<const void*>,
-                     std::equal_to<const void*>, PoolAllocator<StorageEntry>>
-      cached_by_storage_;
+  // A one-word filter of the storages cache_ holds, read without the lock: a write to a
+  // storage never cached costs a load and a compare.
   std::atomic<uint64_t> cached_storages_{0};
   std::deque<std::shared_ptr<Slot>> queue_;
   std::vector<const Slot*> running_;  // claimed jobs being computed outside the lock

@@ -208,9 +208,8 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, const CaptureOpt
   // unread_if_new: also when this step knows the tensor only as uninitialized memory (an
   // aten::empty* output, retired since by the write of the kernel now running around us,
   // which may not have written it yet: a nested as_strided of sum's out= buffer).
-  s->unread =
-      how.unread ||
-      (how.unread_if_new && (cached == nullptr || cached->unread || cached->epoch != epoch_));
+  s->unread = how.unread || (how.unread_if_new &&
+                             (cached == nullptr || cached->unread || cached->epoch != epoch_));
   if (s->unread) take_unread_fingerprint(*s, t);
   s->untracked = how.untracked;
   s->range = how.range;

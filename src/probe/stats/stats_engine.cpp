@@ -169,16 +169,14 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, const CaptureOpt
   std::shared_ptr<Slot> cached;
   StorageEntries* entries = nullptr;
   if (cacheable) {
-    auto it = cache_.find(key.storage);
-    if (it != cache_.end()) {
-      entries = &it->second;
-      if (std::shared_ptr<Slot>* hit = find_locked(*entries, key)) {
-        if (usable(**hit) && current(**hit)) {
-          bump_locked(kCached);
-          return *hit;
-        }
-        cached = *hit;
+    // Found, or made for the slot remembered below: one hash lookup for a new storage.
+    entries = &entries_locked(key.storage);
+    if (std::shared_ptr<Slot>* hit = find_locked(*entries, key)) {
+      if (usable(**hit) && current(**hit)) {
+        bump_locked(kCached);
+        return *hit;
       }
+      cached = *hit;
     }
   }
   TensorKey memory_key;
@@ -224,7 +222,6 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, const CaptureOpt
     s->storage_alive = t.unsafeGetTensorImpl()->unsafe_storage().getWeakStorageImpl();
   bump_locked(kSummarised);
   if (cacheable) {
-    if (entries == nullptr) entries = &entries_locked(key.storage);
     if (by_memory) remember_locked(*entries, memory_key, s);
     remember_locked(*entries, key, s);
   }

@@ -164,9 +164,9 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, const CaptureOpt
   // The hash depends on element order: with it, only the exact key is shared.
   const bool by_memory = dense && !cfg_.with_hash;
   std::unique_lock<std::mutex> lk = lock_soon(mu_);
-  // The cached slot of this key: replaced below by the statistics of the tensor as it is now
-  // when it no longer stands for it. Read, not kept: remember_locked() may move entries.
-  std::shared_ptr<Slot> cached;
+  // The cached slot of this key, when it no longer stands for the tensor: replaced below by
+  // the statistics of the tensor as it is now (the entry keeps it alive until then).
+  const Slot* cached = nullptr;
   StorageEntries* entries = nullptr;
   if (cacheable) {
     // Found, or made for the slot remembered below: one hash lookup for a new storage.
@@ -176,13 +176,13 @@ std::shared_ptr<Slot> StatsEngine::capture(const at::Tensor& t, const CaptureOpt
         bump_locked(kCached);
         return *hit;
       }
-      cached = *hit;
+      cached = hit->get();
     }
   }
   TensorKey memory_key;
   if (by_memory) {
     memory_key = dense_key(key, t.numel());
-    std::shared_ptr<Slot>* whole = entries != nullptr ? find_locked(*entries, memory_key) : nullptr;
+    std::shared_ptr<Slot>* whole = find_locked(*entries, memory_key);  // by_memory: cacheable
     if (whole != nullptr && usable(**whole) && cached == nullptr && current(**whole)) {
       auto v = make_slot();  // a full view of a tensor summarised this step
       v->base = *whole;

@@ -42,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_floor.h"
 #include "bench_support.h"
 #include "precprobe/debugger.h"
 
@@ -141,7 +142,17 @@ struct Variant {
   // outputs, function and backward scopes) whose start and end do nothing. What any op
   // observer pays in LibTorch before it does anything: a floor for every recording mode.
   bool empty_callbacks = false;
+  // No debugger: bench_floor.h's FloorProbe, the least L1 statistics must do (the kernel
+  // over every tensor version once a step), on the op's thread (1) or handed to a worker (2).
+  int floor = 0;
 };
+
+Variant floor_variant(const std::string& name, int floor) {
+  Variant v;
+  v.name = name;
+  v.floor = floor;
+  return v;
+}
 
 // --malloc: "tuned" applies "tune_malloc"'s settings before anything runs, so that every
 // variant (the one without a debugger too) runs with them; "default" leaves glibc's
@@ -180,6 +191,8 @@ struct RunResult {
   int64_t steps = 0;
   std::string meta_counters;  // of the last run
   int64_t snapshot_bytes = 0;
+  uint64_t floor_bytes = 0;  // FloorProbe::bytes()
+  int64_t steps_floor = 0;
 };
 
 void run_variant(Trainer& tr, const Variant& v, int steps, int warmup, const std::string& dump,
@@ -208,6 +221,11 @@ void run_variant(Trainer& tr, const Variant& v, int steps, int warmup, const std
   }
   std::optional<at::CallbackHandle> empty;
   if (v.empty_callbacks) empty = add_empty_callback();
+  std::unique_ptr<precprobe::bench::FloorProbe> floor;
+  if (v.floor != 0)
+    floor = std::make_unique<precprobe::bench::FloorProbe>(
+        v.floor == 1 ? precprobe::bench::FloorProbe::Mode::kInline
+                     : precprobe::bench::FloorProbe::Mode::kWorker);
   for (int i = 0; i < warmup + steps; ++i) {
     const double c0 = cpu_ms(CLOCK_THREAD_CPUTIME_ID), p0 = cpu_ms(CLOCK_PROCESS_CPUTIME_ID);
     const long f0 = minor_faults();
@@ -217,6 +235,7 @@ void run_variant(Trainer& tr, const Variant& v, int steps, int warmup, const std
     } else {
       tr.step();
       if (dbg) dbg->step();
+      if (floor) floor->end_step();
     }
     double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     if (i >= warmup) {
@@ -227,6 +246,11 @@ void run_variant(Trainer& tr, const Variant& v, int steps, int warmup, const std
     }
   }
   if (empty) at::removeCallback(*empty);
+  if (floor) {
+    res.floor_bytes += floor->bytes();
+    res.steps_floor += warmup + steps;
+    floor.reset();
+  }
   if (dbg) {
     dbg->stop();
     if (v.start) {  // the engine's counters, from meta.json
@@ -391,6 +415,8 @@ int main(int argc, char** argv) {
        precprobe::Task::kStatistics, true},
       {"RecordFunction alone", false, false, precprobe::Level::kL1, true, false,
        precprobe::Task::kStatistics, false, false, false, true},
+      floor_variant("floor: kernel inline", 1),
+      floor_variant("floor: kernel on worker", 2),
   };
   for (int64_t h : sizes) {
     Trainer tr(h);
@@ -431,6 +457,9 @@ int main(int argc, char** argv) {
         std::printf("\n  %-26s stats read %.1f MB/step; at memcpy speed %.2f ms (%.3fx if inline)",
                     "", bytes / 1e6, 1e3 * bytes / bw, 1.0 + 1e3 * bytes / bw / base);
       }
+      if (x.steps_floor > 0)
+        std::printf("stats read %.1f MB/step (each tensor version once)",
+                    static_cast<double>(x.floor_bytes) / x.steps_floor / 1e6);
       std::printf("\n");
       if (getenv("BENCH_VERBOSE") && !x.meta_counters.empty())
         std::printf("%s\n", x.meta_counters.c_str());

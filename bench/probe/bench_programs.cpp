@@ -18,9 +18,14 @@
 // BENCHMARKS.md; "default" = LibTorch's and OpenBLAS's thread counts as a program finds
 // them, setting (b)). Each line gives the median step's wall time, the training thread's CPU
 // time and the CPU time of all threads (setting (c)), and their ratios to no debugger.
+// With --floors 1 (the default) two more arms run: bench_floor.h's floor of L1 statistics,
+// the kernel over each tensor version once a step on the op's thread ("floor inline") and
+// handed to a worker ("floor worker"), with no debugger.
 //
 //     bench_programs [--only resnet,vae,lstm] [--steps 20] [--rounds 5] [--warmup 3]
-//                    [--threads free-core|default] [--malloc tuned|default]
+//                    [--threads free-core|default] [--malloc tuned|default] [--floors 0|1]
+//                    [--arms all|none|l1]
+// --arms none (l1) runs only the loop without (with) the debugger, for a profiler.
 #include <time.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -33,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_floor.h"
 #include "bench_support.h"
 #include "precprobe/debugger.h"
 
@@ -220,10 +226,18 @@ struct Samples {
   std::vector<double> wall, train, all;
 };
 
-void run(const Program& p, bool debugger, bool tuned_malloc, int steps, int warmup,
+// What runs beside the loop: nothing, the debugger, or bench_floor.h's floor of L1.
+enum class Arm { kNone, kDebugger, kFloorInline, kFloorWorker };
+
+void run(const Program& p, Arm arm, bool tuned_malloc, int steps, int warmup,
          const std::string& dump, Samples& s) {
   std::unique_ptr<precprobe::PrecisionDebugger> dbg;
-  if (debugger) {
+  std::unique_ptr<precprobe::bench::FloorProbe> floor;
+  if (arm == Arm::kFloorInline || arm == Arm::kFloorWorker)
+    floor = std::make_unique<precprobe::bench::FloorProbe>(
+        arm == Arm::kFloorInline ? precprobe::bench::FloorProbe::Mode::kInline
+                                 : precprobe::bench::FloorProbe::Mode::kWorker);
+  if (arm == Arm::kDebugger) {
     precprobe::DebuggerOptions o;  // the README's defaults: L1 statistics, async
     o.dump_path = dump;
     o.overwrite = true;
@@ -237,6 +251,7 @@ void run(const Program& p, bool debugger, bool tuned_malloc, int steps, int warm
     const auto t0 = Clock::now();
     p.step();
     if (dbg) dbg->step();
+    if (floor) floor->end_step();
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     if (i >= warmup) {
       s.wall.push_back(ms);
@@ -259,6 +274,8 @@ void run(const Program& p, bool debugger, bool tuned_malloc, int steps, int warm
 int main(int argc, char** argv) {
   std::string only = "resnet,vae,lstm", threading = "free-core", malloc_mode = "tuned";
   int steps = 20, rounds = 5, warmup = 3;
+  bool floors = true;
+  std::string arms = "all";  // "none" or "l1": that arm alone (for a profiler)
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     if (k == "--only") only = argv[i + 1];
@@ -267,6 +284,8 @@ int main(int argc, char** argv) {
     if (k == "--warmup") warmup = std::atoi(argv[i + 1]);
     if (k == "--threads") threading = argv[i + 1];
     if (k == "--malloc") malloc_mode = argv[i + 1];
+    if (k == "--floors") floors = std::atoi(argv[i + 1]) != 0;
+    if (k == "--arms") arms = argv[i + 1];
   }
   if (malloc_mode != "tuned" && malloc_mode != "default") {
     std::fprintf(stderr, "bench_programs: --malloc tuned|default\n");
@@ -290,19 +309,27 @@ int main(int argc, char** argv) {
   std::printf("(%d rounds x %d timed steps, both arms interleaved; medians)\n", rounds, steps);
   for (const Program& p : programs) {
     if (only.find(p.name) == std::string::npos) continue;
-    Samples base, l1;
+    Samples base, l1, inl, wrk;
     for (int r = 0; r < rounds; ++r) {
-      run(p, false, tuned, steps, warmup, dump, base);
-      run(p, true, tuned, steps, warmup, dump, l1);
+      if (arms != "l1") run(p, Arm::kNone, tuned, steps, warmup, dump, base);
+      if (arms != "none") run(p, Arm::kDebugger, tuned, steps, warmup, dump, l1);
+      if (floors && arms == "all") {
+        run(p, Arm::kFloorInline, tuned, steps, warmup, dump, inl);
+        run(p, Arm::kFloorWorker, tuned, steps, warmup, dump, wrk);
+      }
     }
     const double bw = median(base.wall), bt = median(base.train), ba = median(base.all);
     std::printf("%-7s no debugger   wall %8.2f ms | train %8.2f ms | all %8.2f ms\n",
                 p.name.c_str(), bw, bt, ba);
-    std::printf(
-        "%-7s L1 (async)    wall %8.2f ms %6.3fx | train %8.2f ms %6.3fx | all %8.2f ms "
-        "%6.3fx\n",
-        p.name.c_str(), median(l1.wall), median(l1.wall) / bw, median(l1.train),
-        median(l1.train) / bt, median(l1.all), median(l1.all) / ba);
+    auto line = [&](const char* arm, const Samples& x) {
+      if (x.wall.empty()) return;
+      std::printf("%-7s %-13s wall %8.2f ms %6.3fx | train %8.2f ms %6.3fx | all %8.2f ms %6.3fx\n",
+                  p.name.c_str(), arm, median(x.wall), median(x.wall) / bw, median(x.train),
+                  median(x.train) / bt, median(x.all), median(x.all) / ba);
+    };
+    line("L1 (async)", l1);
+    line("floor inline", inl);
+    line("floor worker", wrk);
     std::fflush(stdout);
   }
   std::filesystem::remove_all(dump);

@@ -17,6 +17,17 @@
 #include <cstdint>
 #include <vector>
 
+// `omp simd` for the loops that want it, where the translation unit is built to read it
+// (the library: src/probe/CMakeLists.txt passes -fopenmp-simd and defines
+// PRECPROBE_OPENMP_SIMD). A test that includes this header for other loops gets no
+// "ignoring #pragma" warning (GCC 12 cannot silence it with a diagnostic pragma).
+#define PRECPROBE_PRAGMA(x) _Pragma(#x)
+#ifdef PRECPROBE_OPENMP_SIMD
+#define PRECPROBE_OMP_SIMD(...) PRECPROBE_PRAGMA(omp simd __VA_ARGS__)
+#else
+#define PRECPROBE_OMP_SIMD(...)
+#endif
+
 namespace precprobe {
 namespace detail {
 
@@ -83,7 +94,7 @@ void unscale_span(T* p, int64_t n, int64_t stride, float inv_scale, UnscaleAcc& 
   double ss0 = 0, ss1 = 0;
   int64_t bad = 0;  // a count, not a flag: GCC does not vectorise an |-reduction here
   if (stride == 1) {
-#pragma omp simd reduction(+ : ss0, ss1, bad)
+    PRECPROBE_OMP_SIMD(reduction(+ : ss0, ss1, bad))
     for (int64_t i = 0; i < n; ++i) {
       const M x = static_cast<M>(p[i]);
       const T y = static_cast<T>(x * s);
@@ -112,6 +123,26 @@ void unscale_span(T* p, int64_t n, int64_t stride, float inv_scale, UnscaleAcc& 
   acc.sumsq_unscaled += ss1;
 }
 
+// ---- Fixed-lane float64 sums ----
+
+/// The float64 sums of grad_stats_span and weight_update_span are split into kSumLanes lanes:
+/// element k of a span goes to lane k % kSumLanes, and the lanes are added in lane order at the
+/// end. The order of every addition is thus fixed by the data alone: the vectorised builds
+/// (grad_loops.cpp: AVX-512, AVX2, the baseline's SSE2) and the plain loops below give the
+/// same bits on every machine, and the lanes let each build keep several registers busy (a
+/// single running sum is a chain of dependent additions: ~1.5 ns an element).
+constexpr int kSumLanes = 16;
+
+/// Lane-wise float64 accumulators, added up in lane order.
+struct Lanes {
+  double v[kSumLanes] = {};
+  double total() const noexcept {
+    double s = 0;
+    for (double x : v) s += x;
+    return s;
+  }
+};
+
 // ---- GradMonitor: gradient statistics ----
 
 /// Statistics of one gradient; norm, abs-max and abs-sum over finite elements.
@@ -127,32 +158,93 @@ struct GradAcc {
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wfloat-equal"
+/// Sums of squares and of |x| (fixed lanes), max |x| and zero count of a span, NaN/Inf
+/// included: a non-finite element shows only as a non-finite sum (the reference loop of
+/// grad_stats_span's pass over finite spans; grad_loops.cpp vectorises it for float and
+/// double).
 template <typename T>
-void grad_stats_span(const T* p, int64_t n, int64_t stride, GradAcc& acc) {
+void finite_stats_lanes(const T* p, int64_t n, int64_t stride, Lanes& ss, Lanes& as, double& am,
+                        int64_t& zero) noexcept {
   using M = typename OpMath<T>::type;
-  double ss = 0, as = 0, am = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const M x = static_cast<M>(p[i * stride]);
+    const double a = std::fabs(static_cast<double>(x));
+    const int l = static_cast<int>(i % kSumLanes);
+    ss.v[l] += a * a;
+    as.v[l] += a;
+    am = a > am ? a : am;
+    zero += (x == M(0)) ? 1 : 0;
+  }
+}
+
+/// Dense float and double spans, vectorised for the machine (grad_loops.cpp); the same bits
+/// as finite_stats_lanes.
+void finite_stats_dense(const float* p, int64_t n, Lanes& ss, Lanes& as, double& am,
+                        int64_t& zero) noexcept;
+void finite_stats_dense(const double* p, int64_t n, Lanes& ss, Lanes& as, double& am,
+                        int64_t& zero) noexcept;
+template <typename T>
+void finite_stats_dense(const T* p, int64_t n, Lanes& ss, Lanes& as, double& am,
+                        int64_t& zero) noexcept {
+  finite_stats_lanes(p, n, 1, ss, as, am, zero);
+}
+
+/// The pass that also counts NaN and Inf and leaves them out of the sums (fixed lanes).
+template <typename T>
+void careful_grad_stats(const T* p, int64_t n, int64_t stride, GradAcc& acc) noexcept {
+  using M = typename OpMath<T>::type;
+  Lanes ss, as;
+  double am = 0;
   int64_t nan = 0, inf = 0, zero = 0;
-#pragma omp simd reduction(+ : ss, as, nan, inf, zero) reduction(max : am)
   for (int64_t i = 0; i < n; ++i) {
     const M x = static_cast<M>(p[i * stride]);
     const bool fin = std::isfinite(x);
     const bool is_nan = x != x;
     const double a = fin ? std::fabs(static_cast<double>(x)) : 0.0;
-    ss += a * a;
-    as += a;
+    const int l = static_cast<int>(i % kSumLanes);
+    ss.v[l] += a * a;
+    as.v[l] += a;
     am = a > am ? a : am;
     nan += is_nan ? 1 : 0;
     inf += (!fin && !is_nan) ? 1 : 0;
     zero += (x == M(0)) ? 1 : 0;
   }
-  acc.sumsq += ss;
-  acc.abs_sum += as;
+  acc.sumsq += ss.total();
+  acc.abs_sum += as.total();
   acc.abs_max = std::max(acc.abs_max, am);
   acc.nan += nan;
   acc.inf += inf;
   acc.zero += zero;
   acc.finite += n - nan - inf;
 }
+
+/// One span of a gradient: a pass over its values at memory speed when they are all finite
+/// (dense spans vectorised), else a second pass that counts NaN/Inf and sums the finite ones.
+/// Both add in the fixed lanes: the same sums for a span whichever pass ran.
+template <typename T>
+void grad_stats_span(const T* p, int64_t n, int64_t stride, GradAcc& acc) {
+  Lanes ss, as;
+  double am = 0;
+  int64_t zero = 0;
+  if (stride == 1) {
+    finite_stats_dense(p, n, ss, as, am, zero);
+  } else {
+    finite_stats_lanes(p, n, stride, ss, as, am, zero);
+  }
+  const double sumsq = ss.total(), abs_sum = as.total();
+  // A NaN or Inf makes a sum non-finite; so may a huge finite float64 square, and the
+  // careful pass then gives what it always gave (an infinite sum of finite squares).
+  if (!std::isfinite(sumsq) || !std::isfinite(abs_sum)) {
+    careful_grad_stats(p, n, stride, acc);
+    return;
+  }
+  acc.sumsq += sumsq;
+  acc.abs_sum += abs_sum;
+  acc.abs_max = std::max(acc.abs_max, am);
+  acc.zero += zero;
+  acc.finite += n;
+}
+#pragma GCC diagnostic pop
 
 // ---- AnomalyWatch: the healthy-step pass ----
 
@@ -172,7 +264,7 @@ template <typename T>
 __attribute__((always_inline)) inline void norm_loop(const T* p, int64_t n, int64_t stride,
                                                      NormAcc& acc) noexcept {
   double ss = 0, as = 0, am = 0;
-#pragma omp simd reduction(+ : ss, as) reduction(max : am)
+  PRECPROBE_OMP_SIMD(reduction(+ : ss, as) reduction(max : am))
   for (int64_t i = 0; i < n; ++i) {
     const double a = std::fabs(static_cast<double>(p[i * stride]));
     ss += a * a;
@@ -205,36 +297,49 @@ struct WeightAcc {
   int64_t zero = 0;
 };
 
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wfloat-equal"
+/// The reference loop of weight_update_span (fixed lanes); grad_loops.cpp vectorises it for
+/// float and double with the same bits.
+template <typename T>
+void weight_update_lanes(const T* w, T* prev, int64_t n, Lanes& s, Lanes& sp, Lanes& sd,
+                         int64_t& zero) noexcept {
+  for (int64_t i = 0; i < n; ++i) {
+    const T wi = w[i];
+    const double x = static_cast<double>(wi);
+    const int l = static_cast<int>(i % kSumLanes);
+    s.v[l] += x * x;
+    zero += (x == 0.0) ? 1 : 0;
+    if (prev != nullptr) {
+      const double q = static_cast<double>(prev[i]);
+      const double d = x - q;
+      sp.v[l] += q * q;
+      sd.v[l] += d * d;
+      prev[i] = wi;
+    }
+  }
+}
+
+void weight_update_dense(const float* w, float* prev, int64_t n, Lanes& s, Lanes& sp, Lanes& sd,
+                         int64_t& zero) noexcept;
+void weight_update_dense(const double* w, double* prev, int64_t n, Lanes& s, Lanes& sp, Lanes& sd,
+                         int64_t& zero) noexcept;
+template <typename T>
+void weight_update_dense(const T* w, T* prev, int64_t n, Lanes& s, Lanes& sp, Lanes& sd,
+                         int64_t& zero) noexcept {
+  weight_update_lanes(w, prev, n, s, sp, sd, zero);
+}
+
 /// One pass over w (dense) and prev (same strides): accumulates and copies w into prev.
 /// With prev == nullptr only ||w||² and the zero count are computed.
 template <typename T>
 void weight_update_span(const T* w, T* prev, int64_t n, WeightAcc& acc) {
-  double s = 0, sp = 0, sd = 0;
+  Lanes s, sp, sd;
   int64_t zero = 0;
-  if (prev == nullptr) {
-#pragma omp simd reduction(+ : s, zero)
-    for (int64_t i = 0; i < n; ++i) {
-      const double x = static_cast<double>(w[i]);
-      s += x * x;
-      zero += (x == 0.0) ? 1 : 0;
-    }
-  } else {
-#pragma omp simd reduction(+ : s, sp, sd, zero)
-    for (int64_t i = 0; i < n; ++i) {
-      const T wi = w[i];
-      const double x = static_cast<double>(wi);
-      const double q = static_cast<double>(prev[i]);
-      const double d = x - q;
-      s += x * x;
-      sp += q * q;
-      sd += d * d;
-      zero += (x == 0.0) ? 1 : 0;
-      prev[i] = wi;
-    }
-  }
-  acc.sumsq += s;
-  acc.sumsq_prev += sp;
-  acc.sumsq_delta += sd;
+  weight_update_dense(w, prev, n, s, sp, sd, zero);
+  acc.sumsq += s.total();
+  acc.sumsq_prev += sp.total();
+  acc.sumsq_delta += sd.total();
   acc.zero += zero;
 }
 #pragma GCC diagnostic pop

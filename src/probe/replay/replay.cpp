@@ -217,8 +217,9 @@ void AnomalyWatch::read_grads(const std::vector<at::Tensor>& losses, Check& c) {
     GradAcc acc;  // NaN/Inf somewhere (or a float64 square beyond its range): count them
     dispatch_fused(values.scalar_type(), [&](auto tag) {
       using T = decltype(tag);
-      for_each_span<T>(
-          values, [&](T* p, int64_t k, int64_t stride) { grad_stats_span<T>(p, k, stride, acc); });
+      for_each_span<T>(values, [&](T* p, int64_t k, int64_t stride) {
+        careful_grad_stats<T>(p, k, stride, acc);
+      });
     });
     s.sumsq = acc.sumsq;
     s.abs_sum = acc.abs_sum;

@@ -143,7 +143,8 @@ struct Variant {
   // observer pays in LibTorch before it does anything: a floor for every recording mode.
   bool empty_callbacks = false;
   // No debugger: bench_floor.h's FloorProbe, the least L1 statistics must do (the kernel
-  // over every tensor version once a step), on the op's thread (1) or handed to a worker (2).
+  // over every tensor version once a step), on the op's thread (1) or handed to a worker (2);
+  // or the least overflow_check must do (3: each new output tested for NaN/Inf).
   int floor = 0;
 };
 
@@ -224,8 +225,9 @@ void run_variant(Trainer& tr, const Variant& v, int steps, int warmup, const std
   std::unique_ptr<precprobe::bench::FloorProbe> floor;
   if (v.floor != 0)
     floor = std::make_unique<precprobe::bench::FloorProbe>(
-        v.floor == 1 ? precprobe::bench::FloorProbe::Mode::kInline
-                     : precprobe::bench::FloorProbe::Mode::kWorker);
+        v.floor == 1   ? precprobe::bench::FloorProbe::Mode::kInline
+        : v.floor == 2 ? precprobe::bench::FloorProbe::Mode::kWorker
+                       : precprobe::bench::FloorProbe::Mode::kNonFinite);
   for (int i = 0; i < warmup + steps; ++i) {
     const double c0 = cpu_ms(CLOCK_THREAD_CPUTIME_ID), p0 = cpu_ms(CLOCK_PROCESS_CPUTIME_ID);
     const long f0 = minor_faults();
@@ -417,6 +419,7 @@ int main(int argc, char** argv) {
        precprobe::Task::kStatistics, false, false, false, true},
       floor_variant("floor: kernel inline", 1),
       floor_variant("floor: kernel on worker", 2),
+      floor_variant("floor: NaN/Inf test inline", 3),
   };
   for (int64_t h : sizes) {
     Trainer tr(h);

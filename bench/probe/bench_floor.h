@@ -18,6 +18,9 @@
 //   kWorker  the op's thread only hands a reference to the tensor to one worker thread (a
 //            vector under a mutex), which summarises it: what the training thread must pay
 //            with a free core (setting (a)). Holding the reference delays the tensor's free.
+//   kNonFinite  overflow_check's floor: each new output of an outermost op is tested for
+//            NaN/Inf on the op's thread (has_non_finite(), the test overflow_check runs), inputs
+//            are not read.
 //
 // bytes() counts the bytes summarised, to set beside the debugger's "stats read".
 #pragma once
@@ -42,7 +45,7 @@ namespace bench {
 
 class FloorProbe {
  public:
-  enum class Mode { kInline, kWorker };
+  enum class Mode { kInline, kWorker, kNonFinite };
 
   explicit FloorProbe(Mode mode) : mode_(mode) {
     instance() = this;
@@ -112,6 +115,12 @@ class FloorProbe {
     if (!s.seen.insert(key_of(t)).second) return;
     bytes_.fetch_add(static_cast<uint64_t>(t.numel()) * t.element_size(),
                      std::memory_order_relaxed);
+    if (mode_ == Mode::kNonFinite) {
+      s.busy = true;
+      nonfinite_.fetch_add(detail::has_non_finite(t) ? 1 : 0, std::memory_order_relaxed);
+      s.busy = false;
+      return;
+    }
     if (mode_ == Mode::kInline) {
       s.busy = true;
       TensorStats st;
@@ -185,7 +194,7 @@ class FloorProbe {
     if (!is_op(fn, s)) return nullptr;
     auto c = std::make_unique<Ctx>();
     c->outermost = s.depth++ == 0;
-    if (c->outermost) self->take_all(fn.inputs(), s);
+    if (c->outermost && self->mode_ != Mode::kNonFinite) self->take_all(fn.inputs(), s);
     return c;
   }
   static void end_cb(const at::RecordFunction& fn, at::ObserverContext* ctx) {
@@ -207,7 +216,7 @@ class FloorProbe {
   static constexpr size_t kMaxQueued = 4096;
   const Mode mode_;
   at::CallbackHandle handle_ = 0;
-  std::atomic<uint64_t> generation_{0}, bytes_{0};
+  std::atomic<uint64_t> generation_{0}, bytes_{0}, nonfinite_{0};
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<at::Tensor> queue_;

@@ -88,8 +88,9 @@ class FloorProbe {
     std::unordered_set<uint64_t> seen;
     std::unordered_map<const char*, bool> is_op;
   };
-  static FloorProbe*& instance() {
-    static FloorProbe* p = nullptr;
+  // The probe the callbacks serve (read on every observed thread).
+  static std::atomic<FloorProbe*>& instance() {
+    static std::atomic<FloorProbe*> p{nullptr};
     return p;
   }
   static ThreadState& ts() {

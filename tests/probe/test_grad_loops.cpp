@@ -11,7 +11,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -169,8 +168,8 @@ TEST_CASE("weight_update_span: norms of w, prev and w - prev in lane order; prev
     CHECK(acc.sumsq_prev == esp);
     CHECK(acc.sumsq_delta == esd);
     CHECK(acc.zero == zero);
-    CHECK(std::memcmp(prev.data(), w.data(), w.size() * sizeof(float)) == 0);
-    WeightAcc only;  // no previous copy: ||w||² and zeros alone
+    CHECK(prev == w);  // bit for bit: no NaN among these values
+    WeightAcc only;    // no previous copy: ||w||² and zeros alone
     weight_update_span<float>(w.data(), nullptr, n, only);
     CHECK(only.sumsq == es);
     CHECK(only.zero == zero);

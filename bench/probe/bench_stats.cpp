@@ -316,6 +316,31 @@ void BM_WeightUpdate(benchmark::State& state) {
 }
 BENCHMARK(BM_WeightUpdate)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 
+// The same two passes on bfloat16 (650 000 values). Arg 0: vectorised; 1: the plain loops.
+void BM_Bf16GradAndWeight(benchmark::State& state) {
+  const int64_t n = 650000;
+  const at::Tensor t = big(at::kBFloat16).slice(0, 0, 2 * n);
+  const auto* g = t.data_ptr<at::BFloat16>();
+  std::vector<at::BFloat16> prev(g + n, g + 2 * n);
+  for (auto _ : state) {
+    precprobe::detail::GradAcc acc;
+    precprobe::detail::WeightAcc wacc;
+    if (state.range(0) == 0) {
+      precprobe::detail::grad_stats_span(g, n, 1, acc);
+      precprobe::detail::weight_update_span(g, prev.data(), n, wacc);
+    } else {
+      precprobe::detail::careful_grad_stats(g, n, 1, acc);
+      precprobe::detail::Lanes s, sp, sd;
+      int64_t zero = 0;
+      precprobe::detail::weight_update_lanes(g, prev.data(), n, s, sp, sd, zero);
+    }
+    benchmark::DoNotOptimize(acc);
+    benchmark::DoNotOptimize(wacc);
+  }
+  set_bytes(state, n * 6);
+}
+BENCHMARK(BM_Bf16GradAndWeight)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+
 }  // namespace
 
 BENCHMARK_MAIN();

@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -55,11 +56,12 @@ Expected expected_grad(const T* p, int64_t n, int64_t stride) {
 }
 
 template <typename T>
-std::vector<T> random_values(int64_t n, uint32_t seed, double zero_share = 0.05) {
+std::vector<T> random_values(int64_t n, uint32_t seed, double zero_share = 0.05,
+                             int max_exponent = 30) {
   std::mt19937 gen(seed);
   std::normal_distribution<double> normal(0.0, 1.0);
   std::uniform_real_distribution<double> u(0.0, 1.0);
-  std::uniform_int_distribution<int> exponent(-30, 30);
+  std::uniform_int_distribution<int> exponent(-max_exponent, max_exponent);
   std::vector<T> v(static_cast<size_t>(n));
   for (auto& x : v)
     x = static_cast<T>(u(gen) < zero_share ? 0.0 : std::ldexp(normal(gen), exponent(gen)));
@@ -139,53 +141,56 @@ TEST_CASE("grad_stats_span: bfloat16 and half take the same order", "[grad_loops
   check_grad(h, 1);
 }
 
+namespace {
+
+// weight_update_span on n random values against the documented order written out.
+// Values within 2^±max_exponent (float16 overflows past 2^15).
+template <typename T>
+void check_weight(int64_t n, uint32_t seed, int max_exponent = 30) {
+  auto w = random_values<T>(n, seed, 0.05, max_exponent);
+  auto prev = random_values<T>(n, seed + 1, 0.05, max_exponent);
+  const auto prev_before = prev;
+  WeightAcc acc;
+  weight_update_span<T>(w.data(), prev.data(), n, acc);
+  double s[16] = {}, sp[16] = {}, sd[16] = {};
+  int64_t zero = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    const double x = static_cast<double>(w[k]), q = static_cast<double>(prev_before[k]);
+    const double d = x - q;
+    const double xx = x * x, qq = q * q, dd = d * d;
+    s[k % 16] = s[k % 16] + xx;
+    sp[k % 16] = sp[k % 16] + qq;
+    sd[k % 16] = sd[k % 16] + dd;
+    zero += x == 0;
+  }
+  double es = 0, esp = 0, esd = 0;
+  for (int l = 0; l < 16; ++l) {
+    es = es + s[l];
+    esp = esp + sp[l];
+    esd = esd + sd[l];
+  }
+  INFO("n " << n << ", " << sizeof(T) << "-byte elements");
+  CHECK(acc.sumsq == es);
+  CHECK(acc.sumsq_prev == esp);
+  CHECK(acc.sumsq_delta == esd);
+  CHECK(acc.zero == zero);
+  for (int64_t k = 0; k < n; ++k)  // prev is now w, bit for bit
+    CHECK(std::memcmp(&prev[k], &w[k], sizeof(T)) == 0);
+  WeightAcc only;  // no previous copy: ||w||² and zeros alone
+  weight_update_span<T>(w.data(), nullptr, n, only);
+  CHECK(only.sumsq == es);
+  CHECK(only.zero == zero);
+  CHECK(only.sumsq_delta == 0);
+}
+
+}  // namespace
+
 TEST_CASE("weight_update_span: norms of w, prev and w - prev in lane order; prev becomes w",
           "[grad_loops]") {
   for (int64_t n : {0, 5, 16, 17, 4099}) {
-    auto w = random_values<float>(n, 31);
-    auto prev = random_values<float>(n, 32);
-    const auto prev_before = prev;
-    WeightAcc acc;
-    weight_update_span<float>(w.data(), prev.data(), n, acc);
-    double s[16] = {}, sp[16] = {}, sd[16] = {};
-    int64_t zero = 0;
-    for (int64_t k = 0; k < n; ++k) {
-      const double x = w[k], q = prev_before[k], d = x - q;
-      const double xx = x * x, qq = q * q, dd = d * d;
-      s[k % 16] = s[k % 16] + xx;
-      sp[k % 16] = sp[k % 16] + qq;
-      sd[k % 16] = sd[k % 16] + dd;
-      zero += x == 0;
-    }
-    double es = 0, esp = 0, esd = 0;
-    for (int l = 0; l < 16; ++l) {
-      es = es + s[l];
-      esp = esp + sp[l];
-      esd = esd + sd[l];
-    }
-    INFO("n " << n);
-    CHECK(acc.sumsq == es);
-    CHECK(acc.sumsq_prev == esp);
-    CHECK(acc.sumsq_delta == esd);
-    CHECK(acc.zero == zero);
-    CHECK(prev == w);  // bit for bit: no NaN among these values
-    WeightAcc only;    // no previous copy: ||w||² and zeros alone
-    weight_update_span<float>(w.data(), nullptr, n, only);
-    CHECK(only.sumsq == es);
-    CHECK(only.zero == zero);
-    CHECK(only.sumsq_delta == 0);
+    check_weight<float>(n, 31);
+    check_weight<double>(n, 41);
+    check_weight<c10::BFloat16>(n, 51);
+    check_weight<c10::Half>(n, 61, 10);
   }
-  auto w = random_values<double>(1001, 41);
-  auto prev = random_values<double>(1001, 42);
-  const auto prev_before = prev;
-  WeightAcc acc;
-  weight_update_span<double>(w.data(), prev.data(), 1001, acc);
-  double sd[16] = {}, esd = 0;
-  for (int64_t k = 0; k < 1001; ++k) {
-    const double d = w[k] - prev_before[k], dd = d * d;
-    sd[k % 16] = sd[k % 16] + dd;
-  }
-  for (double x : sd) esd = esd + x;
-  CHECK(acc.sumsq_delta == esd);
-  CHECK(prev == w);
 }

@@ -32,6 +32,8 @@ static_assert(kSumLanes == 16, "two vectors of eight lanes");
 using V8d = double __attribute__((vector_size(64)));
 using V8l = int64_t __attribute__((vector_size(64)));
 using V8f = float __attribute__((vector_size(32)));
+using V8u = uint32_t __attribute__((vector_size(32)));
+using V8h = uint16_t __attribute__((vector_size(16)));
 
 // Eight elements as float64 lanes (out parameters: no vector crosses a call by value).
 __attribute__((always_inline)) inline void load8(const float* p, V8d& out) noexcept {
@@ -41,6 +43,13 @@ __attribute__((always_inline)) inline void load8(const float* p, V8d& out) noexc
 }
 __attribute__((always_inline)) inline void load8(const double* p, V8d& out) noexcept {
   std::memcpy(&out, p, sizeof out);
+}
+// bfloat16 is the upper half of a float32: widened by a shift, exactly as c10 converts it.
+__attribute__((always_inline)) inline void load8(const c10::BFloat16* p, V8d& out) noexcept {
+  V8h h;
+  std::memcpy(&h, p, sizeof h);
+  const V8u bits = __builtin_convertvector(h, V8u) << 16;
+  out = __builtin_convertvector(reinterpret_cast<V8f>(bits), V8d);
 }
 
 template <typename T>
@@ -139,12 +148,21 @@ PRECPROBE_GRAD_CLONES void finite_stats_double(const double* p, int64_t n, Lanes
                                                double& am, int64_t& zero) noexcept {
   finite_stats_vec(p, n, ss, as, am, zero);
 }
+PRECPROBE_GRAD_CLONES void finite_stats_bf16(const c10::BFloat16* p, int64_t n, Lanes& ss,
+                                             Lanes& as, double& am, int64_t& zero) noexcept {
+  finite_stats_vec(p, n, ss, as, am, zero);
+}
 PRECPROBE_GRAD_CLONES void weight_update_float(const float* w, float* prev, int64_t n, Lanes& s,
                                                Lanes& sp, Lanes& sd, int64_t& zero) noexcept {
   weight_update_vec(w, prev, n, s, sp, sd, zero);
 }
 PRECPROBE_GRAD_CLONES void weight_update_double(const double* w, double* prev, int64_t n, Lanes& s,
                                                 Lanes& sp, Lanes& sd, int64_t& zero) noexcept {
+  weight_update_vec(w, prev, n, s, sp, sd, zero);
+}
+PRECPROBE_GRAD_CLONES void weight_update_bf16(const c10::BFloat16* w, c10::BFloat16* prev,
+                                              int64_t n, Lanes& s, Lanes& sp, Lanes& sd,
+                                              int64_t& zero) noexcept {
   weight_update_vec(w, prev, n, s, sp, sd, zero);
 }
 
@@ -185,6 +203,14 @@ void finite_stats_dense(const float* p, int64_t n, Lanes& ss, Lanes& as, double&
 void finite_stats_dense(const double* p, int64_t n, Lanes& ss, Lanes& as, double& am,
                         int64_t& zero) noexcept {
   finite_stats_double(p, n, ss, as, am, zero);
+}
+void finite_stats_dense(const c10::BFloat16* p, int64_t n, Lanes& ss, Lanes& as, double& am,
+                        int64_t& zero) noexcept {
+  finite_stats_bf16(p, n, ss, as, am, zero);
+}
+void weight_update_dense(const c10::BFloat16* w, c10::BFloat16* prev, int64_t n, Lanes& s,
+                         Lanes& sp, Lanes& sd, int64_t& zero) noexcept {
+  weight_update_bf16(w, prev, n, s, sp, sd, zero);
 }
 void weight_update_dense(const float* w, float* prev, int64_t n, Lanes& s, Lanes& sp, Lanes& sd,
                          int64_t& zero) noexcept {

@@ -4,9 +4,10 @@
 // Each loop reads every element once and does all its work in that pass (a gradient holding
 // NaN/Inf is read a second time, to count them): six ATen reductions cost ~35x more on this
 // LibTorch (see libtorch-internals.md). Accumulation is in float64; the GradMonitor's sums in
-// fixed lanes, the same bits on every machine (below). Supported element types: float, double, BFloat16, Half; callers convert anything
-// else. Strided tensors are walked one innermost row at a time; contiguous and dense
-// (permuted) tensors as one flat span. Pure functions: any thread, no shared state.
+// fixed lanes, the same bits on every machine (below). Supported element types: float, double,
+// BFloat16, Half; callers convert anything else. Strided tensors are walked one innermost row at a
+// time; contiguous and dense (permuted) tensors as one flat span. Pure functions: any thread, no
+// shared state.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -178,9 +179,11 @@ void finite_stats_lanes(const T* p, int64_t n, int64_t stride, Lanes& ss, Lanes&
   }
 }
 
-/// Dense float and double spans, vectorised for the machine (grad_loops.cpp); the same bits
-/// as finite_stats_lanes.
+/// Dense float, double and bfloat16 spans, vectorised for the machine (grad_loops.cpp); the
+/// same bits as finite_stats_lanes. float16 takes the plain loop.
 void finite_stats_dense(const float* p, int64_t n, Lanes& ss, Lanes& as, double& am,
+                        int64_t& zero) noexcept;
+void finite_stats_dense(const c10::BFloat16* p, int64_t n, Lanes& ss, Lanes& as, double& am,
                         int64_t& zero) noexcept;
 void finite_stats_dense(const double* p, int64_t n, Lanes& ss, Lanes& as, double& am,
                         int64_t& zero) noexcept;
@@ -301,7 +304,7 @@ struct WeightAcc {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wfloat-equal"
 /// The reference loop of weight_update_span (fixed lanes); grad_loops.cpp vectorises it for
-/// float and double with the same bits.
+/// float, double and bfloat16 with the same bits (float16 takes this loop).
 template <typename T>
 void weight_update_lanes(const T* w, T* prev, int64_t n, Lanes& s, Lanes& sp, Lanes& sd,
                          int64_t& zero) noexcept {
@@ -323,6 +326,8 @@ void weight_update_lanes(const T* w, T* prev, int64_t n, Lanes& s, Lanes& sp, La
 
 void weight_update_dense(const float* w, float* prev, int64_t n, Lanes& s, Lanes& sp, Lanes& sd,
                          int64_t& zero) noexcept;
+void weight_update_dense(const c10::BFloat16* w, c10::BFloat16* prev, int64_t n, Lanes& s,
+                         Lanes& sp, Lanes& sd, int64_t& zero) noexcept;
 void weight_update_dense(const double* w, double* prev, int64_t n, Lanes& s, Lanes& sp, Lanes& sd,
                          int64_t& zero) noexcept;
 template <typename T>

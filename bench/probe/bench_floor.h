@@ -7,7 +7,8 @@
 // output; of an autograd node, its inputs (the debugger records no node outputs). "Not summarised
 // yet" is one probe of a per-thread hash set keyed by (storage, offset, numel, dtype, version), so
 // a view of memory read at the same version (t(), view, detach) is not read again, as the
-// debugger's cache does not read it.
+// debugger's cache does not read it. A storage freed and handed out again within a step, at
+// the same version, reads as seen: the floor can only err low, the side a floor may err on.
 //
 // What it leaves out, so that it is a floor and not a rival: no record, no writer, no names or
 // call counts, no in-place safety (an in-place op's input is not summarised before the op

@@ -102,14 +102,13 @@ struct Trainer {
   torch::Tensor x, y;
 };
 
-// Whether `name` is one of the comma-separated variant names of --only.
+// Whether `name` is one of the comma-separated variant names of --only: it stands there
+// between the start or a comma and the end or a comma (so "L1, step not selected", which
+// holds a comma, can be listed with others).
 bool selected(const std::string& only, const std::string& name) {
-  if (only == name) return true;  // "L1, step not selected" holds a comma
-  size_t at = 0;
-  while (at <= only.size()) {
-    const size_t end = std::min(only.find(',', at), only.size());
-    if (only.compare(at, end - at, name) == 0) return true;
-    at = end + 1;
+  for (size_t at = only.find(name); at != std::string::npos; at = only.find(name, at + 1)) {
+    const size_t end = at + name.size();
+    if ((at == 0 || only[at - 1] == ',') && (end == only.size() || only[end] == ',')) return true;
   }
   return false;
 }

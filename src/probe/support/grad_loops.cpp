@@ -1,8 +1,10 @@
-// The float and double norm_span of grad_loops.h. GCC's target_clones compiles each for
+// The vectorised loops of grad_loops.h: norm_span (float, double) and the GradMonitor's
+// fixed-lane passes (float, double, bfloat16). GCC's target_clones compiles each for
 // AVX-512, AVX2 and the baseline and picks one when the library is loaded (an ifunc), so the
 // library still runs on any x86-64 while the healthy-step check of "record": "on_anomaly"
 // reads a gradient about as fast as memory gives it (1M floats: 0.13 ms with AVX-512, 0.85 ms
-// with SSE2, 0.25 ms for ATen's at::sum(kDouble)).
+// with SSE2, 0.25 ms for ATen's at::sum(kDouble)) and the monitor's pass over 650 000 floats
+// takes 0.16 ms (1.23 ms as one running sum).
 #include "support/grad_loops.h"
 
 #include <cstring>

@@ -345,6 +345,18 @@ struct OpCompare {
   /// scale): A's loss scale over B's, by which A's gradient arguments were divided before
   /// they were compared (their notes say which); 1 otherwise.
   double loss_scale = 1;
+  /// Why a divergent op diverges, where the error model alone does not say it
+  /// (docs/cli.md, "Differences made by ops of one run only"): "one_run_ops" (an input
+  /// differs beyond rounding and was made by ops of one run only, `made_by_a/b`),
+  /// "before_step" (an input made before the first compared step differs: not the same
+  /// start), "draws" (a random op whose inputs are equal drew other numbers), "" otherwise.
+  std::string cause;
+  /// The ops of one run only upstream of the input whose difference they made (cause
+  /// "one_run_ops"), nearest first, at most kSequenceDiffNames each.
+  std::vector<std::string> made_by_a, made_by_b;
+  /// The parameter the op reads or updates ("conv1.weight"): its own parameter input, or for
+  /// an op of an optimizer step (no grad mode) the parameter its run of ops updates next.
+  std::string param;
 
   nlohmann::json to_json() const;
 };

@@ -7,9 +7,9 @@
 //
 // **Example**:
 //
-//     Net net;
-//     precprobe::load_state(*net, "init.safetensors");  // written by Python's save_state
-//     precprobe::save_state(*net, "after.safetensors");
+//     Net net;                                         // a TORCH_MODULE holder
+//     precprobe::load_state(net, "init.safetensors");  // written by Python's save_state
+//     precprobe::save_state(net, "after.safetensors");
 //
 // Names are those of named_parameters() and named_buffers() (Python's and LibTorch's agree
 // for registered submodules and Sequential: "conv1.weight", "bn1.running_mean",
@@ -24,6 +24,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -60,6 +61,28 @@ void save_state(const torch::nn::Module& module, const std::string& path,
 void load_state(const NamedTensors& tensors, const std::string& path);
 /// load_state(state_tensors(module), path).
 void load_state(torch::nn::Module& module, const std::string& path);
+
+/// As save_state / load_state of a module, for what PrecisionDebugger::start() takes too: a
+/// TORCH_MODULE holder (`Net net; precprobe::load_state(net, "init.safetensors");`) or a
+/// shared_ptr to a module.
+template <typename HolderT, typename = decltype(std::declval<const HolderT&>().ptr())>
+void save_state(const HolderT& holder, const std::string& path,
+                const std::map<std::string, std::string>& metadata = {}) {
+  save_state(static_cast<const torch::nn::Module&>(*holder.ptr()), path, metadata);
+}
+template <typename HolderT, typename = decltype(std::declval<const HolderT&>().ptr())>
+void load_state(const HolderT& holder, const std::string& path) {
+  load_state(static_cast<torch::nn::Module&>(*holder.ptr()), path);
+}
+template <typename ModuleT>
+void save_state(const std::shared_ptr<ModuleT>& module, const std::string& path,
+                const std::map<std::string, std::string>& metadata = {}) {
+  save_state(static_cast<const torch::nn::Module&>(*module), path, metadata);
+}
+template <typename ModuleT>
+void load_state(const std::shared_ptr<ModuleT>& module, const std::string& path) {
+  load_state(static_cast<torch::nn::Module&>(*module), path);
+}
 
 /// Every tensor of the file, in the header's order, as CPU tensors; the header's
 /// "__metadata__" into `metadata` when given. Throws precprobe::Error as load_state.

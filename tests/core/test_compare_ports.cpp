@@ -100,7 +100,9 @@ TEST_CASE("compare: ops of one run only are compared by their results", "[analys
   // product when their outputs agree, a divergence (a port without its bias) when they do not.
   CompareOptions first;
   first.first = true;
-  const Arg x = hashed(targ({1, 2}), 1), w = hashed(targ({3, 4}), 2), bias = hashed(targ({1}), 3);
+  Arg x = hashed(targ({1, 2}), 1), w = hashed(targ({3, 4}), 2), bias = hashed(targ({1}), 3);
+  w.tensor->param = "fc.weight";
+  bias.tensor->param = "fc.bias";
   const Arg wt = hashed(targ({3, 4}), 4), y = hashed(targ({12}), 5), z = hashed(targ({12}), 6);
   const Arg y_off = hashed(targ({11}), 7), z_off = hashed(targ({11}), 8);
   auto run = [&](const Arg& out, const Arg& relu_out) {
@@ -129,8 +131,8 @@ TEST_CASE("compare: ops of one run only are compared by their results", "[analys
   CHECK(off.ops[0].classification == "noise");
 
   // x * 1.01 in C++ (mul.Scalar) against x * 1.0 in Python (mul.Tensor, the 1.0 a 0-d
-  // tensor), then num_batches_tracked += 1 (add_.Scalar against add_.Tensor): the last ops
-  // agree, the muls, compared with each other, do not.
+  // tensor), then num_batches_tracked += 1 (add_.Scalar against add_.Tensor): a number
+  // Python wraps pairs with the Scalar, and is compared as the number it is.
   const Arg h = hashed(targ({1, 2}), 11);
   Arg one = hashed(targ({1}), 12), n0 = hashed(targ({3}), 13), n1 = hashed(targ({4}), 14);
   one.tensor->shape = n0.tensor->shape = n1.tensor->shape = {};
@@ -144,5 +146,21 @@ TEST_CASE("compare: ops of one run only are compared by their results", "[analys
   const CompareResult m = test::compare_checked(c, e, first);
   REQUIRE(m.found);
   CHECK(m.first->name == "aten::mul.0.forward");
-  CHECK(m.divergent_places.size() == 1);
+  CHECK(m.divergent_places.empty());
+  CHECK(m.unmatched.empty());
+  REQUIRE(m.first->args.size() == 3);  // two inputs, the output
+  CHECK(m.first->args[1].note.find("1.01 vs 1") != std::string::npos);
+  REQUIRE(m.ops.size() == 2);
+  CHECK(m.ops[1].classification == "match");  // add_(1) against add_(tensor(1))
+  // Without a parameter in common, the last ops of a place are not compared: a metric's
+  // argmax + eq + sum + item() in Python against a bare item() in C++ is no divergence.
+  DumpData p, q;
+  add_step(p, 0, 0,
+           {{"aten::argmax", 0, {h, varg("1")}, {targ({1})}},
+            {"aten::eq", 1, {targ({1}), targ({1})}, {targ({1})}},
+            {"aten::item", 2, {targ({1})}, {varg("1")}},
+            {"aten::relu", 3, {h}, {h}}});
+  add_step(q, 0, 0, {{"aten::item", 0, {targ({1.25})}, {varg("1.25")}}, {"aten::relu", 1, {h}, {h}}});
+  const CompareResult metric = test::compare_checked(p, q, first);
+  CHECK_FALSE(metric.found);
 }

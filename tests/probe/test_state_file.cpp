@@ -63,6 +63,9 @@ struct Net : torch::nn::Module {
   torch::nn::BatchNorm2d bn{nullptr};
   torch::nn::Sequential seq{nullptr};
 };
+// The same network behind a TORCH_MODULE holder, as LibTorch programs write it.
+struct StateNetImpl : Net {};
+TORCH_MODULE(StateNet);
 
 }  // namespace
 
@@ -198,6 +201,19 @@ TEST_CASE("a module's parameters and buffers by name, loaded into a second modul
   }
   CHECK(b->bn->num_batches_tracked.item<int64_t>() == 11);
   CHECK(b->conv->weight.requires_grad());
+  // What start() takes, save_state and load_state take: the TORCH_MODULE holder itself and
+  // a shared_ptr to the module, besides the module.
+  torch::manual_seed(3);
+  StateNet c;
+  torch::manual_seed(4);
+  StateNet d;
+  precprobe::save_state(c, path);  // the holder
+  precprobe::load_state(d, path);
+  CHECK(torch::equal(d->conv->weight, c->conv->weight));
+  precprobe::load_state(a, path);  // a shared_ptr
+  CHECK(torch::equal(a->seq->parameters()[0], c->seq->parameters()[0]));
+  precprobe::save_state(b, path);
+  CHECK(torch::equal(precprobe::read_state(path)[0].second, b->conv->weight));
   ::unlink(path.c_str());
 }
 

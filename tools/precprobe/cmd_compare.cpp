@@ -30,13 +30,17 @@ struct CompareArgs {
   std::string by = "op";
 };
 
+// The ops before the first parameter of a step: the data pipeline, and what else runs
+// before the model (zero_grad).
+std::string module_label(const std::string& m) { return m.empty() ? "data (before any parameter)" : m; }
+
 void print_modules(const CompareResult& r, const Terminal& term) {
   if (r.modules.empty()) return;
   const ModuleCompare* first = nullptr;
   Table t({"module", "ops", "match", "noise", "divergent", "max ratio", "first divergent op",
            "step", "error", "bound"});
   for (const ModuleCompare& m : r.modules) {
-    const std::string name = m.module.empty() ? "(before any parameter)" : m.module;
+    const std::string name = module_label(m.module);
     if (m.first_divergent) {
       const OpCompare& f = *m.first_divergent;
       if (!first || std::tie(f.step, f.seq_a) <
@@ -56,7 +60,7 @@ void print_modules(const CompareResult& r, const Terminal& term) {
     std::cout << paint(term, Tone::kRed,
                        fmt::format("First divergent module: {} ({} at step {}: error {}, bound "
                                    "{}, ratio {})",
-                                   first->module.empty() ? "(before any parameter)" : first->module,
+                                   module_label(first->module),
                                    f.name, f.step, num(f.error), num(f.bound), num(f.ratio)))
               << '\n';
   } else {
@@ -216,9 +220,30 @@ void print_statistics(const CompareResult& r, const CompareArgs& args, const Ter
 }
 
 void print_op_detail(const OpCompare& o, const Terminal& term, double weight) {
-  std::cout << fmt::format("  rank {}, step {}, seq {} (B: {}), {}{}{}\n", o.rank, o.step, o.seq_a,
-                           o.seq_b, o.direction, o.scope.empty() ? "" : ", scope " + o.scope,
-                           o.module.empty() ? "" : ", module " + o.module);
+  std::cout << fmt::format("  rank {}, step {}, seq {} (B: {}), {}{}, module {}{}\n", o.rank,
+                           o.step, o.seq_a, o.seq_b, o.direction,
+                           o.scope.empty() ? "" : ", scope " + o.scope, module_label(o.module),
+                           o.param.empty() ? "" : ", parameter " + o.param);
+  auto names = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (const std::string& n : v) s += (s.empty() ? "" : ", ") + n;
+    return s.empty() ? std::string("none (made before the step)") : s;
+  };
+  if (o.cause == "one_run_ops")
+    std::cout << fmt::format(
+        "  an input differs beyond the rounding of the ops that made it, and no compared op "
+        "explains it: it was made by ops of one run only{}\n    A: {}\n    B: {}\n",
+        o.module.empty() ? " in the data pipeline (the batch entering the model differs)" : "",
+        names(o.made_by_a), names(o.made_by_b));
+  if (o.cause == "before_step")
+    std::cout << "  an input made before the first compared step differs: the runs did not start "
+                 "alike (the loaded state, or data prepared before the loop)\n";
+  if (o.cause == "draws")
+    std::cout << "  inputs equal, draws differ: the runs' random generators were in different "
+                 "states here. Seed both alike once the model is built (torch.manual_seed(seed) "
+                 "/ torch::manual_seed(seed)) and look for random ops of one run only before "
+                 "this one: Python's DataLoader draws a seed from the global generator each time "
+                 "an epoch starts unless it is given generator= (docs/python.md)\n";
   if (o.classification != "match")
     std::cout << fmt::format(
         "  noise model: error {} (inherited from inputs {}), rounding bound {} (n = {}), "
@@ -229,7 +254,7 @@ void print_op_detail(const OpCompare& o, const Terminal& term, double weight) {
     std::cout << fmt::format("  downstream of a near-tie flip: {} (seq {}) chose other elements\n",
                              o.after_flip, o.after_flip_seq);
   for (const ArgCompare& a : o.args) {
-    if (o.classification == "divergent" && !a.tensor && !a.exact)
+    if (o.classification == "divergent" && !a.exact && (!a.tensor || !a.note.empty()))
       std::cout << fmt::format("  {} #{} differs beyond rounding: {}\n", a.io, a.index, a.note);
   }
   std::cout << fmt::format("  relative error: inputs {}, outputs {}, added by this op {}\n",

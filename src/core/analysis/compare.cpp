@@ -6,9 +6,11 @@
 // op inserted in one run leaves the later ops paired with their true counterparts, and the
 // ops of one run only are reported (unmatched, sequence_diffs), never compared.
 #include <algorithm>
+#include <iterator>
 #include <cmath>
 #include <limits>
 #include <map>
+#include <sstream>
 #include <tuple>
 #include <unordered_map>
 
@@ -21,6 +23,7 @@
 #include "modules.h"
 #include "nesting.h"
 #include "pairing.h"
+#include "provenance.h"
 #include "source.h"
 
 namespace precprobe {
@@ -31,6 +34,32 @@ using analysis_detail::ProgramConstants;
 using analysis_detail::same_after_broadcast;
 using analysis_detail::spelled_default;
 constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// The shortest of %.15g and %.17g that reads back as v.
+std::string fmt_number(double v) {
+  for (int digits : {15, 17}) {
+    std::ostringstream o;
+    o.precision(digits);
+    o << v;
+    const double back = std::stod(o.str());
+    if (digits == 17 || !(back < v || v < back)) return o.str();
+  }
+  return {};
+}
+
+// A 0-d tensor of one element, no parameter, against a number on the other side: both
+// values; nullopt otherwise.
+std::optional<std::pair<double, double>> wrapped_number(const Arg& a, const Arg& b) {
+  if (a.is_tensor() == b.is_tensor()) return std::nullopt;
+  const Arg& t = a.is_tensor() ? a : b;
+  const Arg& n = a.is_tensor() ? b : a;
+  const TensorStats& s = *t.tensor;
+  if (!s.shape.empty() || s.numel != 1 || !s.param.empty() || !s.all_finite()) return std::nullopt;
+  const std::optional<double> v = numeric_value(n.value);
+  if (!v) return std::nullopt;
+  const double tv = s.zero == 1 ? 0.0 : s.max;
+  return a.is_tensor() ? std::pair{tv, *v} : std::pair{*v, tv};
+}
 
 // One side's arguments against the other's; returns the largest tensor error and sets
 // `value_differs` when a non-tensor argument differs in a way rounding cannot explain (a
@@ -55,6 +84,19 @@ double compare_args(const std::vector<Arg>& a, const std::vector<Arg>& b, const 
     } else if (a[i].is_tensor() && b[i].is_tensor()) {
       compare_stats(*a[i].tensor, *b[i].tensor, ac);
       worst = std::max(worst, ac.error);
+    } else if (const auto w = wrapped_number(a[i], b[i])) {
+      // A number Python wrapped as a 0-d tensor against the number LibTorch's C++ API passes
+      // as a Scalar: compared as the numbers they are.
+      ac.tensor = false;
+      ac.exact = !(w->first < w->second || w->second < w->first);
+      if (!ac.exact) {
+        ac.abs_error = std::fabs(w->first - w->second);
+        const double mag = std::max(std::fabs(w->first), std::fabs(w->second));
+        ac.error = mag > 0 ? ac.abs_error / mag : kInf;
+        ac.warning = ac.abs_error / (mag + 1e-10) > 0.5;
+        ac.note = "value differs: " + fmt_number(w->first) + " vs " + fmt_number(w->second) +
+                  " (a number, wrapped as a 0-d tensor on one side)";
+      }
     } else {
       ac.tensor = false;
       ac.exact = a[i].is_tensor() == b[i].is_tensor() &&
@@ -127,9 +169,52 @@ bool run_constant(const ProgramConstants* c, const OpRecord& r, size_t i, Consta
   return c->constant(r, i);
 }
 
+// Where each tensor input of a paired op was made (provenance.h), for the inputs whose
+// difference no compared op explains: made by ops of one run only, or before the step.
+struct InputOrigin {
+  bool judged = false;       // its difference is this op's to report, beyond `bound`
+  bool before_step = false;  // no op of the step made it, in either run
+  bool data = false;         // the one-run ops that made it all ran before the model
+  double bound = 0;          // the rounding the one-run ops that made it may add (relative)
+  std::vector<std::string> made_a, made_b;
+};
+
+// What compare_pair knows of the ops before it.
+struct Upstream {
+  const std::vector<InputOrigin>* origins = nullptr;  // by input index, or null
+  double seen_error = 0;  // the largest relative output error of the group's compared ops
+};
+
+// Random ops: those whose output is a draw whatever their tensor inputs hold (an in-place
+// fill reads only its shape; randn_like only its input's), and those whose draw is applied to
+// an input (dropout, bernoulli of probabilities, multinomial).
+constexpr const char* kFillRandomOps[] = {
+    "aten::normal_",      "aten::uniform_",   "aten::random_",     "aten::exponential_",
+    "aten::cauchy_",      "aten::log_normal_", "aten::geometric_",  "aten::bernoulli_",
+    "aten::randn_like",   "aten::rand_like",  "aten::randint_like", "aten::randn",
+    "aten::rand",         "aten::randint",    "aten::randperm",    "aten::normal"};
+constexpr const char* kAppliedRandomOps[] = {
+    "aten::dropout",       "aten::dropout_",      "aten::native_dropout", "aten::feature_dropout",
+    "aten::alpha_dropout", "aten::feature_alpha_dropout", "aten::bernoulli",
+    "aten::multinomial",   "aten::poisson",       "aten::rrelu_with_noise"};
+
+bool is_in(const std::string& op, const char* const* first, const char* const* last) {
+  return std::any_of(first, last, [&](const char* r) { return op == r; });
+}
+bool is_fill_random(const std::string& op) {
+  return is_in(op, std::begin(kFillRandomOps), std::end(kFillRandomOps));
+}
+bool is_random_op(const std::string& op) {
+  return is_fill_random(op) || is_in(op, std::begin(kAppliedRandomOps), std::end(kAppliedRandomOps));
+}
+
+// |x| at its largest over a tensor's finite values.
+double magnitude(const TensorStats& t) { return std::max(std::fabs(t.min), std::fabs(t.max)); }
+
 PairVerdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareOptions& opt,
                          double loss_scale, const ProgramConstants* const_a,
-                         const ProgramConstants* const_b, ConstantsUse* use) {
+                         const ProgramConstants* const_b, ConstantsUse* use,
+                         const Upstream& up = {}) {
   // Gradients of a loss scaled by a GradScaler (fp16/bf16 AMP) against a run that scales
   // it otherwise (an fp32 reference): compared as gradients of the same loss.
   analysis_detail::ScaledArgs scaled;
@@ -177,6 +262,22 @@ PairVerdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareO
     oc.score = 0;
     return v;
   }
+  // A random op whose inputs are the same (a fill's tensor is only its shape) and whose
+  // outputs differ drew other numbers: the generators' states differ, which no rounding
+  // explains and no later op should be blamed for.
+  if (is_random_op(a.op)) {
+    const bool fill = is_fill_random(a.op);
+    bool inputs_equal = true;
+    for (const ArgCompare& ac : oc.args)
+      if (ac.io == "input" && !ac.exact && !(fill && ac.tensor)) inputs_equal = false;
+    if (inputs_equal) {
+      oc.classification = "divergent";
+      oc.cause = "draws";
+      oc.ratio = kInf;
+      v.divergent = true;
+      return v;
+    }
+  }
   // Noise model: the error each output carries beyond what its inputs brought, against
   // the rounding the op may make (docs/cli.md, "Noise model").
   const OpNoise nz = op_noise(a, b);
@@ -185,13 +286,39 @@ PairVerdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareO
   for (const OutputBound& ob : nz.outputs) u_op = std::max(u_op, ob.u);
   if (!(u_op > 0)) u_op = std::ldexp(1.0, -24);
   double inherited = 0;
-  bool constant_differs = false;
+  bool constant_differs = false, one_run_made = false;
+  const bool fill_random = is_fill_random(a.op);
   for (size_t i = 0; i < oc.args.size() && oc.args[i].io == "input"; ++i) {
     const ArgCompare& ac = oc.args[i];
-    if (ac.exact || i >= n_in || (!ac.tensor && spelled_default(a.inputs[i], b.inputs[i])))
+    if (ac.exact || i >= n_in || (!ac.tensor && spelled_default(a.inputs[i], b.inputs[i])) ||
+        (fill_random && ac.tensor))
       continue;
     double rel = 0;
     if (ac.tensor) {
+      const InputOrigin* origin =
+          up.origins != nullptr && i < up.origins->size() ? &(*up.origins)[i] : nullptr;
+      if (origin != nullptr && origin->judged) {
+        // No compared op made this input: its difference is the ops of one run only that
+        // did (or the start), unless their rounding explains it.
+        const double own = relative(ac.abs_error, magnitude(*a.inputs[i].tensor));
+        const double allowed = origin->bound + opt.inherited_weight * up.seen_error;
+        if (own > opt.noise_factor * allowed && own > opt.rtol) {
+          one_run_made = true;
+          if (oc.cause.empty()) {
+            oc.cause = origin->before_step ? "before_step"
+                       : origin->data     ? "data"
+                                          : "one_run_ops";
+            oc.made_by_a = origin->made_a;
+            oc.made_by_b = origin->made_b;
+          }
+          oc.args[i].note +=
+              std::string(oc.args[i].note.empty() ? "" : "; ") +
+              (origin->before_step ? "made before the first compared step, and differs"
+                                   : "made by ops of one run only, and differs beyond their "
+                                     "rounding");
+          continue;
+        }
+      }
       rel = relative(ac.abs_error, nz.input_scale[i]);
     } else {
       // A number from the caller (a constant, or a value computed on the host from an
@@ -238,8 +365,17 @@ PairVerdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareO
   const double added =
       std::isinf(oc.error) && std::isinf(oc.inherited) ? 0 : oc.error - oc.inherited;
   const bool beyond_noise = oc.ratio > opt.noise_factor && added > opt.rtol;
-  v.divergent = in_value || out_value || constant_differs || beyond_noise;
-  v.beyond_rounding_only = beyond_noise && !in_value && !out_value && !constant_differs;
+  v.divergent = in_value || out_value || constant_differs || beyond_noise || one_run_made;
+  v.beyond_rounding_only =
+      beyond_noise && !in_value && !out_value && !constant_differs && !one_run_made;
+  if (v.divergent && oc.cause.empty() && is_random_op(a.op)) {
+    // Dropout's masks: another count of zeros from the same count in the input.
+    const TensorStats* ia = a.inputs.empty() || !a.inputs[0].is_tensor() ? nullptr : &*a.inputs[0].tensor;
+    const TensorStats* ib = b.inputs.empty() || !b.inputs[0].is_tensor() ? nullptr : &*b.inputs[0].tensor;
+    const TensorStats* xa = a.outputs.empty() || !a.outputs[0].is_tensor() ? nullptr : &*a.outputs[0].tensor;
+    const TensorStats* xb = b.outputs.empty() || !b.outputs[0].is_tensor() ? nullptr : &*b.outputs[0].tensor;
+    if (ia && ib && xa && xb && ia->zero == ib->zero && xa->zero != xb->zero) oc.cause = "draws";
+  }
   oc.classification = v.divergent ? "divergent" : "noise";
   return v;
 }
@@ -296,14 +432,59 @@ PairVerdict judge_place(const OpRecord& la, const OpRecord& lb, double bound, do
   return v;
 }
 
-// The divergent comparisons of one place, each with the index in A of its op.
-std::vector<std::pair<PairVerdict, int64_t>> compare_place(const std::vector<OpRecord>& a,
-                                                           const std::vector<OpRecord>& b,
-                                                           const std::vector<int64_t>& only_a,
-                                                           const std::vector<int64_t>& only_b,
-                                                           double seen_error,
-                                                           const CompareOptions& opt) {
-  std::vector<std::pair<PairVerdict, int64_t>> out;
+// The same op on the same kinds of operands: the same overload, a tensor where the other has
+// a tensor (0-d numbers aside, as in pairing), the same shapes. A Scalar against a Tensor
+// operand of another shape is another computation (ToTensor's division by 255 against
+// Normalize's by the std), not to be judged by its output.
+bool same_operands(const OpRecord& x, const OpRecord& y) {
+  if (x.overload != y.overload) return false;
+  auto operands = [](const OpRecord& r) {
+    std::vector<const std::vector<int64_t>*> shapes;
+    for (const Arg& in : r.inputs)
+      if (in.is_tensor() && !in.tensor->shape.empty()) shapes.push_back(&in.tensor->shape);
+    return shapes;
+  };
+  const auto sx = operands(x), sy = operands(y);
+  if (sx.size() != sy.size()) return false;
+  for (size_t k = 0; k < sx.size(); ++k)
+    if (*sx[k] != *sy[k]) return false;
+  return true;
+}
+
+// The parameters the ops `at` of `ops` read, sorted.
+std::vector<std::string> params_read(const std::vector<OpRecord>& ops,
+                                     const std::vector<int64_t>& at) {
+  std::vector<std::string> p;
+  for (int64_t k : at)
+    for (const Arg& in : ops[static_cast<size_t>(k)].inputs)
+      if (in.is_tensor() && !in.tensor->param.empty()) p.push_back(in.tensor->param);
+  std::sort(p.begin(), p.end());
+  p.erase(std::unique(p.begin(), p.end()), p.end());
+  return p;
+}
+
+// Both sides of a place read a parameter in common (a layer without its bias reads one less).
+bool same_params_read(const std::vector<OpRecord>& a, const std::vector<int64_t>& only_a,
+                      const std::vector<OpRecord>& b, const std::vector<int64_t>& only_b) {
+  const std::vector<std::string> pa = params_read(a, only_a), pb = params_read(b, only_b);
+  std::vector<std::string> common;
+  std::set_intersection(pa.begin(), pa.end(), pb.begin(), pb.end(), std::back_inserter(common));
+  return !common.empty();
+}
+
+// One comparison of a place: the verdict, and the ops of A and B it compared.
+struct PlaceVerdict {
+  PairVerdict v;
+  int64_t ka = -1, kb = -1;
+};
+
+// The comparisons of one place, divergent or not, in A's order.
+std::vector<PlaceVerdict> compare_place(const std::vector<OpRecord>& a,
+                                        const std::vector<OpRecord>& b,
+                                        const std::vector<int64_t>& only_a,
+                                        const std::vector<int64_t>& only_b, double seen_error,
+                                        const CompareOptions& opt) {
+  std::vector<PlaceVerdict> out;
   if (only_a.empty() || only_b.empty()) return out;
   auto at = [](const std::vector<OpRecord>& ops, int64_t k) -> const OpRecord& {
     return ops[static_cast<size_t>(k)];
@@ -314,26 +495,165 @@ std::vector<std::pair<PairVerdict, int64_t>> compare_place(const std::vector<OpR
     const OpRecord& ra = at(a, ka);
     for (size_t m = next_b; m < only_b.size(); ++m) {
       const OpRecord& rb = at(b, only_b[m]);
-      if (rb.op != ra.op || !same_first_output(ra, rb)) continue;
+      if (rb.op != ra.op || !same_first_output(ra, rb) || !same_operands(ra, rb)) continue;
       next_b = m + 1;
       last_done = last_done || (ka == only_a.back() && m + 1 == only_b.size());
-      PairVerdict v =
-          judge_place(ra, rb, std::max(output_bound(ra), output_bound(rb)), seen_error, opt);
-      if (v.divergent) out.emplace_back(std::move(v), ka);
+      out.push_back({judge_place(ra, rb, std::max(output_bound(ra), output_bound(rb)),
+                                 seen_error, opt),
+                     ka, only_b[m]});
       break;
     }
   }
   const OpRecord& la = at(a, only_a.back());
   const OpRecord& lb = at(b, only_b.back());
-  if (!last_done && same_first_output(la, lb)) {
+  // The last ops are compared whatever their names only inside the model, where both sides'
+  // ops of the place read a parameter in common (nn.Linear as aten::linear against t +
+  // addmm): elsewhere (a metric's item(), the data pipeline's own ops) two last ops of one
+  // shape need not compute the same thing at all.
+  if (!last_done && same_first_output(la, lb) && same_params_read(a, only_a, b, only_b)) {
     double bound = 0;  // the rounding the place may make: every op's, on both sides
     for (int64_t k : only_a) bound += output_bound(at(a, k));
     for (int64_t k : only_b) bound += output_bound(at(b, k));
-    PairVerdict v = judge_place(la, lb, bound, seen_error, opt);
-    if (v.divergent) out.emplace_back(std::move(v), only_a.back());
+    out.push_back({judge_place(la, lb, bound, seen_error, opt), only_a.back(), only_b.back()});
   }
   return out;
 }
+
+// The parameter each op of a group reads, or for an op of an optimizer step (a forward op
+// run without grad mode) that reads none, the parameter the next op of its run of such ops
+// reads: an optimizer works on a parameter's state (its momentum buffer, Adam's moments) and
+// then updates the parameter, so its ops before the update are that parameter's.
+std::vector<std::string> params_of(const std::vector<OpRecord>& ops) {
+  std::vector<std::string> out(ops.size());
+  auto own = [](const OpRecord& r) -> std::string {
+    for (const Arg& in : r.inputs)
+      if (in.is_tensor() && !in.tensor->param.empty()) return in.tensor->param;
+    return {};
+  };
+  auto no_grad = [](const OpRecord& r) {
+    return r.dir == Direction::kForward && r.grad.has_value() && !*r.grad;
+  };
+  std::string next;  // the parameter read next in the current run of no-grad ops
+  for (size_t k = ops.size(); k-- > 0;) {
+    out[k] = own(ops[k]);
+    if (!no_grad(ops[k])) {
+      next.clear();
+      continue;
+    }
+    if (!out[k].empty()) {
+      next = out[k];
+    } else {
+      out[k] = next;
+    }
+  }
+  return out;
+}
+
+// "conv1" for "conv1.weight", "(root)" for a parameter of the top module.
+std::string module_of_param(const std::string& param) {
+  const size_t dot = param.rfind('.');
+  return dot == std::string::npos ? "(root)" : param.substr(0, dot);
+}
+
+// Where the tensor inputs of each paired op were made (provenance.h), judged once per pair.
+class Origins {
+ public:
+  Origins(const std::vector<OpRecord>& a, const std::vector<OpRecord>& b,
+          const analysis_detail::AlignPairs& pairs, bool first_step)
+      : a_(a), b_(b), prov_a_(a), prov_b_(b), first_step_(first_step),
+        partner_a_(a.size(), -1), partner_b_(b.size(), -1),
+        model_a_(first_model_op(a)), model_b_(first_model_op(b)) {
+    for (const auto& [i, j] : pairs) {
+      if (i < 0 || j < 0) continue;
+      partner_a_[static_cast<size_t>(i)] = j;
+      partner_b_[static_cast<size_t>(j)] = i;
+    }
+  }
+
+  // A's op ka and B's op kb were compared with each other (a place's ops, by their outputs).
+  void compared(int64_t ka, int64_t kb) {
+    partner_a_[static_cast<size_t>(ka)] = kb;
+    partner_b_[static_cast<size_t>(kb)] = ka;
+  }
+
+  // By input index of the pair (A's op i, B's op j).
+  std::vector<InputOrigin> of(size_t i, size_t j) const {
+    const size_t n = std::min(a_[i].inputs.size(), b_[j].inputs.size());
+    std::vector<InputOrigin> out(n);
+    // An op that makes no tensor (item(), is_nonzero) hands a number to the host: where the
+    // number matters, the op that takes it as an argument compares it. Metrics' item() of one
+    // run may pair with another item() of the other run.
+    if (std::none_of(a_[i].outputs.begin(), a_[i].outputs.end(),
+                     [](const Arg& o) { return o.is_tensor(); }))
+      return out;
+    for (size_t k = 0; k < n; ++k) {
+      if (!a_[i].inputs[k].is_tensor() || !b_[j].inputs[k].is_tensor()) continue;
+      const int64_t pa = prov_a_.producer(i, k), pb = prov_b_.producer(j, k);
+      const bool compared_a = pa >= 0 && partner_a_[static_cast<size_t>(pa)] >= 0;
+      const bool compared_b = pb >= 0 && partner_b_[static_cast<size_t>(pb)] >= 0;
+      InputOrigin& o = out[k];
+      if (compared_a && compared_b) continue;  // the compared ops' verdicts cover it
+      if (pa < 0 && pb < 0) {
+        // Made before the step in both runs: at the first step compared that is the start
+        // (the loaded state, the data made up front), which must be the same; later, the
+        // state the steps before left, judged there.
+        o.judged = first_step_;
+        o.before_step = true;
+        o.bound = std::ldexp(1.0, -24);
+        continue;
+      }
+      o.judged = true;
+      const int64_t last_a = chain(a_, prov_a_, partner_a_, pa, o, o.made_a);
+      const int64_t last_b = chain(b_, prov_b_, partner_b_, pb, o, o.made_b);
+      o.data = last_a < model_a_ && last_b < model_b_;
+      if (!(o.bound > 0)) o.bound = std::ldexp(1.0, -24);
+    }
+    return out;
+  }
+
+ private:
+  // The ops of one run only upstream of a tensor op `from` made: itself and, through their
+  // inputs, the one-run ops that made those, nearest first; their rounding adds to o.bound.
+  // Returns the latest of them (-1: none).
+  static int64_t chain(const std::vector<OpRecord>& ops, const analysis_detail::Provenance& prov,
+                       const std::vector<int64_t>& partner, int64_t from, InputOrigin& o,
+                       std::vector<std::string>& names) {
+    constexpr size_t kVisit = 64;
+    std::vector<int64_t> todo;
+    std::vector<int64_t> seen;
+    if (from >= 0 && partner[static_cast<size_t>(from)] < 0) todo.push_back(from);
+    for (size_t q = 0; q < todo.size() && seen.size() < kVisit; ++q) {
+      const int64_t k = todo[q];
+      if (std::find(seen.begin(), seen.end(), k) != seen.end()) continue;
+      seen.push_back(k);
+      const OpRecord& r = ops[static_cast<size_t>(k)];
+      o.bound += output_bound(r);
+      if (names.size() < kSequenceDiffNames) names.push_back(r.name());
+      for (size_t in = 0; in < r.inputs.size(); ++in) {
+        const int64_t p = prov.producer(static_cast<size_t>(k), in);
+        if (p >= 0 && partner[static_cast<size_t>(p)] < 0) todo.push_back(p);
+      }
+    }
+    return seen.empty() ? -1 : *std::max_element(seen.begin(), seen.end());
+  }
+
+  // The first forward op that reads a parameter: where the model starts (ops.size() if none).
+  static int64_t first_model_op(const std::vector<OpRecord>& ops) {
+    for (size_t k = 0; k < ops.size(); ++k) {
+      if (ops[k].dir != Direction::kForward) continue;
+      for (const Arg& in : ops[k].inputs)
+        if (in.is_tensor() && !in.tensor->param.empty()) return static_cast<int64_t>(k);
+    }
+    return static_cast<int64_t>(ops.size());
+  }
+
+  const std::vector<OpRecord>& a_;
+  const std::vector<OpRecord>& b_;
+  analysis_detail::Provenance prov_a_, prov_b_;
+  bool first_step_;
+  std::vector<int64_t> partner_a_, partner_b_;
+  int64_t model_a_, model_b_;
+};
 
 UnmatchedOp unmatched(const OpRecord& r, const char* side) {
   return UnmatchedOp{r.step, r.rank, side, r.seq, r.name()};
@@ -402,11 +722,20 @@ void add_module(std::vector<ModuleCompare>& modules, std::map<std::string, size_
     to.first_divergent = std::move(m.first_divergent);
 }
 
-// Per module in order of first appearance among `ops` (--by module).
-std::vector<ModuleCompare> modules_compared(const std::vector<OpCompare>& ops) {
+// Per module in order of first appearance among `ops` (--by module), with the places of ops
+// of one run only found divergent (`places`): the same verdicts as --first.
+std::vector<ModuleCompare> modules_compared(const std::vector<OpCompare>& ops,
+                                            const std::vector<OpCompare>& places) {
   std::vector<ModuleCompare> out;
   std::map<std::string, size_t> index;
-  for (const OpCompare& o : ops) {
+  std::vector<const OpCompare*> all;
+  all.reserve(ops.size() + places.size());
+  for (const OpCompare& o : ops) all.push_back(&o);
+  for (const OpCompare& o : places) all.push_back(&o);
+  std::stable_sort(all.begin(), all.end(),
+                   [](const OpCompare* x, const OpCompare* y) { return x->seq_a < y->seq_a; });
+  for (const OpCompare* op : all) {
+    const OpCompare& o = *op;
     ModuleCompare m;  // the op alone
     m.module = o.module;
     m.ops = 1;
@@ -428,15 +757,19 @@ GroupResult compare_group(const GroupKey& key, const std::vector<OpRecord>& a,
                           const std::vector<OpRecord>& b, const CompareOptions& opt,
                           double loss_scale, const ModuleOrder* order_a,
                           const ProgramConstants& const_a, const ProgramConstants& const_b,
-                          ConstantsUse* use) {
+                          ConstantsUse* use, bool first_step) {
   GroupResult g;
   CompareResult& res = g.part;
   res.ops_a = static_cast<int64_t>(a.size());
   res.ops_b = static_cast<int64_t>(b.size());
   res.groups_compared = 1;
-  const std::vector<std::string> module_of = modules_of(a, order_a);
+  std::vector<std::string> module_of = modules_of(a, order_a);
+  const std::vector<std::string> param_of = params_of(a);
+  for (size_t k = 0; k < a.size(); ++k)  // an optimizer's op: its parameter's module
+    if (!param_of[k].empty() && !consumed_module(a[k])) module_of[k] = module_of_param(param_of[k]);
   const GroupPairing paired = pair_ops(a, b, opt.max_align_cost);
   add_sequence_diffs(a, b, paired.pairs, res.sequence_diffs);
+  Origins origins(a, b, paired.pairs, first_step);
   std::vector<OpCompare> divergent, ops;
   ops.reserve(paired.pairs.size());
   // Inexact ops: their positions in A and in `ops` (most ops of two runs are inexact: no
@@ -447,8 +780,15 @@ GroupResult compare_group(const GroupKey& key, const std::vector<OpRecord>& a,
   double seen_error = 0;
   // A place of ops of one run only, closed by the next compared op or the group's end.
   auto close_place = [&]() {
-    for (auto& [pv, ka] : compare_place(a, b, only_a, only_b, seen_error, opt)) {
+    for (PlaceVerdict& p : compare_place(a, b, only_a, only_b, seen_error, opt)) {
+      // What the place's compared ops made counts as compared: a difference they pass on
+      // is theirs, judged here.
+      origins.compared(p.ka, p.kb);
+      if (!p.v.divergent) continue;
+      PairVerdict& pv = p.v;
+      const int64_t ka = p.ka;
       pv.oc.module = module_of[static_cast<size_t>(ka)];
+      pv.oc.param = param_of[static_cast<size_t>(ka)];
       ++res.divergent_ops;
       divergent.push_back(pv.oc);
       divergent_at.push_back(static_cast<size_t>(ka));
@@ -464,9 +804,13 @@ GroupResult compare_group(const GroupKey& key, const std::vector<OpRecord>& a,
       continue;
     }
     close_place();
-    PairVerdict v = compare_pair(a[i], b[j], opt, loss_scale, &const_a, &const_b, use);
+    const std::vector<InputOrigin> in_origins =
+        origins.of(static_cast<size_t>(i), static_cast<size_t>(j));
+    PairVerdict v = compare_pair(a[i], b[j], opt, loss_scale, &const_a, &const_b, use,
+                                 Upstream{&in_origins, seen_error});
     if (std::isfinite(v.oc.error)) seen_error = std::max(seen_error, v.oc.error);
     v.oc.module = module_of[static_cast<size_t>(i)];
+    v.oc.param = param_of[static_cast<size_t>(i)];
     excuse_after_flip(flips.observe(a[i], v.oc), a[i].seq, v, res);
     res.warnings += v.oc.warning ? 1 : 0;
     if (v.oc.classification == "match") {
@@ -496,7 +840,7 @@ GroupResult compare_group(const GroupKey& key, const std::vector<OpRecord>& a,
   res.aligned_by_lcs = paired.by == PairedBy::kContent ? 1 : 0;
   res.aligned_by_thread = paired.by == PairedBy::kThread ? 1 : 0;
   res.aligned_approximately = paired.approximate ? 1 : 0;
-  if (opt.by_module) res.modules = modules_compared(ops);
+  if (opt.by_module) res.modules = modules_compared(ops, res.divergent_places);
   if (opt.keep_ops == KeepOps::kAll) {
     res.ops = std::move(ops);
   } else {

@@ -36,12 +36,13 @@ struct ConstantsUse {
 /// One group present in both runs, each side's ops in seq order. `const_a`/`const_b` hold
 /// the non-tensor arguments of the runs' groups (ProgramConstants); `use` (may be null) says
 /// what the verdicts asked of them: when unsettled, the result is to be recomputed once every
-/// group is added.
+/// group is added. `first_step`: the group is its rank's first step compared, where a tensor
+/// made before the step (the loaded state, data made up front) that differs is reported.
 GroupResult compare_group(const GroupKey& key, const std::vector<OpRecord>& a,
                           const std::vector<OpRecord>& b, const CompareOptions& opt,
                           double loss_scale, const ModuleOrder* order_a,
                           const ProgramConstants& const_a, const ProgramConstants& const_b,
-                          ConstantsUse* use);
+                          ConstantsUse* use, bool first_step);
 
 /// A group of run `side` ("a" or "b") only: its ops are unmatched.
 GroupResult one_run_group(const GroupKey& key, const std::vector<OpRecord>& ops, const char* side);

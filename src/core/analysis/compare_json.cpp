@@ -81,6 +81,10 @@ nlohmann::json op_json(const OpCompare& o) {
                          : nlohmann::json{{"seq", o.after_flip_seq}, {"name", o.after_flip}}},
       {"excused", o.excused},
       {"loss_scale", number(o.loss_scale)},
+      {"cause", o.cause},
+      {"made_by_a", o.made_by_a},
+      {"made_by_b", o.made_by_b},
+      {"param", o.param},
       {"args", std::move(args)}};
 }
 

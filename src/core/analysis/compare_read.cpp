@@ -13,6 +13,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <type_traits>
 
 #include "compare_group.h"
 #include "loss_scale.h"
@@ -102,6 +103,23 @@ double loss_scale(const Side& sa, const Side& sb, const GroupKey& key) {
          analysis_detail::loss_scale_of(sb.scales, key);
 }
 
+// Whether `key` is the first step of its rank among `keys` (a map or set of GroupKeys, or a
+// sorted vector of them): the start of the comparison for that rank.
+template <class Keys>
+bool first_step_of(const Keys& keys, const GroupKey& key) {
+  for (const auto& k : keys) {
+    const GroupKey& g = [&]() -> const GroupKey& {
+      if constexpr (std::is_same_v<std::decay_t<decltype(k)>, GroupKey>) {
+        return k;
+      } else {
+        return k.first;
+      }
+    }();
+    if (g.second == key.second) return g.first == key.first;
+  }
+  return false;
+}
+
 // Both runs in memory: every group, then compare's order.
 CompareResult compare_loaded(analysis_detail::RecordSource& src_a,
                              analysis_detail::RecordSource& src_b, const CompareOptions& opt) {
@@ -126,7 +144,8 @@ CompareResult compare_loaded(analysis_detail::RecordSource& src_a,
     }
     merge.add(analysis_detail::compare_group(key, a, it->second, opt, loss_scale(sa, sb, key),
                                              analysis_detail::order_of(sa.orders, key.second),
-                                             const_a, const_b, nullptr));
+                                             const_a, const_b, nullptr,
+                                             first_step_of(sa.groups, key)));
   }
   for (const auto& [key, b] : sb.groups) {
     if (!sa.groups.count(key)) merge.add(analysis_detail::one_run_group(key, b, "b"));
@@ -354,7 +373,8 @@ class StreamedCompare {
       analysis_detail::ConstantsUse use;
       GroupResult g = analysis_detail::compare_group(
           key, ia->second, ib->second, opt_, loss_scale(sa_, sb_, key),
-          analysis_detail::order_of(sa_.orders, key.second), const_a_, const_b_, &use);
+          analysis_detail::order_of(sa_.orders, key.second), const_a_, const_b_, &use,
+          first_step_of(keys_a_, key));
       if (use.asked && !passed_[0].empty()) {
         retry_ = true;  // the steps passed over would have answered too
         return;

@@ -1,8 +1,9 @@
 // FlipTracker (flips.h): near-tie flips and the ops downstream of them.
 #include "flips.h"
 
+#include "provenance.h"
+
 #include <algorithm>
-#include <cstring>
 
 namespace precprobe::analysis_detail {
 namespace {
@@ -42,26 +43,6 @@ constexpr const char* kDecisionOps[] = {
     "aten::value_selecting_reduction_backward",
 };
 
-uint64_t bits(double v) {
-  uint64_t u = 0;
-  std::memcpy(&u, &v, sizeof u);
-  return u;
-}
-
-uint64_t digest(const TensorStats& t) {
-  uint64_t h = static_cast<uint64_t>(t.numel);
-  for (double v : {t.min, t.max, t.mean, t.norm}) h = (h ^ bits(v)) * 0x100000001b3ULL;
-  return h;
-}
-
-bool same_tensor(const TensorStats& x, const TensorStats& y) {
-  return x.dtype == y.dtype && x.shape == y.shape && x.numel == y.numel && x.nan == y.nan &&
-         x.pinf == y.pinf && x.ninf == y.ninf && x.zero == y.zero && x.neg == y.neg &&
-         x.pos == y.pos && bits(x.min) == bits(y.min) && bits(x.max) == bits(y.max) &&
-         bits(x.mean) == bits(y.mean) && bits(x.norm) == bits(y.norm) &&
-         (!x.hash || !y.hash || *x.hash == *y.hash);
-}
-
 // An integer tensor that differs between the runs, same dtype and shape: another choice of
 // positions, not another computation.
 bool decision_differs(const OpCompare& oc) {
@@ -82,7 +63,7 @@ void FlipTracker::taint_outputs(const OpRecord& a, std::size_t source) {
   for (const Arg& o : a.outputs) {
     // An all-zero tensor moved nothing, and would match every other zero tensor.
     if (o.is_tensor() && o.tensor->norm > 0)
-      tainted_.emplace(digest(*o.tensor), Fingerprint{&*o.tensor, source});
+      tainted_.emplace(stats_digest(*o.tensor), Fingerprint{&*o.tensor, source});
   }
 }
 
@@ -90,9 +71,9 @@ std::optional<FlipTracker::Source> FlipTracker::observe(const OpRecord& a, const
   std::optional<std::size_t> from;
   for (const Arg& in : a.inputs) {
     if (!in.is_tensor() || from) continue;
-    const auto [lo, hi] = tainted_.equal_range(digest(*in.tensor));
+    const auto [lo, hi] = tainted_.equal_range(stats_digest(*in.tensor));
     for (auto it = lo; it != hi; ++it) {
-      if (same_tensor(*it->second.stats, *in.tensor)) {
+      if (same_stats(*it->second.stats, *in.tensor)) {
         from = it->second.source;
         break;
       }

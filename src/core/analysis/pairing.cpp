@@ -9,6 +9,8 @@
 // - the parameter a tensor is, compared only where both runs name one: two conv weights of
 //   one shape are told apart, while a bf16 run's cast copy of a weight (no name) still pairs
 //   with the fp32 run's weight.
+// - in-place and out-of-place forms as one op (add_ and add), and a 0-d input as a number
+//   (Python wraps the numbers it passes to a Tensor overload as 0-d tensors).
 // Not in the key: dtypes and devices (a bf16 or GPU port runs the same ops on other dtypes
 // and devices, and is compared as such), scalar arguments (a different constant is a finding
 // of the comparison, not another op), call indices and seq (positions are what shifts).
@@ -71,6 +73,10 @@ class OpKeys {
         key += args == &r.inputs ? "|i" : "|o";
         for (const Arg& x : *args) {
           if (!x.is_tensor()) continue;
+          // A 0-d input is a number wrapped as a tensor where Python passes one (x * 0.5 is
+          // aten::mul.Tensor with a 0-d double in Python, aten::mul.Scalar in C++): it
+          // leaves the key as a number does; compare_args compares its value.
+          if (args == &r.inputs && x.tensor->shape.empty() && x.tensor->param.empty()) continue;
           key += '[';
           for (int64_t d : x.tensor->shape) {
             key += std::to_string(d);
@@ -85,13 +91,18 @@ class OpKeys {
     }
   }
 
+  // In-place and out-of-place forms of an op are one computation (Python's Normalize runs
+  // sub_ and div_ on a clone, LibTorch's sub and div): their inputs are read before the op and
+  // their outputs after it, alike.
   static std::string_view op_family(const std::string& op) {
     static const char* const kReshapes[] = {"aten::view", "aten::_reshape_alias", "aten::reshape",
                                             "aten::_unsafe_view", "aten::flatten"};
     for (const char* v : kReshapes) {
       if (op == v) return "view";
     }
-    return op;
+    std::string_view f = op;
+    if (f.size() > 2 && f.back() == '_' && f[f.size() - 2] != '_') f.remove_suffix(1);
+    return f;
   }
 
   // Keys and parameter names share one table: a key always holds '|', a name never does.

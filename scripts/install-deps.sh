@@ -16,8 +16,9 @@ core_pkgs=(build-essential clang libclang-rt-14-dev cmake ninja-build pkg-config
 # python3-pandas, python3-zstandard: the pandas recipe of docs/dump-format.md (tests/flat);
 # its DuckDB query runs with @duckdb/node-api from npm (tests/flat/package-lock.json).
 torch_pkgs=(libtorch-dev libgloo-dev libopenblas0-pthread dataset-fashion-mnist
-            python3-torch pybind11-dev python3-dev python3-pytest)
-# python3-torch (the same LibTorch as libtorch-dev), pybind11-dev, python3-dev: the precprobe
+            python3-torch python3-torchvision pybind11-dev python3-dev python3-pytest)
+# python3-torch (the same LibTorch as libtorch-dev), python3-torchvision (the Python sides of
+# tests/ports), pybind11-dev, python3-dev: the precprobe
 # Python module (src/python/); python3-pytest: its tests (tests/python/).
 # The trixie root for the LibTorch 2.6 stage of scripts/test.sh.
 core_pkgs+=(mmdebstrap)

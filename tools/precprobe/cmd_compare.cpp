@@ -229,11 +229,11 @@ void print_op_detail(const OpCompare& o, const Terminal& term, double weight) {
     for (const std::string& n : v) s += (s.empty() ? "" : ", ") + n;
     return s.empty() ? std::string("none (made before the step)") : s;
   };
-  if (o.cause == "one_run_ops")
+  if (o.cause == "one_run_ops" || o.cause == "data")
     std::cout << fmt::format(
         "  an input differs beyond the rounding of the ops that made it, and no compared op "
         "explains it: it was made by ops of one run only{}\n    A: {}\n    B: {}\n",
-        o.module.empty() ? " in the data pipeline (the batch entering the model differs)" : "",
+        o.cause == "data" ? ", in the data pipeline before the model (the batch differs)" : "",
         names(o.made_by_a), names(o.made_by_b));
   if (o.cause == "before_step")
     std::cout << "  an input made before the first compared step differs: the runs did not start "
@@ -253,10 +253,15 @@ void print_op_detail(const OpCompare& o, const Terminal& term, double weight) {
   if (!o.after_flip.empty())
     std::cout << fmt::format("  downstream of a near-tie flip: {} (seq {}) chose other elements\n",
                              o.after_flip, o.after_flip_seq);
+  size_t said = 0, unsaid = 0;  // a stack of 64 samples: the first few
   for (const ArgCompare& a : o.args) {
-    if (o.classification == "divergent" && !a.exact && (!a.tensor || !a.note.empty()))
+    if (o.classification != "divergent" || a.exact || (a.tensor && a.note.empty())) continue;
+    if (said++ < 3)
       std::cout << fmt::format("  {} #{} differs beyond rounding: {}\n", a.io, a.index, a.note);
+    else
+      ++unsaid;
   }
+  if (unsaid > 0) std::cout << fmt::format("  ... and {} more arguments alike\n", unsaid);
   std::cout << fmt::format("  relative error: inputs {}, outputs {}, added by this op {}\n",
                            num(o.input_error), num(o.output_error), num(o.score));
   Table t({"io", "#", "dtype", "shape", "max N", "max B", "mean N", "mean B", "norm N", "norm B",

@@ -61,6 +61,93 @@ std::optional<std::pair<double, double>> wrapped_number(const Arg& a, const Arg&
   return a.is_tensor() ? std::pair{tv, *v} : std::pair{*v, tv};
 }
 
+// Integers that name the same dimensions of the op's first tensor, one side counting from
+// the end (x.transpose(-2, -1) in Python, x.transpose(1, 2) in C++, on a 3-d x): an int or a
+// flat list of ints, the tensors of the same rank on both sides.
+bool same_dims(const std::string& x, const std::string& y, const std::vector<Arg>& a,
+               const std::vector<Arg>& b) {
+  const auto rank = [](const std::vector<Arg>& args) -> int64_t {
+    for (const Arg& t : args)
+      if (t.is_tensor()) return static_cast<int64_t>(t.tensor->shape.size());
+    return -1;
+  };
+  const int64_t n = rank(a);
+  if (n <= 0 || n != rank(b)) return false;
+  const auto ints = [](std::string s, std::vector<int64_t>& out) {
+    if (!s.empty() && s.front() == '[' && s.back() == ']') s = s.substr(1, s.size() - 2);
+    if (s.empty() || s.find_first_not_of("-0123456789,") != std::string::npos) return false;
+    size_t start = 0;
+    for (;;) {
+      const size_t comma = s.find(',', start);
+      const std::string item = s.substr(start, comma - start);
+      if (item.empty() || item == "-") return false;
+      out.push_back(std::stoll(item));
+      if (comma == std::string::npos) return true;
+      start = comma + 1;
+    }
+  };
+  std::vector<int64_t> p, q;
+  if (!ints(x, p) || !ints(y, q) || p.size() != q.size()) return false;
+  for (size_t k = 0; k < p.size(); ++k) {
+    const int64_t u = p[k] < 0 ? p[k] + n : p[k], v = q[k] < 0 ? q[k] + n : q[k];
+    if (u != v || u < 0 || u >= n) return false;
+  }
+  return true;
+}
+
+// A reshape's size spelled otherwise ([-1, 256, 8] against [28, 256, 8]): the same argument
+// when the outputs have the same shape (marked exact, the op's exactness recomputed).
+bool same_view_size(const OpRecord& a, const OpRecord& b, OpCompare& oc) {
+  static const char* const kReshapes[] = {"aten::view", "aten::_reshape_alias", "aten::reshape",
+                                          "aten::_unsafe_view", "aten::expand", "aten::unflatten"};
+  if (std::none_of(std::begin(kReshapes), std::end(kReshapes),
+                   [&](const char* op) { return a.op == op; }) ||
+      a.op != b.op || a.outputs.empty() || b.outputs.empty() || !a.outputs[0].is_tensor() ||
+      !b.outputs[0].is_tensor() || a.outputs[0].tensor->shape != b.outputs[0].tensor->shape)
+    return false;
+  bool changed = false;
+  for (size_t k = 0; k < oc.args.size() && oc.args[k].io == "input"; ++k) {
+    ArgCompare& ac = oc.args[k];
+    if (ac.exact || ac.tensor || k >= a.inputs.size() || k >= b.inputs.size()) continue;
+    const std::string& x = a.inputs[k].value;
+    if (x.empty() || x.front() != '[' || b.inputs[k].value.empty() || b.inputs[k].value.front() != '[')
+      continue;
+    ac.exact = true;
+    ac.warning = false;
+    ac.error = ac.abs_error = 0;
+    ac.note = "the same shape spelled otherwise: " + x + " vs " + b.inputs[k].value;
+    changed = true;
+  }
+  if (!changed) return false;
+  oc.exact = std::all_of(oc.args.begin(), oc.args.end(), [](const ArgCompare& x) { return x.exact; });
+  oc.warning = std::any_of(oc.args.begin(), oc.args.end(), [](const ArgCompare& x) { return x.warning; });
+  return true;
+}
+
+// transpose(x, 1, 0) is transpose(x, 0, 1): the two dimensions' arguments given in the other
+// order are the same arguments (marked exact, and the op's exactness recomputed).
+bool swapped_dims(const OpRecord& a, const OpRecord& b, OpCompare& oc) {
+  static const char* const kSwaps[] = {"aten::transpose", "aten::transpose_", "aten::swapaxes",
+                                       "aten::swapaxes_", "aten::swapdims", "aten::swapdims_"};
+  if (std::none_of(std::begin(kSwaps), std::end(kSwaps), [&](const char* op) { return a.op == op; }))
+    return false;
+  if (a.inputs.size() < 3 || b.inputs.size() < 3 || oc.args.size() < 3 || oc.args[1].exact)
+    return false;
+  if (!same_dims(a.inputs[1].value, b.inputs[2].value, a.inputs, b.inputs) ||
+      !same_dims(a.inputs[2].value, b.inputs[1].value, a.inputs, b.inputs))
+    return false;
+  for (size_t k : {size_t{1}, size_t{2}}) {
+    ArgCompare& ac = oc.args[k];
+    ac.exact = true;
+    ac.warning = false;
+    ac.error = ac.abs_error = 0;
+    ac.note = "the same two dimensions, named in the other order";
+  }
+  oc.exact = std::all_of(oc.args.begin(), oc.args.end(), [](const ArgCompare& x) { return x.exact; });
+  oc.warning = std::any_of(oc.args.begin(), oc.args.end(), [](const ArgCompare& x) { return x.warning; });
+  return true;
+}
+
 // One side's arguments against the other's; returns the largest tensor error and sets
 // `value_differs` when a non-tensor argument differs in a way rounding cannot explain (a
 // different string, integer or list, or a missing argument). Numbers that differ get a
@@ -100,7 +187,8 @@ double compare_args(const std::vector<Arg>& a, const std::vector<Arg>& b, const 
     } else {
       ac.tensor = false;
       ac.exact = a[i].is_tensor() == b[i].is_tensor() &&
-                 (a[i].value == b[i].value || same_after_broadcast(a[i].value, b[i].value));
+                 (a[i].value == b[i].value || same_after_broadcast(a[i].value, b[i].value) ||
+                  same_dims(a[i].value, b[i].value, a, b));
       if (!ac.exact && spelled_default(a[i], b[i])) {
         // A default spelled out on one side only: Python's argument parser passes
         // device="cpu", pin_memory=False, the input's dtype; LibTorch's C++ API leaves them
@@ -208,6 +296,18 @@ bool is_random_op(const std::string& op) {
   return is_fill_random(op) || is_in(op, std::begin(kAppliedRandomOps), std::end(kAppliedRandomOps));
 }
 
+// Ops whose outputs are parts of their input, values unchanged.
+bool is_selection_op(const std::string& op) {
+  static const char* const kSelect[] = {
+      "aten::chunk",       "aten::unsafe_chunk", "aten::split",        "aten::unsafe_split",
+      "aten::split_with_sizes", "aten::unsafe_split_with_sizes", "aten::tensor_split",
+      "aten::unbind",      "aten::select",       "aten::slice",        "aten::narrow",
+      "aten::index_select", "aten::index",       "aten::gather",       "aten::take",
+      "aten::masked_select", "aten::diagonal",   "aten::as_strided",   "aten::unfold",
+      "aten::embedding"};
+  return std::any_of(std::begin(kSelect), std::end(kSelect), [&](const char* s) { return op == s; });
+}
+
 // |x| at its largest over a tensor's finite values.
 double magnitude(const TensorStats& t) { return std::max(std::fabs(t.min), std::fabs(t.max)); }
 
@@ -231,6 +331,10 @@ PairVerdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareO
                   std::max(a.outputs.size(), b.outputs.size()));
   oc.input_error = compare_args(a.inputs, b.inputs, "input", oc, in_value);
   oc.output_error = compare_args(a.outputs, b.outputs, "output", oc, out_value);
+  if (swapped_dims(a, b, oc) | same_view_size(a, b, oc))
+    in_value = std::any_of(oc.args.begin(), oc.args.end(), [](const ArgCompare& x) {
+      return x.io == "input" && !x.tensor && !x.exact && std::isinf(x.error);
+    });
   analysis_detail::note_unscaled(scaled, loss_scale, oc.args);
   // Error the op added; inf - inf (both sides already broken) is inherited, not added.
   oc.score = std::isinf(oc.output_error) && std::isinf(oc.input_error)
@@ -364,7 +468,11 @@ PairVerdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareO
   }
   const double added =
       std::isinf(oc.error) && std::isinf(oc.inherited) ? 0 : oc.error - oc.inherited;
-  const bool beyond_noise = oc.ratio > opt.noise_factor && added > opt.rtol;
+  // An op that hands on part of its input (a chunk, a row, a gather) computes nothing: a
+  // difference of its input that the input's statistics barely show may be all in the part
+  // it hands on, so the part's difference is inherited whatever its size.
+  const bool selects = is_selection_op(a.op) && inherited > 0;
+  const bool beyond_noise = !selects && oc.ratio > opt.noise_factor && added > opt.rtol;
   v.divergent = in_value || out_value || constant_differs || beyond_noise || one_run_made;
   v.beyond_rounding_only =
       beyond_noise && !in_value && !out_value && !constant_differs && !one_run_made;
@@ -570,6 +678,9 @@ class Origins {
     }
   }
 
+  const analysis_detail::Provenance& provenance_a() const { return prov_a_; }
+  const analysis_detail::Provenance& provenance_b() const { return prov_b_; }
+
   // A's op ka and B's op kb were compared with each other (a place's ops, by their outputs).
   void compared(int64_t ka, int64_t kb) {
     partner_a_[static_cast<size_t>(ka)] = kb;
@@ -653,6 +764,83 @@ class Origins {
   bool first_step_;
   std::vector<int64_t> partner_a_, partner_b_;
   int64_t model_a_, model_b_;
+};
+
+// A difference made by ops of one run only may be the same computation in another order:
+// Python's multi-head attention scales q after splitting the heads, LibTorch's C++ before,
+// so the split's input differs by the scale, and the two runs agree again at the product
+// q k^T. Such a difference is held (pending) from the op where it was found, its values
+// followed downstream in both runs (provenance.h): a compared op that reads it in both runs
+// and whose inputs agree again within rounding reconciles it, and it is no divergence
+// (classified noise, cause "reconciled"). A difference no op reconciles by the end of the
+// step stands. Outputs that came out the same in both runs carry nothing on.
+class Reconciler {
+ public:
+  Reconciler(size_t na, size_t nb) : taint_a_(na), taint_b_(nb) {}
+
+  // An op of one run only: what made its inputs, it carries on.
+  void one_run_op(bool in_a, size_t k, const analysis_detail::Provenance& prov,
+                  const std::vector<OpRecord>& ops) {
+    std::vector<uint32_t> src;
+    auto& taint = in_a ? taint_a_ : taint_b_;
+    for (size_t in = 0; in < ops[k].inputs.size(); ++in) merge(src, from(taint, prov.producer(k, in)));
+    taint[k] = std::move(src);
+  }
+
+  // A compared op (A's i, B's j) and its comparison. Returns the pending differences it
+  // reconciles (ids), after noting what its outputs carry on; `pending_id` >= 0 when its own
+  // verdict starts one.
+  std::vector<uint32_t> compared_op(size_t i, size_t j, const std::vector<OpRecord>& a,
+                                    const std::vector<OpRecord>& b, const Origins& origins,
+                                    const OpCompare& oc, int64_t pending_id,
+                                    const CompareOptions& opt) {
+    std::vector<uint32_t> src;
+    bool any_both = false, agree = true;
+    const size_t n = std::min(a[i].inputs.size(), b[j].inputs.size());
+    for (size_t k = 0; k < n; ++k) {
+      const auto& ta = from(taint_a_, origins.provenance_a().producer(i, k));
+      const auto& tb = from(taint_b_, origins.provenance_b().producer(j, k));
+      if (ta.empty() && tb.empty()) continue;
+      merge(src, ta);
+      merge(src, tb);
+      if (ta.empty() || tb.empty()) {
+        agree = false;  // one run's value only went through the difference
+        continue;
+      }
+      any_both = true;
+      if (k >= oc.args.size() || !a[i].inputs[k].is_tensor()) continue;
+      const ArgCompare& ac = oc.args[k];
+      const TensorStats& t = *a[i].inputs[k].tensor;
+      const double u = std::max(unit_roundoff(t.dtype), std::ldexp(1.0, -24));
+      if (!ac.exact && !(relative(ac.abs_error, magnitude(t)) <= opt.noise_factor * 4 * u))
+        agree = false;
+    }
+    std::vector<uint32_t> reconciled;
+    if (pending_id < 0 && any_both && agree) {
+      reconciled = std::move(src);  // the same values again: nothing carried on
+    } else {
+      if (pending_id >= 0) merge(src, {static_cast<uint32_t>(pending_id)});
+      bool outputs_differ = false;
+      for (const ArgCompare& ac : oc.args) outputs_differ = outputs_differ || (ac.io == "output" && !ac.exact);
+      if (outputs_differ) {
+        taint_a_[i] = src;
+        taint_b_[j] = std::move(src);
+      }
+    }
+    return reconciled;
+  }
+
+ private:
+  static const std::vector<uint32_t>& from(const std::vector<std::vector<uint32_t>>& taint,
+                                           int64_t k) {
+    static const std::vector<uint32_t> kNone;
+    return k >= 0 ? taint[static_cast<size_t>(k)] : kNone;
+  }
+  static void merge(std::vector<uint32_t>& to, const std::vector<uint32_t>& add) {
+    for (uint32_t x : add)
+      if (std::find(to.begin(), to.end(), x) == to.end()) to.push_back(x);
+  }
+  std::vector<std::vector<uint32_t>> taint_a_, taint_b_;
 };
 
 UnmatchedOp unmatched(const OpRecord& r, const char* side) {
@@ -797,10 +985,22 @@ GroupResult compare_group(const GroupKey& key, const std::vector<OpRecord>& a,
     only_a.clear();
     only_b.clear();
   };
+  Reconciler reconcile(a.size(), b.size());
+  // Differences made by ops of one run only, held until an op reconciles them or the step
+  // ends: where their comparison is in `ops` and in `divergent`.
+  struct Pending {
+    size_t op, divergent;
+    std::string reconciled_at;
+  };
+  std::vector<Pending> pending;
   for (const auto& [i, j] : paired.pairs) {
     if (i < 0 || j < 0) {
       res.unmatched.push_back(i < 0 ? unmatched(b[j], "b") : unmatched(a[i], "a"));
       (i < 0 ? only_b : only_a).push_back(i < 0 ? j : i);
+      if (i < 0)
+        reconcile.one_run_op(false, static_cast<size_t>(j), origins.provenance_b(), b);
+      else
+        reconcile.one_run_op(true, static_cast<size_t>(i), origins.provenance_a(), a);
       continue;
     }
     close_place();
@@ -823,6 +1023,12 @@ GroupResult compare_group(const GroupKey& key, const std::vector<OpRecord>& a,
     } else {
       ++res.divergent_ops;
     }
+    const bool held = v.divergent && (v.oc.cause == "data" || v.oc.cause == "one_run_ops");
+    for (uint32_t p : reconcile.compared_op(static_cast<size_t>(i), static_cast<size_t>(j), a, b,
+                                            origins, v.oc,
+                                            held ? static_cast<int64_t>(pending.size()) : -1, opt))
+      if (pending[p].reconciled_at.empty()) pending[p].reconciled_at = a[i].name();
+    if (held) pending.push_back({ops.size(), divergent.size(), {}});
     if (v.divergent) {
       divergent.push_back(v.oc);
       divergent_at.push_back(static_cast<size_t>(i));
@@ -835,6 +1041,31 @@ GroupResult compare_group(const GroupKey& key, const std::vector<OpRecord>& a,
     ops.push_back(std::move(v.oc));
   }
   close_place();
+  if (std::any_of(pending.begin(), pending.end(),
+                  [](const Pending& p) { return !p.reconciled_at.empty(); })) {
+    std::vector<bool> drop(divergent.size(), false);
+    for (const Pending& p : pending) {
+      if (p.reconciled_at.empty()) continue;
+      OpCompare& o = ops[p.op];
+      o.classification = "noise";
+      o.cause = "reconciled";
+      for (ArgCompare& ac : o.args)
+        if (ac.note.find("ops of one run only") != std::string::npos)
+          ac.note += "; the runs agree again at " + p.reconciled_at +
+                     ": the same computation in another order";
+      --res.divergent_ops;
+      ++res.noise_ops;
+      drop[p.divergent] = true;
+    }
+    size_t kept = 0;
+    for (size_t k = 0; k < divergent.size(); ++k) {
+      if (drop[k]) continue;
+      if (kept != k) divergent[kept] = std::move(divergent[k]);
+      divergent_at[kept++] = divergent_at[k];
+    }
+    divergent.resize(kept);
+    divergent_at.resize(kept);
+  }
   g.first_divergent = group_first(a, divergent_at, [&](size_t k) { return divergent[k]; });
   g.first_inexact = group_first(a, inexact_at, [&](size_t k) { return ops[inexact_op[k]]; });
   res.aligned_by_lcs = paired.by == PairedBy::kContent ? 1 : 0;

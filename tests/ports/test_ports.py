@@ -1,0 +1,165 @@
+"""The port pairs of tests/ports (README.md there): a PyTorch program written as PyTorch users
+write it and its LibTorch port written as LibTorch users write it, started from the same state
+(the Python side's save_state, the C++ side's load_state), 20 steps each, recorded and set
+side by side by `precprobe compare --first --by module --json`.
+
+- A faithful pair compares with 0 divergent ops, however differently the two sides build
+  their batches (per-sample ToTensor + Normalize in a DataLoader against a dataset divided by
+  255 once and a per-sample Normalize + Stack), compute their loss (cross_entropy against
+  log_softmax + nll_loss) or their metrics (argmax / eq / sum / item on one side only).
+- Each planted port bug is named at its first effect: the step, the op, the module (""
+  for the data pipeline before the model), and why (the cause).
+- --first and --by module name the same first op.
+
+Skipped without Debian's dataset-fashion-mnist, torchvision, or the built ports."""
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+CLI = os.environ.get("PRECPROBE_CLI", "")
+BIN = os.environ.get("PRECPROBE_PORTS_BIN", "")
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA = os.environ.get("FASHION_MNIST_DIR") or "/usr/share/datasets/fashion-mnist"
+FILES = ["train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+         "t10k-labels-idx1-ubyte"]
+
+try:
+    import torchvision  # noqa: F401
+    HAVE_TORCHVISION = True
+except ImportError:
+    HAVE_TORCHVISION = False
+
+pytestmark = pytest.mark.skipif(
+    not (CLI and BIN and HAVE_TORCHVISION and
+         all(os.path.exists(os.path.join(DATA, f + ".gz")) for f in FILES)),
+    reason="needs the CLI, the ports (PRECPROBE_PORTS_BIN), torchvision and Debian's "
+           "dataset-fashion-mnist")
+
+STEPS = "20"
+
+
+@pytest.fixture(scope="session")
+def data_root(tmp_path_factory):
+    """Fashion-MNIST uncompressed where both sides look: ROOT/FashionMNIST/raw."""
+    root = tmp_path_factory.mktemp("fashion")
+    raw = root / "FashionMNIST" / "raw"
+    raw.mkdir(parents=True)
+    for f in FILES:
+        with gzip.open(os.path.join(DATA, f + ".gz"), "rb") as src, open(raw / f, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    return str(root)
+
+
+def run(cmd):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stdout}\n{r.stderr}"
+    return r.stdout
+
+
+def losses(out):
+    return [float(l.split()[-1]) for l in out.splitlines() if l.startswith("step ")]
+
+
+def python_side(pair, data, dump, state, *flags):
+    return run([sys.executable, os.path.join(HERE, "python", pair + ".py"), "--data", data,
+                "--steps", STEPS, "--dump", str(dump), "--save-state", str(state), *flags])
+
+
+def cpp_side(pair, data, dump, state, *flags):
+    return run([os.path.join(BIN, "port_" + pair), "--data", data, "--steps", STEPS,
+                "--dump", str(dump), "--load-state", str(state), *flags])
+
+
+def compare(a, b):
+    r = subprocess.run([CLI, "compare", str(a), str(b), "--first", "--by", "module", "--json"],
+                       capture_output=True, text=True)
+    assert r.returncode in (0, 1), r.stderr
+    res = json.loads(r.stdout)
+    assert (r.returncode == 1) == res["found"]
+    # One verdict: --by module's first divergent module holds --first's op.
+    firsts = [m["first_divergent"] for m in res["modules"] if m.get("first_divergent")]
+    if res["found"]:
+        earliest = min(firsts, key=lambda f: (f["step"], f["seq"]))
+        assert (earliest["step"], earliest["seq"], earliest["name"]) == (
+            res["step"], res["seq"], res["name"])
+    else:
+        assert firsts == [] and res["divergent_ops"] == 0
+    return res
+
+
+@pytest.fixture(scope="session")
+def python_runs(tmp_path_factory, data_root):
+    """Each pair's Python run and initial state, recorded once."""
+    d = tmp_path_factory.mktemp("py")
+    out = {}
+    for pair in ("cnn", "lstm", "transformer", "vae"):
+        text = python_side(pair, data_root, d / pair, d / (pair + ".safetensors"))
+        out[pair] = (d / pair, d / (pair + ".safetensors"), losses(text))
+    return out
+
+
+@pytest.mark.parametrize("pair", ["cnn", "lstm", "transformer", "vae"])
+def test_faithful_port_compares_clean(pair, python_runs, data_root, tmp_path):
+    py, state, py_losses = python_runs[pair]
+    text = cpp_side(pair, data_root, tmp_path / "cpp", state)
+    assert len(losses(text)) == len(py_losses) == int(STEPS)
+    res = compare(py, tmp_path / "cpp")
+    assert not res["found"], json.dumps({k: res[k] for k in ("name", "step", "module", "cause")})
+    assert res["divergent_ops"] == 0
+    # The model's ops pair: most of what both run is compared.
+    assert res["matched"] > 1000
+    assert res["match_ops"] + res["noise_ops"] == res["matched"]
+
+
+# (pair, C++ flags, Python flags, config, expected step, op, module, cause, parameter)
+BUGS = [
+    ("cnn", ["--norm-mean", "0.2680"], [], None, 0, None, "", None, None),
+    ("cnn", ["--no-normalize"], [], None, 0, "aten::conv2d", "conv1", "data", None),
+    ("cnn", ["--momentum", "0.9"], [], None, 1, "aten::mul_", "conv1", None, "conv1.weight"),
+    ("cnn", ["--bn-eps", "1e-3"], [], None, 0, "aten::batch_norm", "bn1", None, None),
+    ("cnn", ["--dropout", "0.5"], [], {"keep_dropout": True}, 0, None, "dropout", None, None),
+    ("cnn", ["--lr", "0.02"], [], None, 0, None, "conv1", None, "conv1.weight"),
+    ("lstm", ["--no-normalize"], [], None, 0, None, "lstm", "data", None),
+    ("lstm", ["--beta2", "0.99"], [], None, 0, None, "lstm", None, None),
+    ("lstm", ["--adam-eps", "1e-6"], [], None, 0, None, "lstm", None, None),
+    ("transformer", ["--norm-mean", "0.2680"], [], None, 0, None, "", None, None),
+    ("transformer", ["--weight-decay", "0.1"], [], None, 0, None, "embed", None, "embed.weight"),
+    ("vae", ["--beta2", "0.99"], [], None, 0, None, "fc1", None, None),
+    ("vae", [], ["--loader-generator", "global"], None, 0, "aten::randn_like", None, "draws",
+     None),
+]
+
+
+@pytest.mark.parametrize("pair,cpp_flags,py_flags,config,step,op,module,cause,param", BUGS,
+                         ids=[f"{b[0]}:{' '.join(b[1] + b[2])}" for b in BUGS])
+def test_planted_port_bug_is_named(pair, cpp_flags, py_flags, config, step, op, module, cause,
+                                   param, python_runs, data_root, tmp_path):
+    py, state, _ = python_runs[pair]
+    extra = []
+    if config is not None:
+        cfg = tmp_path / "config.json"
+        cfg.write_text(json.dumps(config))
+        extra = ["--config", str(cfg)]
+    if py_flags or config is not None:
+        py = tmp_path / "py"
+        python_side(pair, data_root, py, tmp_path / "state.safetensors", *py_flags, *extra)
+        state = tmp_path / "state.safetensors"
+    cpp_side(pair, data_root, tmp_path / "cpp", state, *cpp_flags, *extra)
+    res = compare(py, tmp_path / "cpp")
+    assert res["found"], f"{pair} {cpp_flags} {py_flags}: no divergent op"
+    got = {k: res[k] for k in ("step", "name", "op", "module", "cause", "param")}
+    assert res["step"] == step, got
+    if op is not None:
+        assert res["op"] == op, got
+    if module is not None:
+        assert res["module"] == module, got
+    if cause is not None:
+        assert res["cause"] == cause, got
+    if param is not None:
+        assert res["param"] == param, got

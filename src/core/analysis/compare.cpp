@@ -372,8 +372,12 @@ PairVerdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareO
   if (is_random_op(a.op)) {
     const bool fill = is_fill_random(a.op);
     bool inputs_equal = true;
-    for (const ArgCompare& ac : oc.args)
-      if (ac.io == "input" && !ac.exact && !(fill && ac.tensor)) inputs_equal = false;
+    for (size_t k = 0; k < oc.args.size() && oc.args[k].io == "input"; ++k) {
+      const ArgCompare& ac = oc.args[k];
+      const bool defaulted = !ac.tensor && k < a.inputs.size() && k < b.inputs.size() &&
+                             spelled_default(a.inputs[k], b.inputs[k]);
+      if (!ac.exact && !(fill && ac.tensor) && !defaulted) inputs_equal = false;
+    }
     if (inputs_equal) {
       oc.classification = "divergent";
       oc.cause = "draws";

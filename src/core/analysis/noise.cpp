@@ -26,6 +26,9 @@ struct Mag {
   bool tensor = false;
   double mag = 0;  // largest |x|
   double rms = 0;  // norm / sqrt(finite elements)
+  // smallest |x| when no element is zero or changes sign (min and max of one sign), else 0:
+  // what a divisor's relative error is measured against element by element
+  double min_abs = 0;
   double u = 0;    // unit roundoff of its dtype (0: integral or not a float)
   std::vector<int64_t> shape;
   int64_t numel = 0;
@@ -45,6 +48,9 @@ Mag mag_of(const Arg* a, const Arg* b) {
       if (finite > 0)
         m.rms = std::max(m.rms, finite_or_zero(t.norm) / std::sqrt(static_cast<double>(finite)));
       m.u = std::max(m.u, unit_roundoff(t.dtype));
+      const bool one_sign = t.zero == 0 && ((t.min > 0 && t.max > 0) || (t.min < 0 && t.max < 0));
+      const double lo = one_sign ? std::min(std::fabs(t.min), std::fabs(t.max)) : 0;
+      m.min_abs = x == a ? lo : std::min(m.min_abs, lo);
       if (m.shape.empty()) m.shape = t.shape;
       m.numel = std::max(m.numel, t.numel);
     } else if (auto v = numeric_value(x->value)) {
@@ -315,6 +321,16 @@ OpNoise op_noise(const OpRecord& a, const OpRecord& b) {
       if (m.mag > 0) prod *= m.mag;
     for (size_t i = 0; i < n_in; ++i)
       if (out_mag > 0) nz.input_kappa[i] = std::max(1.0, prod / out_mag);
+    // A divisor's error is measured against its largest |y|; divided by its smallest one
+    // (Adam's sqrt(v) + eps, eps-sized where a gradient is tiny), it counts mag / min|y|
+    // times. A divisor that is zero somewhere or changes sign: its quotient is not bounded
+    // by statistics, and the factor is left as it is.
+    const size_t divisor = one_of(op, {"aten::div", "aten::div_"}) ? 1
+                           : one_of(op, {"aten::addcdiv", "aten::addcdiv_"}) ? 2
+                                                                              : n_in;
+    if (divisor < n_in && in[divisor].tensor && in[divisor].min_abs > 0)
+      nz.input_kappa[divisor] =
+          std::max(nz.input_kappa[divisor], in[divisor].mag / in[divisor].min_abs);
   } else if (one_of(op, {"aten::exp", "aten::exp_", "aten::pow", "aten::pow_", "aten::sigmoid",
                          "aten::tanh", "aten::gelu", "aten::silu", "aten::elu", "aten::softplus",
                          "aten::expm1", "aten::exp2"})) {

@@ -14,7 +14,8 @@ set -euo pipefail
 pkgs=(build-essential cmake ninja-build git zstd pkg-config ccache ca-certificates
       libtorch-dev libgloo-dev libopenblas0-pthread dataset-fashion-mnist
       libfmt-dev nlohmann-json3-dev libzstd-dev libxxhash-dev catch2 libcli11-dev libbenchmark-dev
-      python3 python3-zstandard python3-torch pybind11-dev python3-dev python3-pytest
+      python3 python3-zstandard python3-torch python3-torchvision pybind11-dev python3-dev
+      python3-pytest
       python3-setuptools)
 
 mount_root() {

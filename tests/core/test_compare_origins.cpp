@@ -108,7 +108,8 @@ TEST_CASE("compare: a normalization constant the port got wrong is named in the 
   // --by module names the same op first.
   const ModuleCompare* firstmod = nullptr;
   for (const ModuleCompare& m : r.modules)
-    if (m.first_divergent && (!firstmod || m.first_divergent->seq_a < firstmod->first_divergent->seq_a))
+    if (m.first_divergent &&
+        (!firstmod || m.first_divergent->seq_a < firstmod->first_divergent->seq_a))
       firstmod = &m;
   REQUIRE(firstmod != nullptr);
   CHECK(firstmod->module.empty());
@@ -182,13 +183,26 @@ TEST_CASE("compare: an optimizer's constant is named at its first effect, with i
       const Arg w = named(targ({1.0 + step, 2.0}), "conv1.weight");
       const Arg w2 = named(targ({3.0 + step, 4.0}), "conv2.weight");
       const Arg g = targ({0.5, 0.25}), buf = targ({0.1 * static_cast<double>(step + 1), 0.2});
-      std::vector<double> nb = {buf.tensor->min * momentum + 0.5, buf.tensor->max * momentum + 0.25};
+      std::vector<double> nb = {buf.tensor->min * momentum + 0.5,
+                                buf.tensor->max * momentum + 0.25};
       const Arg m = python ? wrapped(momentum) : varg(std::to_string(momentum));
       add_step(d, step, 0,
-               {{"aten::mul_", 0, {buf, m}, {targ({buf.tensor->min * momentum, buf.tensor->max * momentum})}},
-                {"aten::add_", 1, {targ({buf.tensor->min * momentum, buf.tensor->max * momentum}), g, varg("1")}, {targ(nb)}},
-                {"aten::add_", 2, {w, targ(nb), varg("-0.01")}, {targ({w.tensor->min - 0.01 * nb[0], 2.0 - 0.01 * nb[1]})}},
-                {"aten::add_", 3, {w2, g, varg("-0.01")}, {targ({w2.tensor->min - 0.005, 4.0 - 0.0025})}}});
+               {{"aten::mul_",
+                 0,
+                 {buf, m},
+                 {targ({buf.tensor->min * momentum, buf.tensor->max * momentum})}},
+                {"aten::add_",
+                 1,
+                 {targ({buf.tensor->min * momentum, buf.tensor->max * momentum}), g, varg("1")},
+                 {targ(nb)}},
+                {"aten::add_",
+                 2,
+                 {w, targ(nb), varg("-0.01")},
+                 {targ({w.tensor->min - 0.01 * nb[0], 2.0 - 0.01 * nb[1]})}},
+                {"aten::add_",
+                 3,
+                 {w2, g, varg("-0.01")},
+                 {targ({w2.tensor->min - 0.005, 4.0 - 0.0025})}}});
     }
     for (OpRecord& r : d.ops) r.grad = false;  // optimizer.step() runs under no_grad
     return d;
@@ -220,9 +234,8 @@ TEST_CASE("compare: a random op whose inputs are equal and whose draws differ sa
               {"aten::normal_", 1, {targ(fresh), varg("0"), varg("1")}, {targ(z)}}});
     return d;
   };
-  const CompareResult same =
-      test::compare_checked(run({0.1, -0.3}, {1e30, 0}, {0.2, 0.4}),
-                            run({0.1, -0.3}, {-7, 3}, {0.2, 0.4}), first_mode());
+  const CompareResult same = test::compare_checked(
+      run({0.1, -0.3}, {1e30, 0}, {0.2, 0.4}), run({0.1, -0.3}, {-7, 3}, {0.2, 0.4}), first_mode());
   CHECK_FALSE(same.found);  // normal_'s input holds garbage: only its shape matters
   const CompareResult r = test::compare_checked(run({0.1, -0.3}, {0, 0}, {0.2, 0.4}),
                                                 run({0.9, 1.3}, {0, 0}, {0.2, 0.4}), first_mode());

@@ -160,7 +160,8 @@ TEST_CASE("compare: ops of one run only are compared by their results", "[analys
             {"aten::eq", 1, {targ({1}), targ({1})}, {targ({1})}},
             {"aten::item", 2, {targ({1})}, {varg("1")}},
             {"aten::relu", 3, {h}, {h}}});
-  add_step(q, 0, 0, {{"aten::item", 0, {targ({1.25})}, {varg("1.25")}}, {"aten::relu", 1, {h}, {h}}});
+  add_step(q, 0, 0,
+           {{"aten::item", 0, {targ({1.25})}, {varg("1.25")}}, {"aten::relu", 1, {h}, {h}}});
   const CompareResult metric = test::compare_checked(p, q, first);
   CHECK_FALSE(metric.found);
 }

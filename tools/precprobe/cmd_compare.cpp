@@ -32,7 +32,9 @@ struct CompareArgs {
 
 // The ops before the first parameter of a step: the data pipeline, and what else runs
 // before the model (zero_grad).
-std::string module_label(const std::string& m) { return m.empty() ? "data (before any parameter)" : m; }
+std::string module_label(const std::string& m) {
+  return m.empty() ? "data (before any parameter)" : m;
+}
 
 void print_modules(const CompareResult& r, const Terminal& term) {
   if (r.modules.empty()) return;
@@ -60,8 +62,8 @@ void print_modules(const CompareResult& r, const Terminal& term) {
     std::cout << paint(term, Tone::kRed,
                        fmt::format("First divergent module: {} ({} at step {}: error {}, bound "
                                    "{}, ratio {})",
-                                   module_label(first->module),
-                                   f.name, f.step, num(f.error), num(f.bound), num(f.ratio)))
+                                   module_label(first->module), f.name, f.step, num(f.error),
+                                   num(f.bound), num(f.ratio)))
               << '\n';
   } else {
     std::cout << paint(term, Tone::kGreen, "No module has a divergent op.") << '\n';

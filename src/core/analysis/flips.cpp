@@ -1,9 +1,9 @@
 // FlipTracker (flips.h): near-tie flips and the ops downstream of them.
 #include "flips.h"
 
-#include "provenance.h"
-
 #include <algorithm>
+
+#include "provenance.h"
 
 namespace precprobe::analysis_detail {
 namespace {

@@ -29,7 +29,7 @@ struct Mag {
   // smallest |x| when no element is zero or changes sign (min and max of one sign), else 0:
   // what a divisor's relative error is measured against element by element
   double min_abs = 0;
-  double u = 0;    // unit roundoff of its dtype (0: integral or not a float)
+  double u = 0;  // unit roundoff of its dtype (0: integral or not a float)
   std::vector<int64_t> shape;
   int64_t numel = 0;
 };
@@ -325,9 +325,9 @@ OpNoise op_noise(const OpRecord& a, const OpRecord& b) {
     // (Adam's sqrt(v) + eps, eps-sized where a gradient is tiny), it counts mag / min|y|
     // times. A divisor that is zero somewhere or changes sign: its quotient is not bounded
     // by statistics, and the factor is left as it is.
-    const size_t divisor = one_of(op, {"aten::div", "aten::div_"}) ? 1
+    const size_t divisor = one_of(op, {"aten::div", "aten::div_"})           ? 1
                            : one_of(op, {"aten::addcdiv", "aten::addcdiv_"}) ? 2
-                                                                              : n_in;
+                                                                             : n_in;
     if (divisor < n_in && in[divisor].tensor && in[divisor].min_abs > 0)
       nz.input_kappa[divisor] =
           std::max(nz.input_kappa[divisor], in[divisor].mag / in[divisor].min_abs);

@@ -15,9 +15,12 @@
 
 struct NetImpl : torch::nn::Module {
   NetImpl(double bn1_eps, double dropout_p)
-      : conv1(register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 16, 3).padding(1)))),
-        bn1(register_module("bn1", torch::nn::BatchNorm2d(torch::nn::BatchNorm2dOptions(16).eps(bn1_eps)))),
-        conv2(register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 3).padding(1)))),
+      : conv1(register_module("conv1",
+                              torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 16, 3).padding(1)))),
+        bn1(register_module(
+            "bn1", torch::nn::BatchNorm2d(torch::nn::BatchNorm2dOptions(16).eps(bn1_eps)))),
+        conv2(register_module("conv2",
+                              torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 3).padding(1)))),
         bn2(register_module("bn2", torch::nn::BatchNorm2d(32))),
         dropout(register_module("dropout", torch::nn::Dropout(dropout_p))),
         fc1(register_module("fc1", torch::nn::Linear(32 * 7 * 7, 128))),
@@ -45,8 +48,8 @@ template <typename Dataset>
 void train(Net& net, Dataset dataset, const ports::Flags& flags) {
   auto loader = torch::data::make_data_loader<torch::data::samplers::SequentialSampler>(
       std::move(dataset), torch::data::DataLoaderOptions().batch_size(64));
-  torch::optim::SGD optimizer(net->parameters(),
-                              torch::optim::SGDOptions(flags.lr).momentum(flags.value("--momentum")));
+  torch::optim::SGD optimizer(
+      net->parameters(), torch::optim::SGDOptions(flags.lr).momentum(flags.value("--momentum")));
 
   std::unique_ptr<precprobe::PrecisionDebugger> dbg;
   if (flags.debugger()) {
@@ -79,12 +82,10 @@ void train(Net& net, Dataset dataset, const ports::Flags& flags) {
 }
 
 int main(int argc, char** argv) try {
-  const auto flags = ports::parse_flags(argc, argv, /*default_lr=*/0.01,
-                                        {{"--norm-mean", 0.2860},
-                                         {"--momentum", 0.5},
-                                         {"--bn-eps", 1e-5},
-                                         {"--dropout", 0.25}},
-                                        {"--no-normalize"});
+  const auto flags = ports::parse_flags(
+      argc, argv, /*default_lr=*/0.01,
+      {{"--norm-mean", 0.2860}, {"--momentum", 0.5}, {"--bn-eps", 1e-5}, {"--dropout", 0.25}},
+      {"--no-normalize"});
   torch::set_num_threads(flags.threads);
   precprobe::seed_all(flags.seed, /*deterministic=*/true);
 

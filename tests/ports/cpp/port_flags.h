@@ -49,8 +49,10 @@ inline Flags parse_flags(int argc, char** argv, double default_lr,
                  "usage: %s --data ROOT [--steps N] [--seed N] [--threads N] [--dump DIR]\n"
                  "          [--config FILE] [--load-state FILE] [--save-state FILE] [--lr X]",
                  argv[0]);
-    for (const auto& kv : own) std::fprintf(code == 0 ? stdout : stderr, " [%s X]", kv.first.c_str());
-    for (const auto& s : own_switches) std::fprintf(code == 0 ? stdout : stderr, " [%s]", s.c_str());
+    for (const auto& kv : own)
+      std::fprintf(code == 0 ? stdout : stderr, " [%s X]", kv.first.c_str());
+    for (const auto& s : own_switches)
+      std::fprintf(code == 0 ? stdout : stderr, " [%s]", s.c_str());
     std::fprintf(code == 0 ? stdout : stderr, "\n");
     std::exit(code);
   };

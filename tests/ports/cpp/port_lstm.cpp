@@ -15,12 +15,14 @@
 
 struct RNNClassifierImpl : torch::nn::Module {
   RNNClassifierImpl()
-      : lstm(register_module("lstm", torch::nn::LSTM(torch::nn::LSTMOptions(28, 64).num_layers(1).batch_first(true)))),
+      : lstm(register_module(
+            "lstm",
+            torch::nn::LSTM(torch::nn::LSTMOptions(28, 64).num_layers(1).batch_first(true)))),
         fc(register_module("fc", torch::nn::Linear(64, 10))) {}
 
   torch::Tensor forward(torch::Tensor x) {
-    x = x.view({-1, 28, 28});  // [B, 1, 28, 28] -> [B, 28 rows, 28 columns]
-    auto out = std::get<0>(lstm->forward(x));  // [B, 28, 64]
+    x = x.view({-1, 28, 28});                         // [B, 1, 28, 28] -> [B, 28 rows, 28 columns]
+    auto out = std::get<0>(lstm->forward(x));         // [B, 28, 64]
     auto last = out.select(/*dim=*/1, /*index=*/-1);  // the last time step
     return fc(last);
   }
@@ -34,10 +36,10 @@ template <typename Dataset>
 void train(RNNClassifier& model, Dataset dataset, const ports::Flags& flags) {
   auto loader = torch::data::make_data_loader<torch::data::samplers::SequentialSampler>(
       std::move(dataset), torch::data::DataLoaderOptions().batch_size(64));
-  torch::optim::Adam optimizer(
-      model->parameters(), torch::optim::AdamOptions(flags.lr)
-                               .betas(std::make_tuple(0.9, flags.value("--beta2")))
-                               .eps(flags.value("--adam-eps")));
+  torch::optim::Adam optimizer(model->parameters(),
+                               torch::optim::AdamOptions(flags.lr)
+                                   .betas(std::make_tuple(0.9, flags.value("--beta2")))
+                                   .eps(flags.value("--adam-eps")));
 
   std::unique_ptr<precprobe::PrecisionDebugger> dbg;
   if (flags.debugger()) {
@@ -70,11 +72,9 @@ void train(RNNClassifier& model, Dataset dataset, const ports::Flags& flags) {
 }
 
 int main(int argc, char** argv) try {
-  const auto flags = ports::parse_flags(argc, argv, /*default_lr=*/1e-3,
-                                        {{"--norm-mean", 0.2860},
-                                         {"--beta2", 0.999},
-                                         {"--adam-eps", 1e-8}},
-                                        {"--no-normalize"});
+  const auto flags = ports::parse_flags(
+      argc, argv, /*default_lr=*/1e-3,
+      {{"--norm-mean", 0.2860}, {"--beta2", 0.999}, {"--adam-eps", 1e-8}}, {"--no-normalize"});
   torch::set_num_threads(flags.threads);
   precprobe::seed_all(flags.seed, /*deterministic=*/true);
 

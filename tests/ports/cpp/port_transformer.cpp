@@ -16,20 +16,20 @@
 struct TinyTransformerImpl : torch::nn::Module {
   TinyTransformerImpl()
       : embed(register_module("embed", torch::nn::Linear(28, 32))),
-        encoder(register_module(
-            "encoder", torch::nn::TransformerEncoderLayer(torch::nn::TransformerEncoderLayerOptions(32, 4)
-                                                              .dim_feedforward(64)
-                                                              .dropout(0.1)
-                                                              .activation(torch::kReLU)))),
+        encoder(register_module("encoder", torch::nn::TransformerEncoderLayer(
+                                               torch::nn::TransformerEncoderLayerOptions(32, 4)
+                                                   .dim_feedforward(64)
+                                                   .dropout(0.1)
+                                                   .activation(torch::kReLU)))),
         head(register_module("head", torch::nn::Linear(32, 10))) {
     pos = register_parameter("pos", torch::zeros({28, 32}));
   }
 
   torch::Tensor forward(torch::Tensor x) {
-    x = x.view({-1, 28, 28});         // [B, 28 tokens, 28 features]
-    x = embed(x) + pos;               // [B, 28, 32]
-    x = encoder(x.transpose(0, 1));   // LibTorch's encoder layer is sequence-first: [28, B, 32]
-    return head(x.mean(/*dim=*/0));   // the mean over the tokens: [B, 32]
+    x = x.view({-1, 28, 28});        // [B, 28 tokens, 28 features]
+    x = embed(x) + pos;              // [B, 28, 32]
+    x = encoder(x.transpose(0, 1));  // LibTorch's encoder layer is sequence-first: [28, B, 32]
+    return head(x.mean(/*dim=*/0));  // the mean over the tokens: [B, 32]
   }
 
   torch::nn::Linear embed;

@@ -61,13 +61,14 @@ int main(int argc, char** argv) try {
   torch::manual_seed(flags.seed);
 
   // torch::data's MNIST already holds the pixels divided by 255.
-  auto dataset = torch::data::datasets::MNIST(flags.mnist_root()).map(torch::data::transforms::Stack<>());
+  auto dataset =
+      torch::data::datasets::MNIST(flags.mnist_root()).map(torch::data::transforms::Stack<>());
   auto loader = torch::data::make_data_loader<torch::data::samplers::SequentialSampler>(
       std::move(dataset), torch::data::DataLoaderOptions().batch_size(64));
-  torch::optim::Adam optimizer(
-      model->parameters(), torch::optim::AdamOptions(flags.lr)
-                               .betas(std::make_tuple(0.9, flags.value("--beta2")))
-                               .eps(flags.value("--adam-eps")));
+  torch::optim::Adam optimizer(model->parameters(),
+                               torch::optim::AdamOptions(flags.lr)
+                                   .betas(std::make_tuple(0.9, flags.value("--beta2")))
+                                   .eps(flags.value("--adam-eps")));
 
   std::unique_ptr<precprobe::PrecisionDebugger> dbg;
   if (flags.debugger()) {

@@ -1,0 +1,90 @@
+// compare.cpp's parts (private to src/core/analysis): how two paired ops' arguments are
+// compared (compare_args.cpp), one paired op judged (compare_pair.cpp), a place of ops of one
+// run only judged by its outputs (compare_place.cpp). compare_origins.h follows the tensors a
+// group's paired ops read back to the ops that made them. No state; any thread.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "arg_rules.h"
+#include "compare_group.h"
+#include "precprobe/analysis.h"
+#include "precprobe/records.h"
+
+namespace precprobe::analysis_detail {
+
+inline constexpr double kCompareInf = std::numeric_limits<double>::infinity();
+
+// ---- compare_args.cpp
+
+/// One side's arguments against the other's (inputs or outputs, `io`), appended to oc.args;
+/// returns the largest tensor error and sets `value_differs` when a non-tensor argument
+/// differs in a way rounding cannot explain.
+double compare_args(const std::vector<Arg>& a, const std::vector<Arg>& b, const char* io,
+                    OpCompare& oc, bool& value_differs);
+/// transpose(x, 1, 0) against transpose(x, 0, 1): marks the dimensions' arguments exact and
+/// recomputes oc.exact; true when it did.
+bool swapped_dims(const OpRecord& a, const OpRecord& b, OpCompare& oc);
+/// A reshape's size spelled otherwise, outputs of the same shape: marks it exact; true when
+/// it did.
+bool same_view_size(const OpRecord& a, const OpRecord& b, OpCompare& oc);
+
+// ---- compare_pair.cpp
+
+struct PairVerdict {
+  OpCompare oc;
+  bool divergent = false;
+  bool beyond_rounding_only = false;  // divergent by the ratio alone (no value, no constant)
+};
+
+/// Where each tensor input of a paired op was made (provenance.h), for the inputs whose
+/// difference no compared op explains: made by ops of one run only, or before the step.
+struct InputOrigin {
+  bool judged = false;       ///< its difference is this op's to report, beyond `bound`
+  bool before_step = false;  ///< no op of the step made it, in either run
+  bool data = false;         ///< the one-run ops that made it all ran before the model
+  double bound = 0;          ///< the rounding the one-run ops that made it may add (relative)
+  std::vector<std::string> made_a, made_b;
+};
+
+/// What compare_pair knows of the ops before it.
+struct Upstream {
+  const std::vector<InputOrigin>* origins = nullptr;  ///< by input index, or null
+  double seen_error = 0;  ///< the largest relative output error of the group's compared ops
+};
+
+/// Which ops a comparison is of: A's place and names, B's seq and name.
+void identify(const OpRecord& a, const OpRecord& b, OpCompare& oc);
+/// x / scale with 0 / 0 = 0 and x / 0 = infinity.
+double relative(double x, double scale);
+/// |x| at its largest over a tensor's finite values.
+double magnitude(const TensorStats& t);
+/// A paired op judged (docs/cli.md, "Noise model", "Differences made by ops of one run only").
+PairVerdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareOptions& opt,
+                         double loss_scale, const ProgramConstants* const_a,
+                         const ProgramConstants* const_b, ConstantsUse* use,
+                         const Upstream& up = {});
+
+// ---- compare_place.cpp
+
+/// The rounding bound of an op's first output.
+double output_bound(const OpRecord& r);
+
+/// One comparison of a place: the verdict, and the ops of A and B it compared.
+struct PlaceVerdict {
+  PairVerdict v;
+  int64_t ka = -1, kb = -1;
+};
+
+/// The comparisons of one place of ops of one run only (`only_a`, `only_b`: positions in a
+/// and b), divergent or not, in A's order.
+std::vector<PlaceVerdict> compare_place(const std::vector<OpRecord>& a,
+                                        const std::vector<OpRecord>& b,
+                                        const std::vector<int64_t>& only_a,
+                                        const std::vector<int64_t>& only_b, double seen_error,
+                                        const CompareOptions& opt);
+
+}  // namespace precprobe::analysis_detail

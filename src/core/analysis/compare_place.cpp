@@ -1,0 +1,141 @@
+// A place of ops of one run only judged by its outputs (compare_parts.h; docs/cli.md, "Ops
+// of one run only compared by their results").
+#include <algorithm>
+#include <iterator>
+
+#include "compare_parts.h"
+
+namespace precprobe::analysis_detail {
+
+// Ops of one run only between the same two compared ops: a different implementation of the
+// same computation (LibTorch's C++ nn::Linear as t + addmm, Python's as aten::linear; x * 1.0
+// as mul.Scalar in C++, mul.Tensor in Python) or a different computation (a layer without
+// its bias, a constant 1.01). Ops of the place are compared by their first output, in order:
+// an op of A with the first op of B after the last one taken that has the same name,
+// direction and first output's dtype and shape; and the last op of each side, whatever their
+// names, when their first outputs have the same dtype and shape. Identical, or within the
+// rounding of the op (of every op of the place, for the last ones) plus what the compared ops
+// before it already carried, is the same computation; beyond that the place is divergent.
+// `seen_error` is the largest relative output error of the group's compared ops so far.
+bool same_first_output(const OpRecord& x, const OpRecord& y) {
+  if (x.outputs.empty() || y.outputs.empty() || !x.outputs[0].is_tensor() ||
+      !y.outputs[0].is_tensor() || x.outputs_uninitialized() || y.outputs_uninitialized() ||
+      x.dir != y.dir)
+    return false;
+  const TensorStats& tx = *x.outputs[0].tensor;
+  const TensorStats& ty = *y.outputs[0].tensor;
+  return tx.dtype == ty.dtype && tx.shape == ty.shape;
+}
+
+double output_bound(const OpRecord& r) {
+  const OpNoise nz = op_noise(r, r);
+  return nz.outputs.empty() ? 0 : nz.outputs[0].bound;
+}
+
+PairVerdict judge_place(const OpRecord& la, const OpRecord& lb, double bound, double seen_error,
+                        const CompareOptions& opt) {
+  PairVerdict v;
+  OpCompare& oc = v.oc;
+  identify(la, lb, oc);
+  ArgCompare ac;
+  ac.io = "output";
+  ac.index = 0;
+  compare_stats(*la.outputs[0].tensor, *lb.outputs[0].tensor, ac);
+  oc.exact = ac.exact;
+  oc.output_error = ac.error;
+  const OpNoise na = op_noise(la, lb);
+  const double scale = na.outputs.empty() ? 0 : na.outputs[0].scale;
+  oc.error = relative(ac.abs_error, scale);
+  oc.bound = bound;
+  oc.inherited = seen_error;
+  const double allowed = bound + opt.inherited_weight * seen_error;
+  oc.ratio = !(oc.error > 0) ? 0 : allowed > 0 ? oc.error / allowed : kCompareInf;
+  ac.note = "ops of one run only, compared by their output: " + la.name() + " vs " + lb.name();
+  oc.args.push_back(std::move(ac));
+  v.divergent = !oc.exact && oc.ratio > opt.noise_factor && oc.error - seen_error > opt.rtol;
+  oc.classification = oc.exact ? "match" : v.divergent ? "divergent" : "noise";
+  return v;
+}
+
+// The same op on the same kinds of operands: the same overload, a tensor where the other has
+// a tensor (0-d numbers aside, as in pairing), the same shapes. A Scalar against a Tensor
+// operand of another shape is another computation (ToTensor's division by 255 against
+// Normalize's by the std), not to be judged by its output.
+bool same_operands(const OpRecord& x, const OpRecord& y) {
+  if (x.overload != y.overload) return false;
+  auto operands = [](const OpRecord& r) {
+    std::vector<const std::vector<int64_t>*> shapes;
+    for (const Arg& in : r.inputs)
+      if (in.is_tensor() && !in.tensor->shape.empty()) shapes.push_back(&in.tensor->shape);
+    return shapes;
+  };
+  const auto sx = operands(x), sy = operands(y);
+  if (sx.size() != sy.size()) return false;
+  for (size_t k = 0; k < sx.size(); ++k)
+    if (*sx[k] != *sy[k]) return false;
+  return true;
+}
+
+// The parameters the ops `at` of `ops` read, sorted.
+std::vector<std::string> params_read(const std::vector<OpRecord>& ops,
+                                     const std::vector<int64_t>& at) {
+  std::vector<std::string> p;
+  for (int64_t k : at)
+    for (const Arg& in : ops[static_cast<size_t>(k)].inputs)
+      if (in.is_tensor() && !in.tensor->param.empty()) p.push_back(in.tensor->param);
+  std::sort(p.begin(), p.end());
+  p.erase(std::unique(p.begin(), p.end()), p.end());
+  return p;
+}
+
+// Both sides of a place read a parameter in common (a layer without its bias reads one less).
+bool same_params_read(const std::vector<OpRecord>& a, const std::vector<int64_t>& only_a,
+                      const std::vector<OpRecord>& b, const std::vector<int64_t>& only_b) {
+  const std::vector<std::string> pa = params_read(a, only_a), pb = params_read(b, only_b);
+  std::vector<std::string> common;
+  std::set_intersection(pa.begin(), pa.end(), pb.begin(), pb.end(), std::back_inserter(common));
+  return !common.empty();
+}
+
+// The comparisons of one place, divergent or not, in A's order.
+std::vector<PlaceVerdict> compare_place(const std::vector<OpRecord>& a,
+                                        const std::vector<OpRecord>& b,
+                                        const std::vector<int64_t>& only_a,
+                                        const std::vector<int64_t>& only_b, double seen_error,
+                                        const CompareOptions& opt) {
+  std::vector<PlaceVerdict> out;
+  if (only_a.empty() || only_b.empty()) return out;
+  auto at = [](const std::vector<OpRecord>& ops, int64_t k) -> const OpRecord& {
+    return ops[static_cast<size_t>(k)];
+  };
+  size_t next_b = 0;
+  bool last_done = false;
+  for (int64_t ka : only_a) {
+    const OpRecord& ra = at(a, ka);
+    for (size_t m = next_b; m < only_b.size(); ++m) {
+      const OpRecord& rb = at(b, only_b[m]);
+      if (rb.op != ra.op || !same_first_output(ra, rb) || !same_operands(ra, rb)) continue;
+      next_b = m + 1;
+      last_done = last_done || (ka == only_a.back() && m + 1 == only_b.size());
+      out.push_back(
+          {judge_place(ra, rb, std::max(output_bound(ra), output_bound(rb)), seen_error, opt), ka,
+           only_b[m]});
+      break;
+    }
+  }
+  const OpRecord& la = at(a, only_a.back());
+  const OpRecord& lb = at(b, only_b.back());
+  // The last ops are compared whatever their names only inside the model, where both sides'
+  // ops of the place read a parameter in common (nn.Linear as aten::linear against t +
+  // addmm): elsewhere (a metric's item(), the data pipeline's own ops) two last ops of one
+  // shape need not compute the same thing at all.
+  if (!last_done && same_first_output(la, lb) && same_params_read(a, only_a, b, only_b)) {
+    double bound = 0;  // the rounding the place may make: every op's, on both sides
+    for (int64_t k : only_a) bound += output_bound(at(a, k));
+    for (int64_t k : only_b) bound += output_bound(at(b, k));
+    out.push_back({judge_place(la, lb, bound, seen_error, opt), only_a.back(), only_b.back()});
+  }
+  return out;
+}
+
+}  // namespace precprobe::analysis_detail

@@ -256,3 +256,21 @@ TEST_CASE("compare: labels that differ at the start are reported, not inherited"
   REQUIRE(r.found);
   CHECK(r.first->cause == "before_step");
 }
+
+TEST_CASE("compare: dimensions counted from the end are the same only where an op names dims",
+          "[analysis][compare][ports]") {
+  Arg x = shaped(targ({1, 2, 3, 4}), {2, 2}), y = shaped(targ({1, 1, 1, 1}), {2, 2});
+  // sum(x, -1) against sum(x, 1) of a 2-d x: the same dimension.
+  auto [a, b] = one_op("aten::sum", {x, varg("[-1]"), varg("false")}, {shaped(targ({3, 7}), {2})},
+                       {x, varg("[1]"), varg("false")}, {shaped(targ({3, 7}), {2})});
+  const CompareResult r = test::compare_checked(a, b, first_mode());
+  CHECK_FALSE(r.found);
+  REQUIRE(r.ops.size() == 1);
+  CHECK(r.ops[0].args[1].exact);
+  // add(x, y, alpha=-1) against alpha=1: -1 + 2 is 1, but an alpha is no dimension.
+  auto [c, e] = one_op("aten::add", {x, y, varg("-1")}, {shaped(targ({0, 1, 2, 3}), {2, 2})},
+                       {x, y, varg("1")}, {shaped(targ({2, 3, 4, 5}), {2, 2})});
+  const CompareResult d = test::compare_checked(c, e, first_mode());
+  REQUIRE(d.found);
+  CHECK(d.first->args[2].note == "value differs: -1 vs 1");
+}

@@ -88,8 +88,8 @@ void excuse_after_flip(const std::optional<analysis_detail::FlipTracker::Source>
   if (flip->seq == seq) ++res.flip_ops;
   // The rounding model's verdict, or a difference traced to ops of one run only (or to the
   // start): a moved element explains both.
-  const bool traced = v.oc.cause == "data" || v.oc.cause == "one_run_ops" ||
-                      v.oc.cause == "before_step";
+  const bool traced =
+      v.oc.cause == "data" || v.oc.cause == "one_run_ops" || v.oc.cause == "before_step";
   if (!v.divergent || !(v.beyond_rounding_only || traced)) return;
   v.divergent = false;
   v.oc.classification = "noise";

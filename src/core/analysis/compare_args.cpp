@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "compare_parts.h"
+#include "pairing.h"
 
 namespace precprobe::analysis_detail {
 
@@ -36,18 +37,44 @@ std::optional<std::pair<double, double>> wrapped_number(const Arg& a, const Arg&
   return a.is_tensor() ? std::pair{tv, *v} : std::pair{*v, tv};
 }
 
-// Integers that name the same dimensions of the op's first tensor, one side counting from
-// the end (x.transpose(-2, -1) in Python, x.transpose(1, 2) in C++, on a 3-d x): an int or a
-// flat list of ints, the tensors of the same rank on both sides.
-bool same_dims(const std::string& x, const std::string& y, const std::vector<Arg>& a,
-               const std::vector<Arg>& b) {
-  const auto rank = [](const std::vector<Arg>& args) -> int64_t {
-    for (const Arg& t : args)
-      if (t.is_tensor()) return static_cast<int64_t>(t.tensor->shape.size());
-    return -1;
+// Which inputs of an op name dimensions of its first tensor (x.sum(-1), x.transpose(1, 2));
+// empty for an op not listed: an integer elsewhere (an alpha, an index) counts as itself.
+// Ops whose dimension ranges over one more than their input's rank (unsqueeze, stack) are
+// left out.
+std::vector<size_t> dim_inputs(const std::string& op) {
+  static const char* const kDim1[] = {
+      "aten::sum",     "aten::mean",        "aten::amax",         "aten::amin",
+      "aten::softmax", "aten::log_softmax", "aten::_softmax",     "aten::_log_softmax",
+      "aten::cat",     "aten::select",      "aten::squeeze",      "aten::squeeze_",
+      "aten::permute", "aten::cumsum",      "aten::cumprod",      "aten::prod",
+      "aten::std",     "aten::var",         "aten::flip",         "aten::logsumexp",
+      "aten::unbind",  "aten::narrow",      "aten::index_select", "aten::gather",
+      "aten::argmax",  "aten::argmin",      "aten::max",          "aten::min",
+      "aten::all",     "aten::any",         "aten::sort",         "aten::argsort",
+      "aten::cummax",  "aten::cummin"};
+  static const char* const kDim12[] = {"aten::transpose", "aten::transpose_", "aten::swapaxes",
+                                       "aten::swapaxes_", "aten::swapdims",   "aten::swapdims_",
+                                       "aten::flatten",   "aten::movedim"};
+  static const char* const kDim2[] = {"aten::chunk",
+                                      "aten::split",
+                                      "aten::split_with_sizes",
+                                      "aten::topk",
+                                      "aten::roll",
+                                      "aten::_softmax_backward_data",
+                                      "aten::_log_softmax_backward_data"};
+  auto in = [&](const auto& list) {
+    return std::any_of(std::begin(list), std::end(list), [&](const char* o) { return op == o; });
   };
-  const int64_t n = rank(a);
-  if (n <= 0 || n != rank(b)) return false;
+  if (in(kDim1)) return {1};
+  if (in(kDim12)) return {1, 2};
+  if (in(kDim2)) return {2};
+  return {};
+}
+
+// Integers naming the same dimensions of a tensor of rank n, one side counting from the end
+// (-1 against 2 on a 3-d tensor): an int or a flat list of ints.
+bool same_dims(const std::string& x, const std::string& y, int64_t n) {
+  if (n <= 0) return false;
   const auto ints = [](std::string s, std::vector<int64_t>& out) {
     if (!s.empty() && s.front() == '[' && s.back() == ']') s = s.substr(1, s.size() - 2);
     if (s.empty() || s.find_first_not_of("-0123456789,") != std::string::npos) return false;
@@ -70,93 +97,69 @@ bool same_dims(const std::string& x, const std::string& y, const std::vector<Arg
   return true;
 }
 
-// A reshape's size spelled otherwise ([-1, 256, 8] against [28, 256, 8]): the same argument
-// when the outputs have the same shape (marked exact, the op's exactness recomputed).
-bool same_view_size(const OpRecord& a, const OpRecord& b, OpCompare& oc) {
-  static const char* const kReshapes[] = {"aten::view",    "aten::_reshape_alias",
-                                          "aten::reshape", "aten::_unsafe_view",
-                                          "aten::flatten", "aten::unflatten"};
-  auto reshape = [](const std::string& op) {
-    return std::any_of(std::begin(kReshapes), std::end(kReshapes),
-                       [&](const char* r) { return op == r; });
+// The rank of an op's first tensor input, the same in both runs; -1 otherwise.
+int64_t common_rank(const OpRecord& a, const OpRecord& b) {
+  auto rank = [](const OpRecord& r) -> int64_t {
+    for (const Arg& t : r.inputs)
+      if (t.is_tensor()) return static_cast<int64_t>(t.tensor->shape.size());
+    return -1;
   };
-  // torch.flatten(x, 1) against x.view({x.size(0), -1}): one op of the family on each side.
-  const bool family = reshape(a.op) && reshape(b.op);
-  if (!(family || (a.op == b.op && a.op == "aten::expand")) || a.outputs.empty() ||
-      b.outputs.empty() || !a.outputs[0].is_tensor() || !b.outputs[0].is_tensor() ||
-      a.outputs[0].tensor->shape != b.outputs[0].tensor->shape)
-    return false;
-  bool changed = false;
-  for (size_t k = 0; k < oc.args.size() && oc.args[k].io == "input"; ++k) {
-    ArgCompare& ac = oc.args[k];
-    if (ac.exact || ac.tensor) continue;
-    if (k >= a.inputs.size() || k >= b.inputs.size()) {
-      // flatten(x, start, end) against view(x, size): an argument of one op only.
-      if (a.op == b.op) continue;
-      ac.exact = true;
-      ac.warning = false;
-      ac.error = ac.abs_error = 0;
-      ac.note = "an argument of " + (k < a.inputs.size() ? a.op : b.op) + " only";
-      changed = true;
-      continue;
-    }
-    const std::string& x = a.inputs[k].value;
-    const bool lists = !x.empty() && x.front() == '[' && !b.inputs[k].value.empty() &&
-                       b.inputs[k].value.front() == '[';
-    if (!lists && a.op == b.op) continue;
-    ac.exact = true;
-    ac.warning = false;
-    ac.error = ac.abs_error = 0;
-    ac.note = "the same shape spelled otherwise: " + x + " vs " + b.inputs[k].value;
-    changed = true;
-  }
-  if (!changed) return false;
-  oc.exact =
-      std::all_of(oc.args.begin(), oc.args.end(), [](const ArgCompare& x) { return x.exact; });
-  oc.warning =
-      std::any_of(oc.args.begin(), oc.args.end(), [](const ArgCompare& x) { return x.warning; });
-  return true;
+  const int64_t n = rank(a);
+  return n == rank(b) ? n : -1;
 }
 
-// transpose(x, 1, 0) is transpose(x, 0, 1): the two dimensions' arguments given in the other
-// order are the same arguments (marked exact, and the op's exactness recomputed).
-bool swapped_dims(const OpRecord& a, const OpRecord& b, OpCompare& oc) {
-  static const char* const kSwaps[] = {"aten::transpose", "aten::transpose_", "aten::swapaxes",
-                                       "aten::swapaxes_", "aten::swapdims",   "aten::swapdims_"};
-  if (std::none_of(std::begin(kSwaps), std::end(kSwaps),
-                   [&](const char* op) { return a.op == op; }))
-    return false;
-  if (a.inputs.size() < 3 || b.inputs.size() < 3 || oc.args.size() < 3 || oc.args[1].exact)
-    return false;
-  if (!same_dims(a.inputs[1].value, b.inputs[2].value, a.inputs, b.inputs) ||
-      !same_dims(a.inputs[2].value, b.inputs[1].value, a.inputs, b.inputs))
-    return false;
-  for (size_t k : {size_t{1}, size_t{2}}) {
-    ArgCompare& ac = oc.args[k];
-    ac.exact = true;
-    ac.warning = false;
-    ac.error = ac.abs_error = 0;
-    ac.note = "the same two dimensions, named in the other order";
+// Input k of a and of b is the same argument spelled otherwise (either may lack it): the note
+// that says how, or nothing.
+// - A reshape whose outputs have one shape: its size spelled otherwise ([-1, 256, 8] against
+//   [28, 256, 8]), or torch.flatten(x, 1) against x.view({n, -1}) with the arguments of
+//   one of them only.
+// - Dimensions counted from the end (transpose(-2, -1) against transpose(1, 2) of a 3-d x),
+//   and transpose's two dimensions named in the other order (transpose(x, 1, 0)).
+std::optional<std::string> spelled_otherwise(const OpRecord& a, const OpRecord& b, size_t k) {
+  const bool in_a = k < a.inputs.size(), in_b = k < b.inputs.size();
+  if ((in_a && a.inputs[k].is_tensor()) || (in_b && b.inputs[k].is_tensor())) return std::nullopt;
+  if (is_reshape_op(a.op) && is_reshape_op(b.op) && !a.outputs.empty() && !b.outputs.empty() &&
+      a.outputs[0].is_tensor() && b.outputs[0].is_tensor() &&
+      a.outputs[0].tensor->shape == b.outputs[0].tensor->shape) {
+    if (a.op != b.op && (!in_a || !in_b)) return "an argument of " + (in_a ? a.op : b.op) + " only";
+    const std::string& x = in_a ? a.inputs[k].value : b.inputs[k].value;
+    const std::string& y = in_b ? b.inputs[k].value : x;
+    const bool lists = !x.empty() && x.front() == '[' && !y.empty() && y.front() == '[';
+    if (in_a && in_b && (lists || a.op != b.op))
+      return "the same shape spelled otherwise: " + x + " vs " + y;
   }
-  oc.exact =
-      std::all_of(oc.args.begin(), oc.args.end(), [](const ArgCompare& x) { return x.exact; });
-  oc.warning =
-      std::any_of(oc.args.begin(), oc.args.end(), [](const ArgCompare& x) { return x.warning; });
-  return true;
+  if (!in_a || !in_b || a.op != b.op) return std::nullopt;
+  const std::vector<size_t> dims = dim_inputs(a.op);
+  if (std::find(dims.begin(), dims.end(), k) == dims.end()) return std::nullopt;
+  const int64_t n = common_rank(a, b);
+  if (same_dims(a.inputs[k].value, b.inputs[k].value, n))
+    return "the same dimensions, counted from the other end";
+  if (dims.size() == 2 && a.op.find("flatten") == std::string::npos && a.inputs.size() > 2 &&
+      b.inputs.size() > 2 && same_dims(a.inputs[1].value, b.inputs[2].value, n) &&
+      same_dims(a.inputs[2].value, b.inputs[1].value, n))
+    return "the same two dimensions, named in the other order";
+  return std::nullopt;
 }
 
 // One side's arguments against the other's; returns the largest tensor error and sets
 // `value_differs` when a non-tensor argument differs in a way rounding cannot explain (a
 // different string, integer or list, or a missing argument). Numbers that differ get a
 // relative error and are judged by the noise model in compare_pair.
-double compare_args(const std::vector<Arg>& a, const std::vector<Arg>& b, const char* io,
-                    OpCompare& oc, bool& value_differs) {
+double compare_args(const OpRecord& ra, const OpRecord& rb, bool inputs, OpCompare& oc,
+                    bool& value_differs) {
+  const std::vector<Arg>& a = inputs ? ra.inputs : ra.outputs;
+  const std::vector<Arg>& b = inputs ? rb.inputs : rb.outputs;
   double worst = 0;
   for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
     ArgCompare ac;
-    ac.io = io;
+    ac.io = inputs ? "input" : "output";
     ac.index = static_cast<int>(i);
-    if (i >= a.size() || i >= b.size()) {
+    const bool differs = i >= a.size() || i >= b.size() || a[i].is_tensor() != b[i].is_tensor() ||
+                         (!a[i].is_tensor() && a[i].value != b[i].value);
+    if (const auto same = inputs && differs ? spelled_otherwise(ra, rb, i) : std::nullopt) {
+      ac.tensor = false;
+      ac.note = *same;  // exact: the same argument
+    } else if (i >= a.size() || i >= b.size()) {
       ac.tensor = (i < a.size() ? a[i] : b[i]).is_tensor();
       ac.error = ac.abs_error = kCompareInf;
       ac.exact = false;
@@ -184,8 +187,7 @@ double compare_args(const std::vector<Arg>& a, const std::vector<Arg>& b, const 
     } else {
       ac.tensor = false;
       ac.exact = a[i].is_tensor() == b[i].is_tensor() &&
-                 (a[i].value == b[i].value || same_after_broadcast(a[i].value, b[i].value) ||
-                  same_dims(a[i].value, b[i].value, a, b));
+                 (a[i].value == b[i].value || same_after_broadcast(a[i].value, b[i].value));
       if (!ac.exact && spelled_default(a[i], b[i])) {
         // A default spelled out on one side only: Python's argument parser passes
         // device="cpu", pin_memory=False, the input's dtype; LibTorch's C++ API leaves them

@@ -98,13 +98,8 @@ PairVerdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareO
   bool in_value = false, out_value = false;
   oc.args.reserve(std::max(a.inputs.size(), b.inputs.size()) +
                   std::max(a.outputs.size(), b.outputs.size()));
-  oc.input_error = compare_args(a.inputs, b.inputs, "input", oc, in_value);
-  oc.output_error = compare_args(a.outputs, b.outputs, "output", oc, out_value);
-  if (swapped_dims(a, b, oc) | same_view_size(a, b, oc))
-    in_value = std::any_of(oc.args.begin(), oc.args.end(), [](const ArgCompare& x) {
-      return x.io == "input" && !x.tensor && !x.exact && std::isinf(x.error) &&
-             x.note.rfind("missing in", 0) != 0;
-    });
+  oc.input_error = compare_args(a, b, /*inputs=*/true, oc, in_value);
+  oc.output_error = compare_args(a, b, /*inputs=*/false, oc, out_value);
   analysis_detail::note_unscaled(scaled, loss_scale, oc.args);
   // Error the op added; inf - inf (both sides already broken) is inherited, not added.
   oc.score = std::isinf(oc.output_error) && std::isinf(oc.input_error)
@@ -250,14 +245,11 @@ PairVerdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareO
       beyond_noise && !in_value && !out_value && !constant_differs && !one_run_made;
   if (v.divergent && oc.cause.empty() && is_random_op(a.op)) {
     // Dropout's masks: another count of zeros from the same count in the input.
-    const TensorStats* ia =
-        a.inputs.empty() || !a.inputs[0].is_tensor() ? nullptr : &*a.inputs[0].tensor;
-    const TensorStats* ib =
-        b.inputs.empty() || !b.inputs[0].is_tensor() ? nullptr : &*b.inputs[0].tensor;
-    const TensorStats* xa =
-        a.outputs.empty() || !a.outputs[0].is_tensor() ? nullptr : &*a.outputs[0].tensor;
-    const TensorStats* xb =
-        b.outputs.empty() || !b.outputs[0].is_tensor() ? nullptr : &*b.outputs[0].tensor;
+    auto first = [](const std::vector<Arg>& args) -> const TensorStats* {
+      return args.empty() || !args[0].is_tensor() ? nullptr : &*args[0].tensor;
+    };
+    const TensorStats *ia = first(a.inputs), *ib = first(b.inputs);
+    const TensorStats *xa = first(a.outputs), *xb = first(b.outputs);
     if (ia && ib && xa && xb && ia->zero == ib->zero && xa->zero != xb->zero) oc.cause = "draws";
   }
   oc.classification = v.divergent ? "divergent" : "noise";

@@ -20,17 +20,12 @@ inline constexpr double kCompareInf = std::numeric_limits<double>::infinity();
 
 // ---- compare_args.cpp
 
-/// One side's arguments against the other's (inputs or outputs, `io`), appended to oc.args;
-/// returns the largest tensor error and sets `value_differs` when a non-tensor argument
-/// differs in a way rounding cannot explain.
-double compare_args(const std::vector<Arg>& a, const std::vector<Arg>& b, const char* io,
-                    OpCompare& oc, bool& value_differs);
-/// transpose(x, 1, 0) against transpose(x, 0, 1): marks the dimensions' arguments exact and
-/// recomputes oc.exact; true when it did.
-bool swapped_dims(const OpRecord& a, const OpRecord& b, OpCompare& oc);
-/// A reshape's size spelled otherwise, outputs of the same shape: marks it exact; true when
-/// it did.
-bool same_view_size(const OpRecord& a, const OpRecord& b, OpCompare& oc);
+/// Two paired ops' inputs (or outputs) against each other, appended to oc.args; returns the
+/// largest tensor error and sets `value_differs` when a non-tensor argument differs in a way
+/// rounding cannot explain. An argument spelled otherwise (dimensions counted from the end,
+/// a reshape's -1, a default on one side) is the same argument.
+double compare_args(const OpRecord& a, const OpRecord& b, bool inputs, OpCompare& oc,
+                    bool& value_differs);
 
 // ---- compare_pair.cpp
 

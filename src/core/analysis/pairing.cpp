@@ -95,11 +95,7 @@ class OpKeys {
   // sub_ and div_ on a clone, LibTorch's sub and div): their inputs are read before the op and
   // their outputs after it, alike.
   static std::string_view op_family(const std::string& op) {
-    static const char* const kReshapes[] = {"aten::view", "aten::_reshape_alias", "aten::reshape",
-                                            "aten::_unsafe_view", "aten::flatten"};
-    for (const char* v : kReshapes) {
-      if (op == v) return "view";
-    }
+    if (is_reshape_op(op)) return "view";
     std::string_view f = op;
     if (f.size() > 2 && f.back() == '_' && f[f.size() - 2] != '_') f.remove_suffix(1);
     return f;
@@ -161,6 +157,12 @@ bool pair_by_thread(const OpKeys& keys, const std::vector<OpRecord>& a,
 }
 
 }  // namespace
+
+bool is_reshape_op(std::string_view op) noexcept {
+  static constexpr std::string_view kReshapes[] = {
+      "aten::view", "aten::_reshape_alias", "aten::reshape", "aten::_unsafe_view", "aten::flatten"};
+  return std::find(std::begin(kReshapes), std::end(kReshapes), op) != std::end(kReshapes);
+}
 
 GroupPairing pair_ops(const std::vector<OpRecord>& a, const std::vector<OpRecord>& b,
                       size_t max_cost) {

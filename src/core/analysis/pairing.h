@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "align.h"
@@ -27,6 +28,11 @@ struct GroupPairing {
   PairedBy by = PairedBy::kSequence;
   bool approximate = false;  ///< the alignment hit its work bound (align.h)
 };
+
+/// The reshape family (aten::view, _reshape_alias, reshape, _unsafe_view, flatten), one op
+/// for pairing: LibTorch 1.13 reshapes through _reshape_alias and 2.x through view, Python's
+/// torch.flatten is LibTorch's x.view({n, -1}).
+bool is_reshape_op(std::string_view op) noexcept;
 
 /// Pairs the ops of one group; `a` and `b` are in seq order.
 GroupPairing pair_ops(const std::vector<OpRecord>& a, const std::vector<OpRecord>& b,

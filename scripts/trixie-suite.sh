@@ -27,8 +27,8 @@ targets="probe_tests capture_tests test_precision_reality test_reliability test_
 run="^($(cd tests/probe && ls test_*.cpp | sed 's/\.cpp$//' | grep -v '^test_stats_cuda$' |
          paste -sd '|')|test_reliability|test_crash):|^xversion\."
 if python3 -c "import torch" 2>/dev/null; then
-  targets+=" precprobe_python precprobe_pytest_tool"
-  run+="|^python:"
+  targets+=" precprobe_python precprobe_pytest_tool port_cnn port_lstm port_transformer port_vae"
+  run+="|^python:|^ports\\."
 fi
 TARGETS="$targets" BUILD_DIR="$build_dir" scripts/build.sh -DPRECPROBE_BUILD_BENCH=OFF \
   -DPRECPROBE_PIC_PROBE=ON -DPRECPROBE_UNITY_BUILD=ON "${xversion[@]}"

@@ -4,6 +4,7 @@
 // whose draws differ, the same function spelled otherwise, and --by module agreeing with
 // --first. Synthetic records shaped as the records of tests/ports' pairs are.
 #include <cmath>
+#include <sstream>
 
 #include "analysis_fixtures.h"
 #include "core/compare_check.h"
@@ -273,4 +274,109 @@ TEST_CASE("compare: dimensions counted from the end are the same only where an o
   const CompareResult d = test::compare_checked(c, e, first_mode());
   REQUIRE(d.found);
   CHECK(d.first->args[2].note == "value differs: -1 vs 1");
+}
+
+TEST_CASE("compare: ops of one key pair by their constants where the sequences differ",
+          "[analysis][compare][ports]") {
+  // Adam's moments. Python 2.x: exp_avg.lerp_(g, 1 - b1); exp_avg_sq.mul_(b2).addcmul_(g, g,
+  // 1 - b2). LibTorch's C++: exp_avg.mul_(b1).add_(g, 1 - b1); then the same. Every mul_ has
+  // one key; the alignment must set mul_(b2) against mul_(b2), not against mul_(b1).
+  const std::vector<double> m = {0.1, 0.2}, g = {0.5, 0.25}, v = {0.01, 0.02};
+  auto moments = [&](bool python, double b2) {
+    std::vector<double> m1, mb1, vb2, v2, q;
+    for (size_t k = 0; k < m.size(); ++k) {
+      mb1.push_back(0.9 * m[k]);
+      m1.push_back(python ? m[k] + 0.1 * (g[k] - m[k]) : 0.9 * m[k] + 0.1 * g[k]);
+      vb2.push_back(b2 * v[k]);
+      v2.push_back(b2 * v[k] + (1 - b2) * g[k] * g[k]);
+      q.push_back(m[k] - 0.001 * m1[k] / std::sqrt(v2[k]));
+    }
+    auto number = [python](double x) {
+      std::ostringstream o;
+      o.precision(17);
+      o << x;
+      return python ? wrapped(x) : varg(o.str());
+    };
+    // The end of the backward pass, then two parameters' updates as the optimizer's loop runs
+    // them (as recorded from Python 2.6's Adam and LibTorch 2.6's, bias corrections aside).
+    std::vector<test::OpSpec> ops = {{"aten::detach", 0, {targ(g)}, {targ(g)}}};
+    for (int param = 0; param < 2; ++param) {
+      auto add = [&ops](std::string op, std::vector<Arg> in, std::vector<double> out) {
+        ops.push_back(
+            {std::move(op), static_cast<int64_t>(ops.size()), std::move(in), {targ(out)}});
+      };
+      if (python) {
+        add("aten::add_", {wrapped(1.0 + param), wrapped(1)}, {2.0 + param});  // step_t += 1
+        add("aten::lerp_", {targ(m), targ(g), wrapped(0.1)}, m1);
+      } else {
+        add("aten::mul_", {targ(m), varg("0.9")}, mb1);
+        add("aten::add_", {targ(mb1), targ(g), varg("0.1")}, m1);
+      }
+      add("aten::mul_", {targ(v), number(b2)}, vb2);
+      add("aten::addcmul_", {targ(vb2), targ(g), targ(g), number(1 - b2)}, v2);
+      if (python) add("aten::item", {wrapped(2.0 + param)}, {});
+      std::vector<double> sq;
+      for (double x : v2) sq.push_back(std::sqrt(x));
+      add("aten::sqrt", {targ(v2)}, sq);
+      add("aten::addcdiv_", {targ(m), targ(m1), targ(sq), number(-0.001)}, q);
+    }
+    DumpData d;
+    add_step(d, 0, 0, ops);
+    for (OpRecord& r : d.ops) r.grad = false;
+    return d;
+  };
+  const CompareResult same =
+      test::compare_checked(moments(true, 0.999), moments(false, 0.999), first_mode());
+  CHECK_FALSE(same.found);
+  bool b2_paired = false;
+  for (const OpCompare& o : same.ops)
+    if (o.op == "aten::mul_") b2_paired = o.args.size() > 1 && o.args[1].exact;
+  CHECK(b2_paired);
+  // lerp_ on one side, LibTorch's mul_(b1) and add_ on the other: listed, not compared.
+  CHECK(same.unmatched.size() == 10);  // and Python's step_t += 1 and item()
+  // The port's b2 is 0.99: named at its mul_, against Python's b2 (the nearest constant).
+  const CompareResult r =
+      test::compare_checked(moments(true, 0.999), moments(false, 0.99), first_mode());
+  REQUIRE(r.found);
+  CHECK(r.first->op == "aten::mul_");
+  REQUIRE(r.first->args.size() > 1);
+  CHECK(r.first->args[1].note.find("0.999 vs 0.99") != std::string::npos);
+}
+
+TEST_CASE("compare: a place's last ops are compared only where the next op reads both",
+          "[analysis][compare][ports]") {
+  // Python 2.x's multi-head attention: proj = linear(x, W); q, k, v = proj[0], proj[1],
+  // proj[2]; then q.view(...). LibTorch's C++: t(W), matmul, chunk, q * scaling (1 here, so
+  // q is the same value on both sides); then q.view(...). The last ops of the place, v and
+  // q * scaling, have one shape and read W in common, but are not one value: the view after
+  // the place reads q on both sides.
+  const Arg x = targ({1, 2}), w = named(targ({0.5, 1, 1.5, 2, 2.5, 3}), "attn.in_proj_weight");
+  const Arg proj = targ({1, 2, 3, 4, 5, 6}), q = targ({1, 2}), k = targ({3, 4}), v = targ({5, 6});
+  DumpData a, b;
+  add_step(a, 0, 0,
+           {{"aten::linear", 0, {x, w}, {proj}},
+            {"aten::select", 1, {proj, varg("0"), varg("0")}, {q}},
+            {"aten::select", 2, {proj, varg("0"), varg("1")}, {k}},
+            {"aten::select", 3, {proj, varg("0"), varg("2")}, {v}},
+            {"aten::view", 4, {q, varg("[2, 1]")}, {shaped(targ({1, 2}), {2, 1})}}});
+  add_step(b, 0, 0,
+           {{"aten::t", 0, {w}, {w}},
+            {"aten::matmul", 1, {x, w}, {proj}},
+            {"aten::chunk", 2, {proj, varg("3"), varg("-1")}, {q, k, v}},
+            {"aten::mul", 3, {q, varg("1")}, {q}},
+            {"aten::view", 4, {q, varg("[2, 1]")}, {shaped(targ({1, 2}), {2, 1})}}});
+  const CompareResult r = test::compare_checked(a, b, first_mode());
+  CHECK_FALSE(r.found);
+  CHECK(r.divergent_places.empty());
+  // A place whose last ops are what the next op reads is still judged by them: the port
+  // scales q by 2 and reads it next, Python reads q unscaled.
+  DumpData c;
+  add_step(c, 0, 0,
+           {{"aten::t", 0, {w}, {w}},
+            {"aten::matmul", 1, {x, w}, {proj}},
+            {"aten::chunk", 2, {proj, varg("3"), varg("-1")}, {q, k, v}},
+            {"aten::mul", 3, {q, varg("2")}, {targ({2, 4})}},
+            {"aten::view", 4, {targ({2, 4}), varg("[2, 1]")}, {shaped(targ({2, 4}), {2, 1})}}});
+  const CompareResult d = test::compare_checked(a, c, first_mode());
+  CHECK(d.found);
 }

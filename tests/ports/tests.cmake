@@ -13,10 +13,9 @@ if(PRECPROBE_WITH_TORCH AND TARGET precprobe::precprobe)
   endforeach()
 endif()
 
-# The pairs compared: tests/ports/test_ports.py, pytest on the built Python module and CLI.
-# Not in scripts/trixie-suite.sh's selection yet: on LibTorch 2.6, Python's Adam updates exp_avg
-# with lerp_ (LibTorch's C++ with mul_ + add_), which the alignment pairs wrongly, and its
-# multi-head attention builds q, k, v otherwise (4 of 17 fail there; issue 47's notes).
+# The pairs compared: tests/ports/test_ports.py, pytest on the built Python module and CLI; also
+# in scripts/trixie-suite.sh's selection (LibTorch 2.6: Python's Adam updates exp_avg with
+# lerp_, its multi-head attention projects q, k, v otherwise than LibTorch's C++).
 if(TARGET precprobe_python AND TARGET precprobe_cli AND TARGET port_cnn)
   add_test(NAME ports.pairs
            COMMAND ${PRECPROBE_PYTHON_EXECUTABLE} -m pytest -q -p no:cacheprovider

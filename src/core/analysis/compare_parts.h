@@ -74,12 +74,22 @@ struct PlaceVerdict {
   int64_t ka = -1, kb = -1;
 };
 
+class Provenance;
+
+/// The compared op that closes a place (positions in a and b; -1 at the group's end), and
+/// where each run's tensors were made.
+struct PlaceEnd {
+  const Provenance* prov_a = nullptr;
+  const Provenance* prov_b = nullptr;
+  int64_t next_a = -1, next_b = -1;
+};
+
 /// The comparisons of one place of ops of one run only (`only_a`, `only_b`: positions in a
 /// and b), divergent or not, in A's order.
 std::vector<PlaceVerdict> compare_place(const std::vector<OpRecord>& a,
                                         const std::vector<OpRecord>& b,
                                         const std::vector<int64_t>& only_a,
                                         const std::vector<int64_t>& only_b, double seen_error,
-                                        const CompareOptions& opt);
+                                        const CompareOptions& opt, const PlaceEnd& end);
 
 }  // namespace precprobe::analysis_detail

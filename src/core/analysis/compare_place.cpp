@@ -4,6 +4,7 @@
 #include <iterator>
 
 #include "compare_parts.h"
+#include "provenance.h"
 
 namespace precprobe::analysis_detail {
 
@@ -97,12 +98,29 @@ bool same_params_read(const std::vector<OpRecord>& a, const std::vector<int64_t>
   return !common.empty();
 }
 
+// The compared op after the place reads the place's last output in each run, as the same
+// input: the two last ops made what the computation goes on with. Python 2.x's multi-head
+// attention ends its input projection with v = proj[2], LibTorch's C++ with q * scaling; q is
+// read next on both sides, v and q are no one value.
+bool feeds_next(const OpRecord& next_a, const OpRecord& next_b, int64_t la, int64_t lb,
+                const PlaceEnd& end) {
+  if (end.next_a < 0 || end.next_b < 0 || !end.prov_a || !end.prov_b) return false;
+  const size_t inputs = std::min(next_a.inputs.size(), next_b.inputs.size());
+  for (size_t k = 0; k < inputs; ++k) {
+    if (!next_a.inputs[k].is_tensor() || !next_b.inputs[k].is_tensor()) continue;
+    if (end.prov_a->producer(static_cast<size_t>(end.next_a), k) == la &&
+        end.prov_b->producer(static_cast<size_t>(end.next_b), k) == lb)
+      return true;
+  }
+  return false;
+}
+
 // The comparisons of one place, divergent or not, in A's order.
 std::vector<PlaceVerdict> compare_place(const std::vector<OpRecord>& a,
                                         const std::vector<OpRecord>& b,
                                         const std::vector<int64_t>& only_a,
                                         const std::vector<int64_t>& only_b, double seen_error,
-                                        const CompareOptions& opt) {
+                                        const CompareOptions& opt, const PlaceEnd& end) {
   std::vector<PlaceVerdict> out;
   if (only_a.empty() || only_b.empty()) return out;
   auto at = [](const std::vector<OpRecord>& ops, int64_t k) -> const OpRecord& {
@@ -127,9 +145,13 @@ std::vector<PlaceVerdict> compare_place(const std::vector<OpRecord>& a,
   const OpRecord& lb = at(b, only_b.back());
   // The last ops are compared whatever their names only inside the model, where both sides'
   // ops of the place read a parameter in common (nn.Linear as aten::linear against t +
-  // addmm): elsewhere (a metric's item(), the data pipeline's own ops) two last ops of one
-  // shape need not compute the same thing at all.
-  if (!last_done && same_first_output(la, lb) && same_params_read(a, only_a, b, only_b)) {
+  // addmm), and where the compared op after the place reads them both: elsewhere (a metric's
+  // item(), the data pipeline's own ops) two last ops of one shape need not compute the same
+  // thing at all.
+  if (!last_done && same_first_output(la, lb) && same_params_read(a, only_a, b, only_b) &&
+      feeds_next(a[static_cast<size_t>(std::max<int64_t>(end.next_a, 0))],
+                 b[static_cast<size_t>(std::max<int64_t>(end.next_b, 0))], only_a.back(),
+                 only_b.back(), end)) {
     double bound = 0;  // the rounding the place may make: every op's, on both sides
     for (int64_t k : only_a) bound += output_bound(at(a, k));
     for (int64_t k : only_b) bound += output_bound(at(b, k));

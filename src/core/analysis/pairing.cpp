@@ -17,6 +17,8 @@
 #include "pairing.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -30,16 +32,41 @@ namespace {
 // (ordinal among the op's tensor arguments, parameter name id), by ordinal.
 using Params = std::vector<std::pair<uint32_t, uint32_t>>;
 
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+struct Constants {
+  std::vector<double> numbers;
+  uint32_t rest = 0;  // everything else, interned
+};
+
 class OpKeys {
  public:
   OpKeys(const std::vector<OpRecord>& a, const std::vector<OpRecord>& b) {
     add(a, key_a_, params_a_);
     add(b, key_b_, params_b_);
+    add_constants(a, consts_a_);
+    add_constants(b, consts_b_);
   }
 
   /// A[i] and B[j] may pair.
   bool same(size_t i, size_t j) const {
     return key_a_[i] == key_b_[j] && params_agree(params_a_[i], params_b_[j]);
+  }
+
+  /// How far apart the constants A[i] and B[j] pass are (a 0-d input counts as the number it
+  /// is): the sum of the numbers' relative differences, 0 for the same constants, infinite
+  /// where anything but a number differs.
+  double constants_apart(size_t i, size_t j) const {
+    const Constants& x = consts_a_[i];
+    const Constants& y = consts_b_[j];
+    if (x.rest != y.rest || x.numbers.size() != y.numbers.size()) return kInf;
+    double d = 0;
+    for (size_t k = 0; k < x.numbers.size(); ++k) {
+      const double u = x.numbers[k], v = y.numbers[k];
+      const double mag = std::max(std::fabs(u), std::fabs(v));
+      if (mag > 0 && std::fabs(u - v) > 1e-6 * mag) d += std::fabs(u - v) / mag;
+    }
+    return d;
   }
 
  private:
@@ -91,6 +118,36 @@ class OpKeys {
     }
   }
 
+  // The constants an op passes, in order: its non-tensor inputs and its 0-d inputs that are
+  // no parameter (a number Python wrapped); the numbers apart, the rest as one text.
+  void add_constants(const std::vector<OpRecord>& ops, std::vector<Constants>& out) {
+    std::string text;
+    out.reserve(ops.size());
+    for (const OpRecord& r : ops) {
+      Constants c;
+      text.assign("|");
+      for (const Arg& x : r.inputs) {
+        std::optional<double> v;
+        if (x.is_tensor()) {
+          const TensorStats& t = *x.tensor;
+          if (!t.shape.empty() || t.numel != 1 || !t.param.empty()) continue;
+          v = t.zero == 1 ? 0.0 : t.max;
+        } else {
+          v = numeric_value(x.value);
+        }
+        if (v && std::isfinite(*v)) {
+          c.numbers.push_back(*v);
+          text += '#';
+        } else {
+          text += x.value;
+        }
+        text += ',';
+      }
+      c.rest = intern(text);
+      out.push_back(std::move(c));
+    }
+  }
+
   // In-place and out-of-place forms of an op are one computation (Python's Normalize runs
   // sub_ and div_ on a clone, LibTorch's sub and div): their inputs are read before the op and
   // their outputs after it, alike.
@@ -108,6 +165,7 @@ class OpKeys {
 
   std::unordered_map<std::string, uint32_t> ids_;
   std::vector<uint32_t> key_a_, key_b_;
+  std::vector<Constants> consts_a_, consts_b_;
   std::vector<Params> params_a_, params_b_;
 };
 
@@ -156,6 +214,76 @@ bool pair_by_thread(const OpKeys& keys, const std::vector<OpRecord>& a,
   return true;
 }
 
+// An alignment pairs any two ops of one key, whatever constants they pass; where the
+// sequences differ around them, the op it chose may not be the one meant. Python 2.x's Adam
+// runs exp_avg.lerp_(g, 1 - b1), exp_avg_sq.mul_(b2) where LibTorch's C++ runs
+// exp_avg.mul_(b1).add_(g, 1 - b1), exp_avg_sq.mul_(b2): two longest alignments, one of
+// which sets mul_(b2) against mul_(b1). A pair whose constants differ moves to the unpaired
+// op of the same key whose constants are nearest its own (the same, or a port's wrong b2
+// against the right one rather than against b1), in the gaps on either side of it: the pairs
+// stay in order, and the op it leaves becomes unpaired. A constant that differs in every
+// candidate (a port's wrong momentum) stays paired, and is the comparison's finding.
+void prefer_same_constants(const OpKeys& keys, AlignPairs& pairs) {
+  bool moved = false;
+  for (size_t p = 0; p < pairs.size(); ++p) {
+    const auto [i, j] = pairs[p];
+    if (i < 0 || j < 0) continue;
+    double best = keys.constants_apart(static_cast<size_t>(i), static_cast<size_t>(j));
+    if (!(best > 0)) continue;
+    size_t lo = p, hi = p + 1;  // the unpaired entries next to p: [lo, p) and (p, hi)
+    while (lo > 0 && (pairs[lo - 1].first < 0 || pairs[lo - 1].second < 0)) --lo;
+    while (hi < pairs.size() && (pairs[hi].first < 0 || pairs[hi].second < 0)) ++hi;
+    size_t take = p;
+    for (size_t q = lo; q < hi; ++q) {
+      const auto [x, y] = pairs[q];
+      if (q == p) continue;
+      const bool b_only = x < 0 && keys.same(static_cast<size_t>(i), static_cast<size_t>(y));
+      const bool a_only = y < 0 && keys.same(static_cast<size_t>(x), static_cast<size_t>(j));
+      if (!b_only && !a_only) continue;
+      const double d = b_only
+                           ? keys.constants_apart(static_cast<size_t>(i), static_cast<size_t>(y))
+                           : keys.constants_apart(static_cast<size_t>(x), static_cast<size_t>(j));
+      if (d < best) {
+        best = d;
+        take = q;
+      }
+    }
+    if (take == p) continue;
+    if (pairs[take].first < 0) {
+      pairs[p].second = pairs[take].second;  // A[i] with that B op; B[j] left unpaired
+      pairs[take].second = j;
+    } else {
+      pairs[p].first = pairs[take].first;  // that A op with B[j]; A[i] left unpaired
+      pairs[take].first = i;
+    }
+    moved = true;
+  }
+  if (!moved) return;
+  // Back into the order add_sequence_diffs reads: A's order, each gap's A ops first.
+  int64_t n = 0, m = 0;
+  for (const auto& [i, j] : pairs) {
+    n = std::max(n, i + 1);
+    m = std::max(m, j + 1);
+  }
+  std::vector<int64_t> partner(static_cast<size_t>(n), -1);
+  std::vector<bool> paired_b(static_cast<size_t>(m), false);
+  for (const auto& [i, j] : pairs) {
+    if (i < 0 || j < 0) continue;
+    partner[static_cast<size_t>(i)] = j;
+    paired_b[static_cast<size_t>(j)] = true;
+  }
+  pairs.clear();
+  for (int64_t i = 0, j = 0; i < n || j < m;) {
+    if (i < n && (partner[static_cast<size_t>(i)] < 0 || j == m)) {
+      pairs.emplace_back(i++, -1);
+    } else if (j < m && (!paired_b[static_cast<size_t>(j)] || i == n)) {
+      pairs.emplace_back(-1, j++);
+    } else {
+      pairs.emplace_back(i++, j++);
+    }
+  }
+}
+
 }  // namespace
 
 bool is_reshape_op(std::string_view op) noexcept {
@@ -181,6 +309,7 @@ GroupPairing pair_ops(const std::vector<OpRecord>& a, const std::vector<OpRecord
       a.size(), b.size(), [&keys](size_t i, size_t j) { return keys.same(i, j); }, max_cost);
   g.by = PairedBy::kContent;
   g.pairs = std::move(al.pairs);
+  prefer_same_constants(keys, g.pairs);
   g.approximate = al.approximate;
   return g;
 }

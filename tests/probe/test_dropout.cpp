@@ -122,6 +122,23 @@ TEST_CASE("while a guard lives every dropout variant is the identity, forward an
   CHECK(mask.all().item<bool>());
 }
 
+#if TORCH_VERSION_MAJOR >= 2
+TEST_CASE("while a guard lives attention's dropout_p is 0, in the fused kernel too", "[dropout]") {
+  // nn.MultiheadAttention of LibTorch 2.x's Python trains through scaled_dot_product_attention
+  // with dropout_p, applied inside the kernel: no aten::dropout to catch.
+  torch::manual_seed(7);
+  const auto q = torch::randn({2, 4, 16, 8}), k = torch::randn({2, 4, 16, 8}),
+             v = torch::randn({2, 4, 16, 8});
+  const auto exact = at::scaled_dot_product_attention(q, k, v, {}, 0.0);
+  {
+    precprobe::DropoutGuard guard;
+    CHECK(at::allclose(at::scaled_dot_product_attention(q, k, v, {}, kP), exact, 1e-6, 1e-6));
+  }
+  // Without the guard the same call drops: the test can tell.
+  CHECK_FALSE(at::allclose(at::scaled_dot_product_attention(q, k, v, {}, kP), exact, 1e-6, 1e-6));
+}
+#endif
+
 TEST_CASE("after the guard, dropout is random again with scale 1/(1-p)", "[dropout]") {
   { precprobe::DropoutGuard guard; }
   REQUIRE_FALSE(precprobe::DropoutGuard::active());

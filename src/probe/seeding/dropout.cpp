@@ -6,9 +6,11 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
 
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "precprobe/error.h"
 
@@ -27,6 +29,32 @@ constexpr const char* kDropoutOps[] = {
     "alpha_dropout", "alpha_dropout_", "feature_alpha_dropout", "feature_alpha_dropout_",
     "native_dropout"};
 
+// LibTorch 2.x's attention ops, whose dropout is an argument "dropout_p" applied inside the
+// kernel (the fused CPU and CUDA kernels never call aten::dropout: Python's
+// nn.MultiheadAttention and TransformerEncoderLayer train through them). Registered where the
+// running LibTorch has them.
+constexpr const char* kAttentionOps[] = {"scaled_dot_product_attention",
+                                         "_scaled_dot_product_attention_math",
+                                         "_scaled_dot_product_flash_attention",
+                                         "_scaled_dot_product_flash_attention_for_cpu",
+                                         "_scaled_dot_product_efficient_attention",
+                                         "_scaled_dot_product_cudnn_attention",
+                                         "_scaled_dot_product_fused_attention_overrideable"};
+
+bool has_op(const char* name) {
+  return c10::Dispatcher::singleton()
+      .findSchema(c10::OperatorName(std::string("aten::") + name, ""))
+      .has_value();
+}
+
+// The ops whose dropout probability the guard sets to 0, in the running LibTorch.
+std::vector<const char*> guarded_ops() {
+  std::vector<const char*> ops(std::begin(kDropoutOps), std::end(kDropoutOps));
+  for (const char* name : kAttentionOps)
+    if (has_op(name)) ops.push_back(name);
+  return ops;
+}
+
 thread_local int t_depth = 0;
 // Whether the key was included before this thread's outermost guard (an autograd thread
 // may have inherited it): the outermost guard restores exactly that.
@@ -36,7 +64,7 @@ void zero_p(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::S
   const auto& args = op.schema().arguments();
   const size_t base = stack->size() - args.size();
   for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i].name() == "p") {
+    if (args[i].name() == "p" || args[i].name() == "dropout_p") {
       (*stack)[base + i] = c10::IValue(0.0);
     }
   }
@@ -60,7 +88,7 @@ void check_key_is_free() {
         "TESTING_ONLY_GenericMode; precprobe needs that key to force dropout to p=0. Set "
         "keep_dropout or remove the other registration.");
   }
-  for (const char* name : kDropoutOps) {
+  for (const char* name : guarded_ops()) {
     auto op = dispatcher.findOp(c10::OperatorName(std::string("aten::") + name, ""));
     if (op && op->hasKernelForDispatchKey(kKey)) {
       throw Error(std::string("DropoutGuard: another library already registered a kernel "
@@ -80,7 +108,7 @@ std::unique_ptr<Registration> make_registration() {
     reg->fallthrough->fallback(torch::CppFunction::makeFallthrough());
     reg->kernels =
         std::make_unique<torch::Library>(torch::Library::IMPL, "aten", kKey, __FILE__, __LINE__);
-    for (const char* name : kDropoutOps) {
+    for (const char* name : guarded_ops()) {
       reg->kernels->impl(name, torch::CppFunction::makeFromBoxedFunction<&zero_p>());
     }
   } catch (const c10::Error& e) {

@@ -29,12 +29,10 @@ std::optional<std::pair<double, double>> wrapped_number(const Arg& a, const Arg&
   if (a.is_tensor() == b.is_tensor()) return std::nullopt;
   const Arg& t = a.is_tensor() ? a : b;
   const Arg& n = a.is_tensor() ? b : a;
-  const TensorStats& s = *t.tensor;
-  if (!s.shape.empty() || s.numel != 1 || !s.param.empty() || !s.all_finite()) return std::nullopt;
+  const std::optional<double> tv = wrapped_value(*t.tensor);
   const std::optional<double> v = numeric_value(n.value);
-  if (!v) return std::nullopt;
-  const double tv = s.zero == 1 ? 0.0 : s.max;
-  return a.is_tensor() ? std::pair{tv, *v} : std::pair{*v, tv};
+  if (!tv || !v) return std::nullopt;
+  return a.is_tensor() ? std::pair{*tv, *v} : std::pair{*v, *tv};
 }
 
 // Which inputs of an op name dimensions of its first tensor (x.sum(-1), x.transpose(1, 2));

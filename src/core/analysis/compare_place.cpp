@@ -4,6 +4,7 @@
 #include <iterator>
 
 #include "compare_parts.h"
+#include "pairing.h"
 #include "provenance.h"
 
 namespace precprobe::analysis_detail {
@@ -67,7 +68,7 @@ bool same_operands(const OpRecord& x, const OpRecord& y) {
   auto operands = [](const OpRecord& r) {
     std::vector<const std::vector<int64_t>*> shapes;
     for (const Arg& in : r.inputs)
-      if (in.is_tensor() && !in.tensor->shape.empty()) shapes.push_back(&in.tensor->shape);
+      if (in.is_tensor() && !is_wrapped_number(*in.tensor)) shapes.push_back(&in.tensor->shape);
     return shapes;
   };
   const auto sx = operands(x), sy = operands(y);
@@ -102,9 +103,11 @@ bool same_params_read(const std::vector<OpRecord>& a, const std::vector<int64_t>
 // input: the two last ops made what the computation goes on with. Python 2.x's multi-head
 // attention ends its input projection with v = proj[2], LibTorch's C++ with q * scaling; q is
 // read next on both sides, v and q are no one value.
-bool feeds_next(const OpRecord& next_a, const OpRecord& next_b, int64_t la, int64_t lb,
-                const PlaceEnd& end) {
+bool feeds_next(const std::vector<OpRecord>& a, const std::vector<OpRecord>& b, int64_t la,
+                int64_t lb, const PlaceEnd& end) {
   if (end.next_a < 0 || end.next_b < 0 || !end.prov_a || !end.prov_b) return false;
+  const OpRecord& next_a = a[static_cast<size_t>(end.next_a)];
+  const OpRecord& next_b = b[static_cast<size_t>(end.next_b)];
   const size_t inputs = std::min(next_a.inputs.size(), next_b.inputs.size());
   for (size_t k = 0; k < inputs; ++k) {
     if (!next_a.inputs[k].is_tensor() || !next_b.inputs[k].is_tensor()) continue;
@@ -149,9 +152,7 @@ std::vector<PlaceVerdict> compare_place(const std::vector<OpRecord>& a,
   // item(), the data pipeline's own ops) two last ops of one shape need not compute the same
   // thing at all.
   if (!last_done && same_first_output(la, lb) && same_params_read(a, only_a, b, only_b) &&
-      feeds_next(a[static_cast<size_t>(std::max<int64_t>(end.next_a, 0))],
-                 b[static_cast<size_t>(std::max<int64_t>(end.next_b, 0))], only_a.back(),
-                 only_b.back(), end)) {
+      feeds_next(a, b, only_a.back(), only_b.back(), end)) {
     double bound = 0;  // the rounding the place may make: every op's, on both sides
     for (int64_t k : only_a) bound += output_bound(at(a, k));
     for (int64_t k : only_b) bound += output_bound(at(b, k));

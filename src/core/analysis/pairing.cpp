@@ -44,6 +44,11 @@ class OpKeys {
   OpKeys(const std::vector<OpRecord>& a, const std::vector<OpRecord>& b) {
     add(a, key_a_, params_a_);
     add(b, key_b_, params_b_);
+  }
+
+  /// Reads the constants each op passes, for constants_apart: only where the sequences are
+  /// aligned by content, the one pairing that can choose between ops of one key.
+  void read_constants(const std::vector<OpRecord>& a, const std::vector<OpRecord>& b) {
     add_constants(a, consts_a_);
     add_constants(b, consts_b_);
   }
@@ -103,7 +108,7 @@ class OpKeys {
           // A 0-d input is a number wrapped as a tensor where Python passes one (x * 0.5 is
           // aten::mul.Tensor with a 0-d double in Python, aten::mul.Scalar in C++): it
           // leaves the key as a number does; compare_args compares its value.
-          if (args == &r.inputs && x.tensor->shape.empty() && x.tensor->param.empty()) continue;
+          if (args == &r.inputs && is_wrapped_number(*x.tensor)) continue;
           key += '[';
           for (int64_t d : x.tensor->shape) {
             key += std::to_string(d);
@@ -127,14 +132,9 @@ class OpKeys {
       Constants c;
       text.assign("|");
       for (const Arg& x : r.inputs) {
-        std::optional<double> v;
-        if (x.is_tensor()) {
-          const TensorStats& t = *x.tensor;
-          if (!t.shape.empty() || t.numel != 1 || !t.param.empty()) continue;
-          v = t.zero == 1 ? 0.0 : t.max;
-        } else {
-          v = numeric_value(x.value);
-        }
+        if (x.is_tensor() && !is_wrapped_number(*x.tensor)) continue;
+        const std::optional<double> v =
+            x.is_tensor() ? wrapped_value(*x.tensor) : numeric_value(x.value);
         if (v && std::isfinite(*v)) {
           c.numbers.push_back(*v);
           text += '#';
@@ -223,7 +223,7 @@ bool pair_by_thread(const OpKeys& keys, const std::vector<OpRecord>& a,
 // against the right one rather than against b1), in the gaps on either side of it: the pairs
 // stay in order, and the op it leaves becomes unpaired. A constant that differs in every
 // candidate (a port's wrong momentum) stays paired, and is the comparison's finding.
-void prefer_same_constants(const OpKeys& keys, AlignPairs& pairs) {
+void prefer_same_constants(const OpKeys& keys, int64_t n, int64_t m, AlignPairs& pairs) {
   bool moved = false;
   for (size_t p = 0; p < pairs.size(); ++p) {
     const auto [i, j] = pairs[p];
@@ -260,11 +260,6 @@ void prefer_same_constants(const OpKeys& keys, AlignPairs& pairs) {
   }
   if (!moved) return;
   // Back into the order add_sequence_diffs reads: A's order, each gap's A ops first.
-  int64_t n = 0, m = 0;
-  for (const auto& [i, j] : pairs) {
-    n = std::max(n, i + 1);
-    m = std::max(m, j + 1);
-  }
   std::vector<int64_t> partner(static_cast<size_t>(n), -1);
   std::vector<bool> paired_b(static_cast<size_t>(m), false);
   for (const auto& [i, j] : pairs) {
@@ -286,6 +281,13 @@ void prefer_same_constants(const OpKeys& keys, AlignPairs& pairs) {
 
 }  // namespace
 
+bool is_wrapped_number(const TensorStats& t) noexcept { return t.shape.empty() && t.param.empty(); }
+
+std::optional<double> wrapped_value(const TensorStats& t) {
+  if (!is_wrapped_number(t) || t.numel != 1 || !t.all_finite()) return std::nullopt;
+  return t.zero == 1 ? 0.0 : t.max;
+}
+
 bool is_reshape_op(std::string_view op) noexcept {
   static constexpr std::string_view kReshapes[] = {
       "aten::view", "aten::_reshape_alias", "aten::reshape", "aten::_unsafe_view", "aten::flatten"};
@@ -294,7 +296,7 @@ bool is_reshape_op(std::string_view op) noexcept {
 
 GroupPairing pair_ops(const std::vector<OpRecord>& a, const std::vector<OpRecord>& b,
                       size_t max_cost) {
-  const OpKeys keys(a, b);
+  OpKeys keys(a, b);
   GroupPairing g;
   if (same_sequence(keys, a.size(), b.size())) {
     g.pairs.reserve(a.size());
@@ -309,7 +311,9 @@ GroupPairing pair_ops(const std::vector<OpRecord>& a, const std::vector<OpRecord
       a.size(), b.size(), [&keys](size_t i, size_t j) { return keys.same(i, j); }, max_cost);
   g.by = PairedBy::kContent;
   g.pairs = std::move(al.pairs);
-  prefer_same_constants(keys, g.pairs);
+  keys.read_constants(a, b);
+  prefer_same_constants(keys, static_cast<int64_t>(a.size()), static_cast<int64_t>(b.size()),
+                        g.pairs);
   g.approximate = al.approximate;
   return g;
 }

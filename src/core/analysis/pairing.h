@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -33,6 +34,13 @@ struct GroupPairing {
 /// for pairing: LibTorch 1.13 reshapes through _reshape_alias and 2.x through view, Python's
 /// torch.flatten is LibTorch's x.view({n, -1}).
 bool is_reshape_op(std::string_view op) noexcept;
+
+/// A 0-d tensor that is no parameter: a number Python wrapped where it passes one to a
+/// Tensor overload (x * 0.5 is aten::mul.Tensor with a 0-d double in Python, aten::mul.Scalar
+/// in C++). It pairs, and is compared, as the number it is.
+bool is_wrapped_number(const TensorStats& t) noexcept;
+/// The number a wrapped number holds (one finite element); nullopt otherwise.
+std::optional<double> wrapped_value(const TensorStats& t);
 
 /// Pairs the ops of one group; `a` and `b` are in seq order.
 GroupPairing pair_ops(const std::vector<OpRecord>& a, const std::vector<OpRecord>& b,

@@ -54,13 +54,23 @@ void save_state(const NamedTensors& tensors, const std::string& path,
 void save_state(const torch::nn::Module& module, const std::string& path,
                 const std::map<std::string, std::string>& metadata = {});
 
+/// What a non-strict load_state left out, as PyTorch's load_state_dict(strict=False) returns
+/// it: the module's names the file lacks (left as they were) and the file's names the module
+/// lacks (not read). Both are empty after a strict load.
+struct LoadResult {
+  std::vector<std::string> missing_keys;
+  std::vector<std::string> unexpected_keys;
+};
+
 /// Copies the file's tensors into `tensors` (in place, no autograd), after checking that the
 /// file holds exactly these names with the same shapes and dtypes. Throws precprobe::Error
 /// naming every mismatch (and the file) before anything is written, or for a file that is
-/// not a valid state file (header, offsets, size).
-void load_state(const NamedTensors& tensors, const std::string& path);
-/// load_state(state_tensors(module), path).
-void load_state(torch::nn::Module& module, const std::string& path);
+/// not a valid state file (header, offsets, size). With `strict` false (a port that has no
+/// bias where the original has one), names on one side only are returned instead of thrown;
+/// a shape or a dtype that differs still throws.
+LoadResult load_state(const NamedTensors& tensors, const std::string& path, bool strict = true);
+/// load_state(state_tensors(module), path, strict).
+LoadResult load_state(torch::nn::Module& module, const std::string& path, bool strict = true);
 
 /// As save_state / load_state of a module, for what PrecisionDebugger::start() takes too: a
 /// TORCH_MODULE holder (`Net net; precprobe::load_state(net, "init.safetensors");`) or a
@@ -71,8 +81,8 @@ void save_state(const HolderT& holder, const std::string& path,
   save_state(static_cast<const torch::nn::Module&>(*holder.ptr()), path, metadata);
 }
 template <typename HolderT, typename = decltype(std::declval<const HolderT&>().ptr())>
-void load_state(const HolderT& holder, const std::string& path) {
-  load_state(static_cast<torch::nn::Module&>(*holder.ptr()), path);
+LoadResult load_state(const HolderT& holder, const std::string& path, bool strict = true) {
+  return load_state(static_cast<torch::nn::Module&>(*holder.ptr()), path, strict);
 }
 template <typename ModuleT>
 void save_state(const std::shared_ptr<ModuleT>& module, const std::string& path,
@@ -80,8 +90,9 @@ void save_state(const std::shared_ptr<ModuleT>& module, const std::string& path,
   save_state(static_cast<const torch::nn::Module&>(*module), path, metadata);
 }
 template <typename ModuleT>
-void load_state(const std::shared_ptr<ModuleT>& module, const std::string& path) {
-  load_state(static_cast<torch::nn::Module&>(*module), path);
+LoadResult load_state(const std::shared_ptr<ModuleT>& module, const std::string& path,
+                      bool strict = true) {
+  return load_state(static_cast<torch::nn::Module&>(*module), path, strict);
 }
 
 /// Every tensor of the file, in the header's order, as CPU tensors; the header's

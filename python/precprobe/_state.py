@@ -6,6 +6,7 @@ Names are named_parameters() then named_buffers() (buffers set to None are left 
 names LibTorch's named_parameters()/named_buffers() give the same architecture.
 """
 
+import collections
 import os
 from collections.abc import Mapping
 
@@ -49,11 +50,18 @@ def save_state(module, path, metadata=None):
     _precprobe._save_state(state_tensors(module), _path(path), metadata)
 
 
-def load_state(module, path):
+LoadResult = collections.namedtuple("LoadResult", ["missing_keys", "unexpected_keys"])
+
+
+def load_state(module, path, strict=True):
     """Copies the file's tensors into the module's parameters and buffers, in place. Raises
     precprobe.Error naming every name missing from the file or from the module, and every
-    shape or dtype that differs, before anything is written."""
-    _precprobe._load_state(state_tensors(module), _path(path))
+    shape or dtype that differs, before anything is written. With `strict=False`, as
+    `load_state_dict(strict=False)`: names on one side only are returned as
+    LoadResult(missing_keys, unexpected_keys) instead (a shape or dtype still raises)."""
+    missing, unexpected = _precprobe._load_state(state_tensors(module), _path(path),
+                                                 bool(strict))
+    return LoadResult(list(missing), list(unexpected))
 
 
 def read_state(path, with_metadata=False):

@@ -138,11 +138,15 @@ void bind_tools(py::module_& m) {
       py::arg("tensors"), py::arg("path"), py::arg("metadata") = py::none());
   m.def(
       "_load_state",
-      [](const NamedTensors& tensors, const std::string& path) {
-        py::gil_scoped_release no_gil;
-        load_state(tensors, path);
+      [](const NamedTensors& tensors, const std::string& path, bool strict) {
+        LoadResult r;
+        {
+          py::gil_scoped_release no_gil;
+          r = load_state(tensors, path, strict);
+        }
+        return std::make_pair(r.missing_keys, r.unexpected_keys);
       },
-      py::arg("tensors"), py::arg("path"));
+      py::arg("tensors"), py::arg("path"), py::arg("strict") = true);
   m.def(
       "_read_state",
       [](const std::string& path) {

@@ -380,3 +380,52 @@ TEST_CASE("compare: a place's last ops are compared only where the next op reads
   const CompareResult d = test::compare_checked(a, c, first_mode());
   CHECK(d.found);
 }
+
+TEST_CASE("compare: a layer's hyper-parameter is named at its op, with what differs",
+          "[analysis][compare][ports]") {
+  const Arg w = named(targ({0.5, -0.25}), "conv2.weight"), bias = named(targ({0.1}), "conv2.bias");
+  const Arg x = targ({1, 2, 3}), count = shaped(targ({0}), {}), counted = shaped(targ({1}), {});
+  const Arg y = targ({0.7, 1.1, 0.2}), after = targ({-0.9, 1.3, -0.4});
+  SECTION("padding by reflection: the conv is named, its input shape and padding shown") {
+    // BatchNorm's num_batches_tracked += 1 runs between the conv and the batch_norm that
+    // reads it: the conv's output is what the computation goes on with all the same.
+    DumpData a, b;
+    add_step(a, 0, 0,
+             {{"aten::conv2d", 0, {x, w, bias, varg("[1,1]"), varg("[1,1]")}, {y}},
+              {"aten::add_", 1, {count, varg("1")}, {counted}},
+              {"aten::batch_norm", 2, {y}, {after}}});
+    const Arg padded = targ({2, 1, 2, 3, 2}), y_b = targ({0.6, 1.2, 0.25});
+    add_step(b, 0, 0,
+             {{"aten::_pad_enum", 0, {x, varg("[1,1]"), varg("1")}, {padded}},
+              {"aten::conv2d", 1, {padded, w, bias, varg("[1,1]"), varg("[0,0]")}, {y_b}},
+              {"aten::add_", 2, {count, varg("1")}, {counted}},
+              {"aten::batch_norm", 3, {y_b}, {targ({-0.95, 1.35, -0.38})}}});
+    const CompareResult r = test::compare_checked(a, b, first_mode());
+    REQUIRE(r.found);
+    CHECK(r.first->op == "aten::conv2d");
+    CHECK(r.first->step == 0);
+    std::string notes;
+    for (const ArgCompare& ac : r.first->args)
+      notes += ac.io + std::to_string(ac.index) + ": " + ac.note + "\n";
+    CHECK_THAT(notes, Catch::Matchers::ContainsSubstring("input0: shape differs: [3] vs [5]"));
+    CHECK_THAT(notes, Catch::Matchers::ContainsSubstring("input4: value differs: [1,1] vs [0,0]"));
+  }
+  SECTION("a layer without its bias: named at the layer, the bias read by one run only") {
+    const Arg fw = named(targ({0.5, -0.25, 2}), "fc1.weight"), fb = named(targ({0.1}), "fc1.bias");
+    DumpData a, b;
+    add_step(a, 0, 0,
+             {{"aten::linear", 0, {x, fw, fb}, {targ({5.1})}},
+              {"aten::relu", 1, {targ({5.1})}, {targ({5.1})}}});
+    add_step(b, 0, 0,
+             {{"aten::t", 0, {fw}, {fw}},
+              {"aten::matmul", 1, {x, fw}, {targ({5.0})}},
+              {"aten::relu", 2, {targ({5.0})}, {targ({5.0})}}});
+    const CompareResult r = test::compare_checked(a, b, first_mode());
+    REQUIRE(r.found);
+    CHECK(r.first->op == "aten::linear");
+    REQUIRE_FALSE(r.first->args.empty());
+    CHECK_THAT(
+        r.first->args.front().note,
+        Catch::Matchers::ContainsSubstring("parameters read by one run only: fc1.bias (A only)"));
+  }
+}

@@ -126,6 +126,10 @@ BUGS = [
     ("cnn", ["--bn-eps", "1e-3"], [], None, 0, "aten::batch_norm", "bn1", None, None),
     ("cnn", ["--dropout", "0.5"], [], {"keep_dropout": True}, 0, None, "dropout", None, None),
     ("cnn", ["--lr", "0.02"], [], None, 0, None, "conv1", None, "conv1.weight"),
+    # A layer built otherwise: fc1 without its bias (loaded with strict=False), conv2 padding
+    # by reflection (LibTorch pads, then convolves with padding 0).
+    ("cnn", ["--no-bias"], [], None, 0, None, "fc1", None, "fc1.weight"),
+    ("cnn", ["--reflect-padding"], [], None, 0, "aten::conv2d", "conv2", None, "conv2.weight"),
     ("lstm", ["--no-normalize"], [], None, 0, "aten::stack", "", "data", None),
     ("lstm", ["--beta2", "0.99"], [], None, 0, None, "lstm", None, None),
     ("lstm", ["--adam-eps", "1e-6"], [], None, 0, None, "lstm", None, None),

@@ -106,6 +106,26 @@ def test_dtype_and_unexpected_names(tmp_path):
         precprobe.load_state({"w": torch.zeros(2, dtype=torch.float64)}, path)
 
 
+def test_strict_false_returns_what_load_state_dict_returns(tmp_path):
+    """A port without the original's bias: the same missing and unexpected keys as PyTorch's
+    own load_state_dict(strict=False), and the same values loaded."""
+    path = tmp_path / "bias.safetensors"
+    with_bias = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.ReLU(), torch.nn.Linear(2, 1))
+    precprobe.save_state(with_bias, path)
+    ours = torch.nn.Sequential(torch.nn.Linear(3, 2, bias=False), torch.nn.ReLU(),
+                               torch.nn.Linear(2, 1))
+    theirs = torch.nn.Sequential(torch.nn.Linear(3, 2, bias=False), torch.nn.ReLU(),
+                                 torch.nn.Linear(2, 1))
+    got = precprobe.load_state(ours, path, strict=False)
+    want = theirs.load_state_dict(with_bias.state_dict(), strict=False)
+    assert got.missing_keys == list(want.missing_keys) == []
+    assert got.unexpected_keys == list(want.unexpected_keys) == ["0.bias"]
+    for a, b in zip(ours.state_dict().values(), theirs.state_dict().values()):
+        assert torch.equal(a, b)
+    with pytest.raises(precprobe.Error, match="'0.bias' is in the file but not in the module"):
+        precprobe.load_state(ours, path)
+
+
 def test_wrong_arguments_raise_python_errors(tmp_path):
     with pytest.raises(TypeError):
         precprobe.save_state(42, tmp_path / "x")

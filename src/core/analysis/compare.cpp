@@ -175,8 +175,8 @@ GroupResult compare_group(const GroupKey& key, const std::vector<OpRecord>& a,
   std::vector<int64_t> only_a, only_b;
   double seen_error = 0;
   // A place of ops of one run only, closed by the next compared op or the group's end.
-  auto close_place = [&](int64_t next_a, int64_t next_b) {
-    const PlaceEnd end{&origins.provenance_a(), &origins.provenance_b(), next_a, next_b};
+  auto close_place = [&](size_t at) {
+    const PlaceEnd end{&origins.provenance_a(), &origins.provenance_b(), &paired.pairs, at};
     for (PlaceVerdict& p : compare_place(a, b, only_a, only_b, seen_error, opt, end)) {
       // What the place's compared ops made counts as compared: a difference they pass on
       // is theirs, judged here.
@@ -202,7 +202,8 @@ GroupResult compare_group(const GroupKey& key, const std::vector<OpRecord>& a,
     std::string reconciled_at;
   };
   std::vector<Pending> pending;
-  for (const auto& [i, j] : paired.pairs) {
+  for (size_t at = 0; at < paired.pairs.size(); ++at) {
+    const auto [i, j] = paired.pairs[at];
     if (i < 0 || j < 0) {
       res.unmatched.push_back(i < 0 ? unmatched(b[j], "b") : unmatched(a[i], "a"));
       (i < 0 ? only_b : only_a).push_back(i < 0 ? j : i);
@@ -212,7 +213,7 @@ GroupResult compare_group(const GroupKey& key, const std::vector<OpRecord>& a,
         reconcile.one_run_op(true, static_cast<size_t>(i), origins.provenance_a(), a);
       continue;
     }
-    close_place(i, j);
+    close_place(at);
     const std::vector<InputOrigin> in_origins =
         origins.of(static_cast<size_t>(i), static_cast<size_t>(j));
     PairVerdict v = compare_pair(a[i], b[j], opt, loss_scale, &const_a, &const_b, use,
@@ -249,7 +250,7 @@ GroupResult compare_group(const GroupKey& key, const std::vector<OpRecord>& a,
     ++res.matched;
     ops.push_back(std::move(v.oc));
   }
-  close_place(-1, -1);
+  close_place(paired.pairs.size());
   if (std::any_of(pending.begin(), pending.end(),
                   [](const Pending& p) { return !p.reconciled_at.empty(); })) {
     std::vector<bool> drop(divergent.size(), false);

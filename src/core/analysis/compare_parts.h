@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "align.h"
 #include "arg_rules.h"
 #include "compare_group.h"
 #include "precprobe/analysis.h"
@@ -76,12 +77,14 @@ struct PlaceVerdict {
 
 class Provenance;
 
-/// The compared op that closes a place (positions in a and b; -1 at the group's end), and
-/// where each run's tensors were made.
+/// Where a place ends: the group's pairs and the position in them of the compared pair that
+/// closes the place (pairs->size() at the group's end), and where each run's tensors were
+/// made.
 struct PlaceEnd {
   const Provenance* prov_a = nullptr;
   const Provenance* prov_b = nullptr;
-  int64_t next_a = -1, next_b = -1;
+  const AlignPairs* pairs = nullptr;
+  size_t at = 0;
 };
 
 /// The comparisons of one place of ops of one run only (`only_a`, `only_b`: positions in a

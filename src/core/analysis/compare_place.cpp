@@ -2,6 +2,7 @@
 // of one run only compared by their results").
 #include <algorithm>
 #include <iterator>
+#include <tuple>
 
 #include "compare_parts.h"
 #include "pairing.h"
@@ -34,6 +35,38 @@ double output_bound(const OpRecord& r) {
   return nz.outputs.empty() ? 0 : nz.outputs[0].bound;
 }
 
+// The same op on other operands (a conv given a tensor padded by reflection and padding 0,
+// against padding 1): the inputs that differ in shape or in value, shown beside the output
+// that decides.
+void shown_input_differences(const OpRecord& la, const OpRecord& lb, OpCompare& oc) {
+  for (size_t k = 0; k < std::min(la.inputs.size(), lb.inputs.size()); ++k) {
+    const Arg& x = la.inputs[k];
+    const Arg& y = lb.inputs[k];
+    ArgCompare ac;
+    ac.io = "input";
+    ac.index = static_cast<int>(k);
+    if (x.is_tensor() && y.is_tensor()) {
+      if (x.tensor->shape == y.tensor->shape) continue;
+      compare_stats(*x.tensor, *y.tensor, ac);
+      auto text = [](const std::vector<int64_t>& shape) {
+        std::string t = "[";
+        for (size_t d = 0; d < shape.size(); ++d) t += (d ? "," : "") + std::to_string(shape[d]);
+        return t + "]";
+      };
+      ac.note = "shape differs: " + text(x.tensor->shape) + " vs " + text(y.tensor->shape);
+    } else if (!x.is_tensor() && !y.is_tensor()) {
+      if (x.value == y.value || spelled_default(x, y)) continue;
+      ac.tensor = false;
+      ac.exact = false;
+      ac.error = ac.abs_error = kCompareInf;
+      ac.note = "value differs: " + x.value + " vs " + y.value;
+    } else {
+      continue;
+    }
+    oc.args.push_back(std::move(ac));
+  }
+}
+
 PairVerdict judge_place(const OpRecord& la, const OpRecord& lb, double bound, double seen_error,
                         const CompareOptions& opt) {
   PairVerdict v;
@@ -54,6 +87,7 @@ PairVerdict judge_place(const OpRecord& la, const OpRecord& lb, double bound, do
   oc.ratio = !(oc.error > 0) ? 0 : allowed > 0 ? oc.error / allowed : kCompareInf;
   ac.note = "ops of one run only, compared by their output: " + la.name() + " vs " + lb.name();
   oc.args.push_back(std::move(ac));
+  if (la.op == lb.op) shown_input_differences(la, lb, oc);
   v.divergent = !oc.exact && oc.ratio > opt.noise_factor && oc.error - seen_error > opt.rtol;
   oc.classification = oc.exact ? "match" : v.divergent ? "divergent" : "noise";
   return v;
@@ -99,21 +133,37 @@ bool same_params_read(const std::vector<OpRecord>& a, const std::vector<int64_t>
   return !common.empty();
 }
 
-// The compared op after the place reads the place's last output in each run, as the same
-// input: the two last ops made what the computation goes on with. Python 2.x's multi-head
-// attention ends its input projection with v = proj[2], LibTorch's C++ with q * scaling; q is
-// read next on both sides, v and q are no one value.
+// The first compared op after the place that reads either run's last output reads both, as
+// the same input: the two last ops made what the computation goes on with. Python 2.x's
+// multi-head attention ends its input projection with v = proj[2], LibTorch's C++ with
+// q * scaling; q is read next on both sides, v and q are no one value. The reader need not
+// be the op that closes the place: BatchNorm's num_batches_tracked += 1 runs between a conv
+// and the batch_norm that reads it. The search stops after kFeedsWithin compared ops (an
+// output read that much later is not what the computation goes on with).
 bool feeds_next(const std::vector<OpRecord>& a, const std::vector<OpRecord>& b, int64_t la,
                 int64_t lb, const PlaceEnd& end) {
-  if (end.next_a < 0 || end.next_b < 0 || !end.prov_a || !end.prov_b) return false;
-  const OpRecord& next_a = a[static_cast<size_t>(end.next_a)];
-  const OpRecord& next_b = b[static_cast<size_t>(end.next_b)];
-  const size_t inputs = std::min(next_a.inputs.size(), next_b.inputs.size());
-  for (size_t k = 0; k < inputs; ++k) {
-    if (!next_a.inputs[k].is_tensor() || !next_b.inputs[k].is_tensor()) continue;
-    if (end.prov_a->producer(static_cast<size_t>(end.next_a), k) == la &&
-        end.prov_b->producer(static_cast<size_t>(end.next_b), k) == lb)
-      return true;
+  if (!end.pairs || !end.prov_a || !end.prov_b) return false;
+  constexpr int kFeedsWithin = 64;
+  auto reads = [](const Provenance& prov, const OpRecord& r, int64_t at, int64_t made, size_t k) {
+    return r.inputs[k].is_tensor() && prov.producer(static_cast<size_t>(at), k) == made;
+  };
+  int compared = 0;
+  for (size_t p = end.at; p < end.pairs->size() && compared < kFeedsWithin; ++p) {
+    const auto [i, j] = (*end.pairs)[p];
+    if (i < 0 || j < 0) continue;
+    ++compared;
+    const OpRecord& next_a = a[static_cast<size_t>(i)];
+    const OpRecord& next_b = b[static_cast<size_t>(j)];
+    bool read_a = false, read_b = false;
+    for (size_t k = 0; k < next_a.inputs.size(); ++k)
+      read_a |= reads(*end.prov_a, next_a, i, la, k);
+    for (size_t k = 0; k < next_b.inputs.size(); ++k)
+      read_b |= reads(*end.prov_b, next_b, j, lb, k);
+    if (!read_a && !read_b) continue;
+    const size_t inputs = std::min(next_a.inputs.size(), next_b.inputs.size());
+    for (size_t k = 0; k < inputs; ++k)
+      if (reads(*end.prov_a, next_a, i, la, k) && reads(*end.prov_b, next_b, j, lb, k)) return true;
+    return false;
   }
   return false;
 }
@@ -156,7 +206,17 @@ std::vector<PlaceVerdict> compare_place(const std::vector<OpRecord>& a,
     double bound = 0;  // the rounding the place may make: every op's, on both sides
     for (int64_t k : only_a) bound += output_bound(at(a, k));
     for (int64_t k : only_b) bound += output_bound(at(b, k));
-    out.push_back({judge_place(la, lb, bound, seen_error, opt), only_a.back(), only_b.back()});
+    PairVerdict v = judge_place(la, lb, bound, seen_error, opt);
+    // A layer without its bias: the parameters one side's ops of the place read alone.
+    const std::vector<std::string> pa = params_read(a, only_a), pb = params_read(b, only_b);
+    std::string alone;
+    for (const auto& [mine, theirs, side] :
+         {std::make_tuple(&pa, &pb, " (A only)"), std::make_tuple(&pb, &pa, " (B only)")})
+      for (const std::string& p : *mine)
+        if (!std::binary_search(theirs->begin(), theirs->end(), p))
+          alone += (alone.empty() ? "" : ", ") + p + side;
+    if (!alone.empty()) v.oc.args.front().note += "; parameters read by one run only: " + alone;
+    out.push_back({std::move(v), only_a.back(), only_b.back()});
   }
   return out;
 }

@@ -404,7 +404,7 @@ void save_state(const torch::nn::Module& module, const std::string& path,
   save_state(state_tensors(module), path, metadata);
 }
 
-void load_state(const NamedTensors& tensors, const std::string& path) {
+LoadResult load_state(const NamedTensors& tensors, const std::string& path, bool strict) {
   require_little_endian();
   Fd fd = open_for_reading(path);
   const Header h = read_header(fd.get(), path);
@@ -412,6 +412,7 @@ void load_state(const NamedTensors& tensors, const std::string& path) {
   for (const Entry& e : h.entries) in_file[e.name] = &e;
   std::vector<std::string> problems;
   std::set<std::string> wanted;
+  LoadResult result;
   for (const auto& [name, t] : tensors) {
     wanted.insert(name);
     auto it = in_file.find(name);
@@ -420,7 +421,10 @@ void load_state(const NamedTensors& tensors, const std::string& path) {
       continue;
     }
     if (it == in_file.end()) {
-      problems.push_back(quote_name(name) + " is missing from the file");
+      if (strict)
+        problems.push_back(quote_name(name) + " is missing from the file");
+      else
+        result.missing_keys.push_back(name);
       continue;
     }
     const Entry& e = *it->second;
@@ -434,9 +438,13 @@ void load_state(const NamedTensors& tensors, const std::string& path) {
                          " in the module");
     }
   }
-  for (const Entry& e : h.entries)
-    if (!wanted.count(e.name))
+  for (const Entry& e : h.entries) {
+    if (wanted.count(e.name)) continue;
+    if (strict)
       problems.push_back(quote_name(e.name) + " is in the file but not in the module");
+    else
+      result.unexpected_keys.push_back(e.name);
+  }
   if (!problems.empty()) {
     std::string msg = "precprobe: load_state: " + path + " does not match the module (" +
                       std::to_string(problems.size()) +
@@ -451,18 +459,22 @@ void load_state(const NamedTensors& tensors, const std::string& path) {
   // All read first: a read error leaves the module as it was.
   std::vector<at::Tensor> values;
   values.reserve(tensors.size());
-  for (const auto& [name, t] : tensors)
-    values.push_back(read_entry(fd.get(), h, *in_file.at(name), path));
+  for (const auto& [name, t] : tensors) {
+    auto it = in_file.find(name);
+    values.push_back(it == in_file.end() ? at::Tensor() : read_entry(fd.get(), h, *it->second, path));
+  }
   try {
-    for (size_t i = 0; i < tensors.size(); ++i) tensors[i].second.copy_(values[i]);
+    for (size_t i = 0; i < tensors.size(); ++i)
+      if (values[i].defined()) tensors[i].second.copy_(values[i]);
   } catch (const c10::Error& e) {
     throw Error("precprobe: load_state: copying into the module's tensors: " +
                 std::string(e.what_without_backtrace()));
   }
+  return result;
 }
 
-void load_state(torch::nn::Module& module, const std::string& path) {
-  load_state(state_tensors(module), path);
+LoadResult load_state(torch::nn::Module& module, const std::string& path, bool strict) {
+  return load_state(state_tensors(module), path, strict);
 }
 
 NamedTensors read_state(const std::string& path, std::map<std::string, std::string>* metadata) {

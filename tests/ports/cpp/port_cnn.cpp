@@ -4,7 +4,7 @@
 //   port_cnn --data ROOT [--steps 20] [--seed 1234] [--threads 1] [--dump DIR]
 //            [--config FILE] [--load-state FILE] [--save-state FILE] [--lr 0.01]
 //            planted bugs: [--norm-mean X] [--no-normalize] [--momentum X] [--bn-eps X]
-//                          [--dropout P]
+//                          [--dropout P] [--no-bias] [--reflect-padding]
 #include <precprobe/precprobe.h>
 #include <torch/torch.h>
 
@@ -13,17 +13,31 @@
 
 #include "port_flags.h"
 
+// The planted layer bugs: fc1 built without its bias, conv2 padding by reflection (the
+// original pads with zeros). Neither changes a shape.
+struct LayerBugs {
+  double bn1_eps = 1e-5;
+  double dropout_p = 0.25;
+  bool no_bias = false;
+  bool reflect_padding = false;
+};
+
 struct NetImpl : torch::nn::Module {
-  NetImpl(double bn1_eps, double dropout_p)
+  explicit NetImpl(const LayerBugs& bugs)
       : conv1(register_module("conv1",
                               torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 16, 3).padding(1)))),
         bn1(register_module(
-            "bn1", torch::nn::BatchNorm2d(torch::nn::BatchNorm2dOptions(16).eps(bn1_eps)))),
-        conv2(register_module("conv2",
-                              torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 3).padding(1)))),
+            "bn1", torch::nn::BatchNorm2d(torch::nn::BatchNorm2dOptions(16).eps(bugs.bn1_eps)))),
+        conv2(register_module(
+            "conv2",
+            torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 3).padding(1).padding_mode(
+                bugs.reflect_padding ? torch::nn::detail::conv_padding_mode_t(torch::kReflect)
+                                     : torch::nn::detail::conv_padding_mode_t(torch::kZeros))))),
         bn2(register_module("bn2", torch::nn::BatchNorm2d(32))),
-        dropout(register_module("dropout", torch::nn::Dropout(dropout_p))),
-        fc1(register_module("fc1", torch::nn::Linear(32 * 7 * 7, 128))),
+        dropout(register_module("dropout", torch::nn::Dropout(bugs.dropout_p))),
+        fc1(register_module(
+            "fc1",
+            torch::nn::Linear(torch::nn::LinearOptions(32 * 7 * 7, 128).bias(!bugs.no_bias)))),
         fc2(register_module("fc2", torch::nn::Linear(128, 10))) {}
 
   torch::Tensor forward(torch::Tensor x) {
@@ -85,12 +99,22 @@ int main(int argc, char** argv) try {
   const auto flags = ports::parse_flags(
       argc, argv, /*default_lr=*/0.01,
       {{"--norm-mean", 0.2860}, {"--momentum", 0.5}, {"--bn-eps", 1e-5}, {"--dropout", 0.25}},
-      {"--no-normalize"});
+      {"--no-normalize", "--no-bias", "--reflect-padding"});
   torch::set_num_threads(flags.threads);
   precprobe::seed_all(flags.seed, /*deterministic=*/true);
 
-  Net net(flags.value("--bn-eps"), flags.value("--dropout"));
-  if (!flags.load_state.empty()) precprobe::load_state(*net, flags.load_state);
+  LayerBugs bugs;
+  bugs.bn1_eps = flags.value("--bn-eps");
+  bugs.dropout_p = flags.value("--dropout");
+  bugs.no_bias = flags.has("--no-bias");
+  bugs.reflect_padding = flags.has("--reflect-padding");
+  Net net(bugs);
+  if (!flags.load_state.empty()) {
+    // Strict unless a planted bug leaves out a tensor the original has.
+    const auto left = precprobe::load_state(net, flags.load_state, /*strict=*/!bugs.no_bias);
+    for (const auto& name : left.unexpected_keys)
+      std::fprintf(stderr, "port_cnn: %s is in the state file but not in the port\n", name.c_str());
+  }
   if (!flags.save_state.empty()) precprobe::save_state(*net, flags.save_state);
   torch::manual_seed(flags.seed);
 

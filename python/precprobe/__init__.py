@@ -26,6 +26,7 @@ from . import _precprobe
 from ._precprobe import Error, Scope, SeedReport
 from ._debugger import PrecisionDebugger, _stop_all
 from ._state import save_state, load_state, read_state, state_tensors
+from ._compare import compare
 
 __version__ = _precprobe.__version__
 for _t in (Error, Scope, SeedReport):
@@ -35,6 +36,7 @@ del _t
 __all__ = [
     "Error",
     "PrecisionDebugger",
+    "compare",
     "Scope",
     "SeedReport",
     "seed_all",

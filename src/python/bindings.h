@@ -12,6 +12,8 @@ void bind_debugger(pybind11::module_& m);
 /// save_state, load_state, read_state, seed_all, Scope, the quiet tensor helpers
 /// (bind_tools.cpp).
 void bind_tools(pybind11::module_& m);
+/// compare: the CLI's compare verdict as JSON text (bind_compare.cpp).
+void bind_compare(pybind11::module_& m);
 
 }  // namespace python
 }  // namespace precprobe

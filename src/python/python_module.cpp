@@ -119,5 +119,6 @@ PYBIND11_MODULE(_precprobe, m) {
     }
   });
   pp::bind_tools(m);
+  pp::bind_compare(m);
   pp::bind_debugger(m);
 }

@@ -9,7 +9,8 @@ side by side by `precprobe compare --first --by module --json`.
   log_softmax + nll_loss) or their metrics (argmax / eq / sum / item on one side only).
 - Each planted port bug is named at its first effect: the step, the op, the module (""
   for the data pipeline before the model), and why (the cause).
-- --first and --by module name the same first op.
+- --first and --by module name the same first op; precprobe.compare (Python) returns what the
+  CLI prints, and `precprobe report --compare` names the same first op.
 
 Skipped without Debian's dataset-fashion-mnist, torchvision, or the built ports."""
 
@@ -21,6 +22,11 @@ import subprocess
 import sys
 
 import pytest
+
+try:
+    import precprobe
+except ImportError:  # skipped below without the built module
+    precprobe = None
 
 CLI = os.environ.get("PRECPROBE_CLI", "")
 BIN = os.environ.get("PRECPROBE_PORTS_BIN", "")
@@ -36,7 +42,7 @@ except ImportError:
     HAVE_TORCHVISION = False
 
 pytestmark = pytest.mark.skipif(
-    not (CLI and BIN and HAVE_TORCHVISION and
+    not (CLI and BIN and HAVE_TORCHVISION and precprobe is not None and
          all(os.path.exists(os.path.join(DATA, f + ".gz")) for f in FILES)),
     reason="needs the CLI, the ports (PRECPROBE_PORTS_BIN), torchvision and Debian's "
            "dataset-fashion-mnist")
@@ -76,12 +82,31 @@ def cpp_side(pair, data, dump, state, *flags):
                 "--dump", str(dump), "--load-state", str(state), *flags])
 
 
-def compare(a, b):
+def report_compare(a, b, tmp_path):
+    """The compare section `precprobe report A --compare B` embeds in its page."""
+    html = tmp_path / "report.html"
+    run([CLI, "report", str(a), "--compare", str(b), "-o", str(html)])
+    page = html.read_text()
+    tag = '<script type="application/json" id="precprobe-data">'
+    start = page.index(tag) + len(tag)
+    return json.loads(page[start:page.index("</script>", start)])["compare"]
+
+
+def compare(a, b, tmp_path=None):
     r = subprocess.run([CLI, "compare", str(a), str(b), "--first", "--by", "module", "--json"],
                        capture_output=True, text=True)
     assert r.returncode in (0, 1), r.stderr
     res = json.loads(r.stdout)
     assert (r.returncode == 1) == res["found"]
+    # One verdict: the Python API gives what the CLI prints, key for key.
+    assert precprobe.compare(a, b, first=True, by="module") == res
+    if tmp_path is not None:  # and the report names the same first op
+        page = report_compare(a, b, tmp_path)
+        assert page["result"]["divergent_ops"] == res["divergent_ops"]
+        if res["found"]:
+            assert (page["first"]["step"], page["first"]["name"]) == (res["step"], res["name"])
+        else:
+            assert page["first"] is None
     # One verdict: --by module's first divergent module holds --first's op.
     firsts = [m["first_divergent"] for m in res["modules"] if m.get("first_divergent")]
     if res["found"]:
@@ -109,7 +134,7 @@ def test_faithful_port_compares_clean(pair, python_runs, data_root, tmp_path):
     py, state, py_losses = python_runs[pair]
     text = cpp_side(pair, data_root, tmp_path / "cpp", state)
     assert len(losses(text)) == len(py_losses) == int(STEPS)
-    res = compare(py, tmp_path / "cpp")
+    res = compare(py, tmp_path / "cpp", tmp_path)
     assert not res["found"], json.dumps({k: res[k] for k in ("name", "step", "module", "cause")})
     assert res["divergent_ops"] == 0
     # The model's ops pair: most of what both run is compared.
@@ -156,7 +181,7 @@ def test_planted_port_bug_is_named(pair, cpp_flags, py_flags, config, step, op, 
         python_side(pair, data_root, py, tmp_path / "state.safetensors", *py_flags, *extra)
         state = tmp_path / "state.safetensors"
     cpp_side(pair, data_root, tmp_path / "cpp", state, *cpp_flags, *extra)
-    res = compare(py, tmp_path / "cpp")
+    res = compare(py, tmp_path / "cpp", tmp_path if pair == "cnn" else None)
     assert res["found"], f"{pair} {cpp_flags} {py_flags}: no divergent op"
     got = {k: res[k] for k in ("step", "name", "op", "module", "cause", "param")}
     assert res["step"] == step, got

@@ -186,6 +186,11 @@ struct SummaryResult {
   ScalerSummary scaler;
   /// Per (parameter, watchpoint), earliest first hit first (step order, then record order).
   std::vector<WatchHitCount> watch_hits;
+  /// The op watchpoint hits the run wrote live (events "watch"), in file order; JSON
+  /// "op_watch_hits". `precprobe watch DIR` judges a dump without them.
+  std::vector<OpWatchHit> op_watch_hits;
+  /// The first step with a non-finite op output; JSON "first_nonfinite_step".
+  std::optional<int64_t> first_nonfinite_step;
   /// The first rank's logged losses, in order of first use; in the JSON as "losses".
   std::vector<LossSummary> losses;
   ReplicaSummary replicas;

@@ -33,6 +33,7 @@
 #include <c10/util/intrusive_ptr.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -343,6 +344,16 @@ class PrecisionDebugger {
 
   DebuggerCounters counters() const noexcept;
   const DebuggerOptions& options() const noexcept;
+
+  /// Called for each op watchpoint hit (config "watch": the model's activations against their
+  /// own history; docs/watchpoints.md), on the thread that calls step() or stop(), at the
+  /// first step() after the hit's record was written (asynchronous statistics: a step or two
+  /// after the hit's step; stop() delivers the rest). Exceptions are caught and reported
+  /// through report_error(). Replaces an earlier callback; an empty one turns it off.
+  void on_watch(std::function<void(const OpWatchHit&)> callback);
+  /// Every op watchpoint hit judged so far, in the order they fired: what events.jsonl.zst
+  /// holds ("watch") and `precprobe watch DIR` recomputes.
+  std::vector<OpWatchHit> watch_hits() const;
 
   /// The started debugger of this process, or nullptr.
   static PrecisionDebugger* current() noexcept;

@@ -100,7 +100,8 @@ inline constexpr std::string_view kLoss = "loss";  ///< logged by the user
 inline constexpr std::string_view kStepEndEventName = "step_end";
 
 /// Whether an events line is the debugger's own rather than a scalar the user logged: the
-/// checklist's "check/...", the replica checks' "replicas/...", "anomaly" and "step_end".
+/// checklist's "check/...", the replica checks' "replicas/...", "anomaly", "watch" and
+/// "step_end".
 bool is_debugger_event(std::string_view name) noexcept;
 
 /// Whether a logged scalar is a loss: its name contains "loss" in any case ("loss", "d_loss",

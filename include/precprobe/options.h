@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "precprobe/op_watch.h"
 #include "precprobe/writer.h"
 
 namespace precprobe {
@@ -185,6 +186,10 @@ struct DebuggerOptions {
   RecordMode record = RecordMode::kAlways;
   /// "on_anomaly": the triggers of "record": "on_anomaly".
   AnomalyTriggers on_anomaly;
+  /// "watch": the op watchpoints (precprobe/op_watch.h, docs/watchpoints.md): the model's
+  /// activations judged against their own history as they are written; hits in the events
+  /// stream ("watch") and through PrecisionDebugger::watch_hits(). false: off.
+  OpWatchOptions watch;
   /// "max_calls_per_op": record at most this many calls of each op name (per direction)
   /// per step, the first ones; -1 = all. Later calls cost a callback and a counter.
   int64_t max_calls_per_op = -1;

@@ -126,6 +126,10 @@ class DumpReader {
   /// over). The filter's steps and ranks apply; name_contains does not.
   void for_each_anomaly(const RecordFilter& filter,
                         const std::function<bool(const AnomalyEvent&)>& fn);
+  /// The op watchpoint hits the debugger wrote (events "watch"; precprobe/op_watch.h), in
+  /// file order. The filter's steps and ranks apply; name_contains does not.
+  void for_each_watch(const RecordFilter& filter, const std::function<bool(const OpWatchHit&)>& fn);
+  std::vector<OpWatchHit> watch_hits(const RecordFilter& filter = {});
 
   /// Convenience: all matching records in memory.
   std::vector<OpRecord> ops(const RecordFilter& filter = {});

@@ -199,6 +199,29 @@ struct AnomalyEvent {
   bool is_anomaly() const noexcept { return name == kAnomalyEventName; }
 };
 
+/// The name of the event of an op watchpoint hit (precprobe/op_watch.h); reserved: not a
+/// user scalar. Its line parses as a ScalarRecord too (value = the statistic).
+inline constexpr std::string_view kWatchEventName = "watch";
+
+/// One op watchpoint hit (events.jsonl.zst, name "watch"; docs/dump-format.md): a condition
+/// that started at this op of this module.
+struct OpWatchHit {
+  int64_t step = 0;      ///< "step"
+  std::string name;      ///< "name": kWatchEventName
+  double value = 0;      ///< "value": the statistic judged (max |x|, a fraction, a count)
+  std::string watch;     ///< "watch": e.g. "tensor_too_large"
+  std::string module;    ///< "module": "" before the model's first parameter
+  std::string record;    ///< "record": OpRecord::name() of the op, "aten::relu.3.forward"
+  std::string op;        ///< "op": "aten::relu"
+  int64_t seq = 0;       ///< "seq": the op's seq in its step
+  double threshold = 0;  ///< "threshold": the bound crossed (for a median rule, at this step)
+  std::string detail;    ///< "detail": human text, "max |x| 1.2e+03 > 10 x median 98.1"
+  int rank = 0;          ///< filled by the reader
+
+  bool is_watch() const noexcept { return name == kWatchEventName; }
+  bool operator==(const OpWatchHit& o) const noexcept;
+};
+
 /// True for the debugger's anomaly event read as a scalar: not a user scalar.
 inline bool is_anomaly_event(const ScalarRecord& r) noexcept { return r.name == kAnomalyEventName; }
 
@@ -220,5 +243,12 @@ bool parse_record(std::string_view line, GradRecord& out, std::string* error = n
 bool parse_record(std::string_view line, ScalarRecord& out, std::string* error = nullptr);
 /// Parses any events line (name required); out.is_anomaly() tells whether it is one.
 bool parse_record(std::string_view line, AnomalyEvent& out, std::string* error = nullptr);
+/// Keys in the documented order: step, name, value, watch, module, record, op, seq,
+/// threshold, detail.
+void append_json(const OpWatchHit& r, std::string& out);
+/// The hit as the ScalarRecord the DumpWriter writes (its members after "value" in extra).
+ScalarRecord to_scalar_record(const OpWatchHit& r);
+/// Parses any events line (name required); out.is_watch() tells whether it is a hit.
+bool parse_record(std::string_view line, OpWatchHit& out, std::string* error = nullptr);
 
 }  // namespace precprobe

@@ -15,8 +15,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
+#include "precprobe/op_watch.h"
 #include "precprobe/records.h"
 
 namespace precprobe {
@@ -59,6 +62,9 @@ struct WriterOptions {
   /// frames that hold nothing they look for. Off writes the streams of format version 1.x
   /// before digests (tests of readers of such dumps).
   bool frame_digests = true;
+  /// The op watchpoints judged on the writer thread as each op record is written
+  /// (precprobe/op_watch.h); each hit also goes to events.jsonl.zst ("watch"). nullopt: off.
+  std::optional<OpWatchOptions> watch;
 };
 
 /// Counters, readable at any time from any thread.
@@ -68,7 +74,8 @@ struct WriterCounters {
   uint64_t bytes_uncompressed = 0;
   uint64_t bytes_compressed = 0;
   uint64_t frames = 0;
-  bool failed = false;  ///< an I/O error stopped writing
+  bool failed = false;      ///< an I/O error stopped writing
+  uint64_t watch_hits = 0;  ///< op watchpoint hits (WriterOptions::watch)
 };
 
 class DumpWriter {
@@ -107,6 +114,9 @@ class DumpWriter {
   void close() noexcept;
 
   WriterCounters counters() const noexcept;
+  /// The op watchpoint hits from the `from`-th on (0: all), in the order they fired; each
+  /// one's event is in events.jsonl.zst once its frame is written. Any thread.
+  std::vector<OpWatchHit> watch_hits(size_t from = 0) const;
   const std::string& dir() const noexcept;
 
  private:

@@ -267,6 +267,13 @@ class PrecisionDebugger:
     def counters(self):
         return self._dbg.counters()
 
+    def watch_hits(self):
+        """The op watchpoint hits judged so far (config "watch"; docs/watchpoints.md), in the
+        order they fired, as dicts: step, rank, module, watch, record, op, seq, value,
+        threshold, detail. The records of the last step or two may still be on their way to
+        the writer; after stop() every hit is here."""
+        return json.loads(self._dbg.watch_hits_json())
+
     def parameter_name(self, tensor):
         """The name of a parameter of the started models ("fc1.weight"), else ""."""
         return self._dbg.parameter_name(tensor)

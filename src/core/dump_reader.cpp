@@ -100,6 +100,9 @@ bool selects(const RecordFilter& f, const ScalarRecord& r) {
 bool selects(const RecordFilter& f, const AnomalyEvent& r) {
   return r.is_anomaly() && selects_step(f, r.step);
 }
+bool selects(const RecordFilter& f, const OpWatchHit& r) {
+  return r.is_watch() && selects_step(f, r.step);
+}
 
 }  // namespace
 
@@ -351,6 +354,20 @@ void DumpReader::for_each_scalar(const RecordFilter& filter,
 void DumpReader::for_each_anomaly(const RecordFilter& filter,
                                   const std::function<bool(const AnomalyEvent&)>& fn) {
   read_all<AnomalyEvent>(ranks_, statuses_, StreamKind::kEvents, filter, fn, digests_);
+}
+
+void DumpReader::for_each_watch(const RecordFilter& filter,
+                                const std::function<bool(const OpWatchHit&)>& fn) {
+  read_all<OpWatchHit>(ranks_, statuses_, StreamKind::kEvents, filter, fn, digests_);
+}
+
+std::vector<OpWatchHit> DumpReader::watch_hits(const RecordFilter& filter) {
+  std::vector<OpWatchHit> v;
+  for_each_watch(filter, [&](const OpWatchHit& r) {
+    v.push_back(r);
+    return true;
+  });
+  return v;
 }
 
 std::vector<OpRecord> DumpReader::ops(const RecordFilter& filter) {

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
@@ -30,6 +31,7 @@
 #include "file_output.h"
 #include "frame_digest.h"
 #include "frame_stream.h"
+#include "precprobe/dump_format.h"
 #include "precprobe/error.h"
 #include "precprobe/writer.h"
 
@@ -107,6 +109,7 @@ void prepare_directory(const WriterOptions& o) {
 
 struct DumpWriter::Impl {
   explicit Impl(WriterOptions o) : opt(std::move(o)) {
+    if (opt.watch && opt.watch->enable) watcher = std::make_unique<OpWatcher>(*opt.watch);
     if (opt.queue_capacity == 0) opt.queue_capacity = 1;
     if (opt.flush_every_records == 0) opt.flush_every_records = 1;
     if (opt.flush_interval_ms <= 0) opt.flush_interval_ms = 1;
@@ -139,6 +142,16 @@ struct DumpWriter::Impl {
   std::atomic<bool> failed{false};
   std::atomic<uint64_t> written{0}, dropped{0}, bytes_in{0}, bytes_out{0}, frames{0};
 
+  // The op watchpoints: judged on the writer thread; the module order arrives with the
+  // first meta.json (pending_modules, under meta_mu); the hits are read from any thread.
+  std::unique_ptr<OpWatcher> watcher;
+  std::atomic<bool> modules_pending{false};
+  bool modules_set = false;  // the first write_meta(RunMeta) gave them
+  std::optional<RunMeta> pending_modules;
+  mutable std::mutex hits_mu;
+  std::vector<OpWatchHit> hits;
+  std::vector<OpWatchHit> fresh_hits;  // writer thread: of the record being written
+
   std::mutex close_mu;
   bool closed = false;
   std::mutex meta_mu;
@@ -149,7 +162,9 @@ struct DumpWriter::Impl {
     FrameWriter file;
     size_t records = 0;  // in the frame being built
     Clock::time_point first{};
-    FrameDigest digest;  // of the frame being built (op records, when opt.frame_digests)
+    FrameDigest digest;    // of the frame being built (op records, when opt.frame_digests)
+    size_t uncounted = 0;  // of `records`: the writer's own lines (watch hits), not submitted
+    size_t submitted() const { return records - std::min(uncounted, records); }
   };
   std::array<Stream, kStreams> streams;
   std::string error_scratch;
@@ -158,6 +173,7 @@ struct DumpWriter::Impl {
   bool submit(R&& r) noexcept;
   void request_flush(bool wait, int64_t step_end = -1) noexcept;
   void write_step_end(int64_t step);
+  void watch(const OpRecord& r);
   void run() noexcept;
   void process(Item& item);
   void encode(StreamKind kind, const Item& item);
@@ -310,6 +326,27 @@ void DumpWriter::Impl::encode(StreamKind kind, const Item& item) {
       item);
   if (s.records++ == 0) s.first = Clock::now();
   if (s.records >= opt.flush_every_records) end_frame(i);
+  if (watcher && kind == StreamKind::kOps) watch(std::get<OpRecord>(item));
+}
+
+// The record as written, judged: each hit's event follows it into events.jsonl.zst (not a
+// submitted record: the counters stay those of submit()).
+void DumpWriter::Impl::watch(const OpRecord& r) {
+  if (modules_pending.exchange(false)) {
+    std::lock_guard<std::mutex> lock(meta_mu);
+    if (pending_modules) watcher->set_modules(*pending_modules);
+    pending_modules.reset();
+  }
+  fresh_hits.clear();
+  watcher->observe(r, fresh_hits);
+  if (fresh_hits.empty()) return;
+  Stream& events = streams[static_cast<size_t>(StreamKind::kEvents)];
+  for (const OpWatchHit& h : fresh_hits) {
+    ++events.uncounted;
+    encode(StreamKind::kEvents, Item(std::in_place_type<ScalarRecord>, to_scalar_record(h)));
+  }
+  std::lock_guard<std::mutex> lock(hits_mu);
+  hits.insert(hits.end(), fresh_hits.begin(), fresh_hits.end());
 }
 
 // After end_all_frames(): every earlier record is in a frame that write(2) took, so the event
@@ -345,11 +382,12 @@ void DumpWriter::Impl::end_frame(size_t i) {
     return;
   }
   if (digested) s.digest = FrameDigest{};
-  written.fetch_add(s.records, std::memory_order_relaxed);
+  written.fetch_add(s.submitted(), std::memory_order_relaxed);
   bytes_in.fetch_add(s.file.bytes_in() - in0, std::memory_order_relaxed);
   bytes_out.fetch_add(s.file.bytes_out() - out0, std::memory_order_relaxed);
   frames.fetch_add(1, std::memory_order_relaxed);
   s.records = 0;
+  s.uncounted = 0;
 }
 
 void DumpWriter::Impl::end_all_frames(bool sync) {
@@ -382,8 +420,9 @@ std::optional<Clock::time_point> DumpWriter::Impl::next_deadline() const {
 void DumpWriter::Impl::fail(const std::string& message) {
   if (failed.exchange(true)) return;
   for (Stream& s : streams) {  // buffered records will never reach the file
-    dropped.fetch_add(s.records, std::memory_order_relaxed);
+    dropped.fetch_add(s.submitted(), std::memory_order_relaxed);
     s.records = 0;
+    s.uncounted = 0;
     s.file.buffer().clear();
   }
   report_error(fmt::format("dump writer stopped, later records are dropped: {}", message));
@@ -408,6 +447,12 @@ DumpWriter::DumpWriter(WriterOptions options) {
 DumpWriter::~DumpWriter() { close(); }
 
 void DumpWriter::write_meta(const RunMeta& meta) {
+  if (impl_->watcher && !impl_->modules_set) {
+    impl_->modules_set = true;
+    std::lock_guard<std::mutex> lock(impl_->meta_mu);
+    impl_->pending_modules = meta;
+    impl_->modules_pending.store(true);
+  }
   // A path or host name that is not UTF-8 is written with U+FFFD, never thrown.
   write_meta(meta.to_json().dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
 }
@@ -453,7 +498,15 @@ WriterCounters DumpWriter::counters() const noexcept {
   c.bytes_compressed = impl_->bytes_out.load(std::memory_order_relaxed);
   c.frames = impl_->frames.load(std::memory_order_relaxed);
   c.failed = impl_->failed.load(std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(impl_->hits_mu);
+  c.watch_hits = impl_->hits.size();
   return c;
+}
+
+std::vector<OpWatchHit> DumpWriter::watch_hits(size_t from) const {
+  std::lock_guard<std::mutex> lock(impl_->hits_mu);
+  if (from >= impl_->hits.size()) return {};
+  return {impl_->hits.begin() + static_cast<std::ptrdiff_t>(from), impl_->hits.end()};
 }
 
 const std::string& DumpWriter::dir() const noexcept { return impl_->opt.dir; }

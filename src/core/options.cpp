@@ -273,6 +273,7 @@ void DebuggerOptions::validate() const {
   check_int("max_tensor_bytes", max_tensor_bytes, detail::kMaxTensorBytesLimits);
   check_int("replica_check_every", replica_check_every, detail::kReplicaCheckLimits);
   detail::validate_record(*this);
+  watch.validate();
   check_int("max_calls_per_op", max_calls_per_op, detail::kMaxCallsPerOpLimits);
   if (max_calls_per_op == 0) {
     fail_key("max_calls_per_op", "0 would record nothing; allowed: -1 (all calls) or >= 1");
@@ -341,6 +342,7 @@ ordered_json DebuggerOptions::to_json_value() const {
   j["replica_check_every"] = replica_check_every;
   j["record"] = detail::record_mode_name(record);
   j["on_anomaly"] = detail::on_anomaly_json(on_anomaly);
+  j["watch"] = watch.to_json_value();
   j["max_calls_per_op"] = max_calls_per_op;
   j["reuse_across_steps"] = reuse_across_steps;
   j["tune_malloc"] = tune_malloc;

@@ -41,6 +41,8 @@ void parse_record_mode(const nlohmann::json& v, const std::string& key, Debugger
 void parse_on_anomaly(const nlohmann::json& v, const std::string& key, DebuggerOptions& o);
 void validate_record(const DebuggerOptions& o);
 nlohmann::ordered_json on_anomaly_json(const AnomalyTriggers& t);
+// "watch" (options_watch.cpp).
+void parse_watch(const nlohmann::json& v, const std::string& key, DebuggerOptions& o);
 
 /// "an integer in 1..19", "an integer >= 0".
 std::string describe_limits(const IntLimits& limits);

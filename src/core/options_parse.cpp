@@ -344,6 +344,7 @@ const KeySpec kTopKeys[] = {
      }},
     {"record", parse_record_mode},
     {"on_anomaly", parse_on_anomaly},
+    {"watch", parse_watch},
     {"reuse_across_steps", set_bool<&DebuggerOptions::reuse_across_steps>},
     {"tune_malloc", set_bool<&DebuggerOptions::tune_malloc>},
     {"max_calls_per_op",

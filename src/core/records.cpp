@@ -263,11 +263,15 @@ void append_args(const char* quoted_key, size_t key_size, const std::vector<Arg>
 
 bool OpRecord::outputs_uninitialized() const noexcept {
   // Every allocation without a fill, LibTorch 1.13 to 2.x.
-  static constexpr std::string_view kOps[] = {
-      "aten::empty",           "aten::empty_like",        "aten::empty_strided",
-      "aten::empty_permuted",  "aten::empty_quantized",   "aten::new_empty",
-      "aten::new_empty_strided", "aten::_empty_affine_quantized",
-      "aten::_empty_per_channel_affine_quantized"};
+  static constexpr std::string_view kOps[] = {"aten::empty",
+                                              "aten::empty_like",
+                                              "aten::empty_strided",
+                                              "aten::empty_permuted",
+                                              "aten::empty_quantized",
+                                              "aten::new_empty",
+                                              "aten::new_empty_strided",
+                                              "aten::_empty_affine_quantized",
+                                              "aten::_empty_per_channel_affine_quantized"};
   for (auto k : kOps) {
     if (op == k) return true;
   }
@@ -427,6 +431,54 @@ void append_json(const AnomalyEvent& r, std::string& out) {
   int_field(o, "\"value\":", r.step);
   anomaly_fields(o, r);
   end_line(o);
+}
+
+namespace {
+
+// The members after "value", in the documented order.
+void watch_fields(TextOut& o, const OpWatchHit& r) {
+  str_field(o, "\"watch\":", r.watch);
+  str_field(o, "\"module\":", r.module);
+  str_field(o, "\"record\":", r.record);
+  str_field(o, "\"op\":", r.op);
+  int_field(o, "\"seq\":", r.seq);
+  number_field(o, "threshold", r.threshold);
+  str_field(o, "\"detail\":", r.detail);
+}
+
+}  // namespace
+
+void append_json(const OpWatchHit& r, std::string& out) {
+  TextOut o(out);
+  o.reserve(1);
+  o.put('{');
+  int_field(o, "\"step\":", r.step);
+  str_field(o, "\"name\":", kWatchEventName);
+  number_field(o, "value", r.value);
+  watch_fields(o, r);
+  end_line(o);
+}
+
+ScalarRecord to_scalar_record(const OpWatchHit& r) {
+  ScalarRecord s;
+  s.step = r.step;
+  s.name = std::string(kWatchEventName);
+  s.value = r.value;
+  {
+    TextOut o(s.extra);
+    watch_fields(o, r);
+  }
+  if (!s.extra.empty() && s.extra.back() == ',') s.extra.pop_back();  // the writer adds one
+  return s;
+}
+
+bool OpWatchHit::operator==(const OpWatchHit& o) const noexcept {
+  auto same = [](double x, double y) {
+    return (!(x < y) && !(y < x)) || (std::isnan(x) && std::isnan(y));
+  };
+  return step == o.step && watch == o.watch && module == o.module && record == o.record &&
+         op == o.op && seq == o.seq && same(value, o.value) && same(threshold, o.threshold) &&
+         detail == o.detail && rank == o.rank;
 }
 
 ScalarRecord to_scalar_record(const AnomalyEvent& r) {

@@ -95,7 +95,7 @@ std::string_view stream_file_name(StreamKind kind) noexcept {
 bool is_debugger_event(std::string_view name) noexcept {
   const auto starts = [&](std::string_view p) { return name.substr(0, p.size()) == p; };
   return starts("check/") || starts("replicas/") || name == kAnomalyEventName ||
-         name == kStepEndEventName;
+         name == kStepEndEventName || name == kWatchEventName;
 }
 
 bool is_loss_scalar(std::string_view name) noexcept {

@@ -27,6 +27,7 @@
 #include "mirror.h"
 #include "precprobe/debugger.h"
 #include "precprobe/error.h"
+#include "precprobe/op_watch.h"
 #include "precprobe/records.h"
 
 namespace py = pybind11;
@@ -268,6 +269,12 @@ void bind_debugger(py::module_& m) {
       .def("rank", [](PyDebugger& d) { return d.get().rank(); })
       .def("world_size", [](PyDebugger& d) { return d.get().world_size(); })
       .def("options_json", [](PyDebugger& d) { return d.get().options().to_json(); })
+      .def("watch_hits_json",
+           [](PyDebugger& d) {
+             nlohmann::json j = nlohmann::json::array();
+             for (const OpWatchHit& h : d.get().watch_hits()) j.push_back(watch_hit_json(h));
+             return j.dump();
+           })
       .def("parameter_name", [](PyDebugger& d, const at::Tensor& t) {
         return d.locked([&] { return d.get().parameter_name(t); });
       });

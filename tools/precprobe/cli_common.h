@@ -100,5 +100,6 @@ void add_report_command(CLI::App& app, int& exit_code);
 void add_check_command(CLI::App& app, int& exit_code);
 void add_repro_command(CLI::App& app, int& exit_code);
 void add_precision_command(CLI::App& app, int& exit_code);
+void add_watch_command(CLI::App& app, int& exit_code);
 
 }  // namespace precprobe::cli

@@ -7,6 +7,7 @@
 
 #include "cli_common.h"
 #include "precprobe/checklist.h"
+#include "precprobe/op_watch.h"
 
 namespace precprobe::cli {
 namespace {
@@ -82,6 +83,30 @@ std::optional<double> figure(const CheckItem* c, std::string_view key) {
 
 // One line per replayed anomaly ("record": "on_anomaly") of the first rank that has any;
 // the other ranks' are counted (a replay runs on every rank).
+// The op watchpoints the run judged live: how many, the earliest, and how many steps it came
+// before the first NaN/Inf (docs/watchpoints.md).
+void print_op_watch(const SummaryResult& s, const Terminal& term) {
+  const bool live = s.meta.config.is_object() && s.meta.config.contains("watch");
+  if (s.op_watch_hits.empty()) {
+    if (live) std::cout << paint(term, Tone::kGreen, "op watch      none") << '\n';
+    return;
+  }
+  const OpWatchHit* early = nullptr;
+  for (const OpWatchHit& h : s.op_watch_hits) {
+    if (h.watch == "tensor_overflow") continue;
+    if (s.first_nonfinite_step && h.step > *s.first_nonfinite_step) continue;
+    if (!early || h.step < early->step) early = &h;
+  }
+  const OpWatchHit& first = early ? *early : s.op_watch_hits.front();
+  std::string line =
+      fmt::format("op watch      {} hits (earliest: {} in {} at step {}", s.op_watch_hits.size(),
+                  first.watch, first.module.empty() ? "-" : first.module, first.step);
+  if (early && s.first_nonfinite_step)
+    line += fmt::format(", {} steps before the first NaN/Inf at step {}",
+                        *s.first_nonfinite_step - early->step, *s.first_nonfinite_step);
+  std::cout << paint(term, Tone::kYellow, line + "; precprobe watch DIR lists them)") << '\n';
+}
+
 void print_anomalies(const SummaryResult& s, const Terminal& term) {
   if (s.anomalies.empty()) return;
   const int rank = s.anomalies.front().rank;
@@ -212,6 +237,7 @@ void print_verdict(const SummaryResult& s, const ChecklistResult& check, const T
   } else if (s.grad_records > 0) {
     std::cout << paint(term, Tone::kGreen, "watchpoints   none") << '\n';
   }
+  print_op_watch(s, term);
   std::vector<std::string> grads;
   if (s.nonfinite_grad_records > 0)
     grads.push_back(fmt::format("{} records with NaN/Inf", s.nonfinite_grad_records));
@@ -293,6 +319,15 @@ void print_summary(const SummaryResult& s, bool verbose, const Terminal& term) {
     }
   } else {
     std::cout << paint(term, Tone::kGreen, "non-finite    none in op outputs") << '\n';
+  }
+  if (!s.op_watch_hits.empty() && verbose) {
+    std::cout << "op watchpoints (docs/watchpoints.md):\n";
+    Table t({"step", "rank", "module", "watch", "op", "value", "bound"});
+    for (const OpWatchHit& h : s.op_watch_hits)
+      t.add({num(h.step), num(int64_t{h.rank}), h.module.empty() ? "-" : h.module, h.watch,
+             h.record, num(h.value), num(h.threshold)},
+            Tone::kYellow);
+    t.print(std::cout, term, "    ");
   }
   if (!s.watch_hits.empty() && verbose) {
     std::cout << "watchpoints:\n";

@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
     add_check_command(app, exit_code);
     add_repro_command(app, exit_code);
     add_precision_command(app, exit_code);
+    add_watch_command(app, exit_code);
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

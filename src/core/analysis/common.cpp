@@ -123,41 +123,43 @@ ModuleOp module_op(const OpRecord& r) {
   return {consumed_module(r), r.dir, r.seqnr, is_dropout_op(r.op), r.depth};
 }
 
+std::string ModuleAttributor::next(const ModuleOp& p) {
+  const bool by_node = rule_ == BackwardRule::kByNode;
+  std::string* current = p.dir == Direction::kBackward && by_node ? &backward_ : &forward_;
+  if (p.consumed) {
+    *current = *p.consumed;
+    if (p.dir == Direction::kForward) {
+      anchor_ = *p.consumed;
+      dropouts_ = 0;
+    }
+  } else if (order_ && p.dir == Direction::kForward && p.dropout) {
+    const bool nested = has_last_forward_ && last_forward_dropout_ && last_forward_depth_ < p.depth;
+    if (!nested) {
+      if (auto m = order_->dropout_after(anchor_, dropouts_)) forward_ = std::move(*m);
+      ++dropouts_;
+    }
+  }
+  if (p.dir == Direction::kForward) {
+    has_last_forward_ = true;
+    last_forward_dropout_ = p.dropout;
+    last_forward_depth_ = p.depth;
+  }
+  std::string module = *current;
+  if (by_node && p.dir == Direction::kForward && p.sn >= 0) {
+    node_module_.try_emplace(p.sn, module);
+  } else if (by_node && p.dir == Direction::kBackward && p.sn >= 0) {
+    auto it = node_module_.find(p.sn);
+    if (it != node_module_.end()) module = it->second;
+  }
+  return module;
+}
+
 std::vector<std::string> attribute_modules(const std::vector<ModuleOp>& ops,
                                            const ModuleOrder* order, BackwardRule rule) {
   std::vector<std::string> out;
   out.reserve(ops.size());
-  std::unordered_map<int64_t, std::string> node_module;  // sn -> module of its forward op
-  std::string forward, backward;                         // kInherit: `forward` for both
-  std::string anchor;    // the module of the last parameter the forward read
-  int64_t dropouts = 0;  // dropout ops since then
-  const ModuleOp* last_forward = nullptr;
-  const bool by_node = rule == BackwardRule::kByNode;
-  for (const ModuleOp& p : ops) {
-    std::string* current = p.dir == Direction::kBackward && by_node ? &backward : &forward;
-    if (p.consumed) {
-      *current = *p.consumed;
-      if (p.dir == Direction::kForward) {
-        anchor = *p.consumed;
-        dropouts = 0;
-      }
-    } else if (order && p.dir == Direction::kForward && p.dropout) {
-      const bool nested = last_forward && last_forward->dropout && last_forward->depth < p.depth;
-      if (!nested) {
-        if (auto m = order->dropout_after(anchor, dropouts)) forward = std::move(*m);
-        ++dropouts;
-      }
-    }
-    if (p.dir == Direction::kForward) last_forward = &p;
-    std::string module = *current;
-    if (by_node && p.dir == Direction::kForward && p.sn >= 0) {
-      node_module.try_emplace(p.sn, module);
-    } else if (by_node && p.dir == Direction::kBackward && p.sn >= 0) {
-      auto it = node_module.find(p.sn);
-      if (it != node_module.end()) module = it->second;
-    }
-    out.push_back(std::move(module));
-  }
+  ModuleAttributor attribute(order, rule);
+  for (const ModuleOp& p : ops) out.push_back(attribute.next(p));
   return out;
 }
 

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "precprobe/dump_format.h"
@@ -67,6 +68,27 @@ enum class BackwardRule {
   /// The forward rule goes on through the backward: the ops after an op reading a parameter
   /// inherit its module, whatever their direction: `summary` and `compare --by module`.
   kInherit,
+};
+
+/// attribute_modules() one op at a time, for a stream of one step's ops in seq order (a new
+/// step: a new attributor).
+class ModuleAttributor {
+ public:
+  explicit ModuleAttributor(const ModuleOrder* order = nullptr,
+                            BackwardRule rule = BackwardRule::kByNode)
+      : order_(order), rule_(rule) {}
+  /// The module of the next op.
+  std::string next(const ModuleOp& p);
+
+ private:
+  const ModuleOrder* order_;
+  BackwardRule rule_;
+  std::unordered_map<int64_t, std::string> node_module_;  // sn -> module of its forward op
+  std::string forward_, backward_;                        // kInherit: `forward_` for both
+  std::string anchor_;    // the module of the last parameter the forward read
+  int64_t dropouts_ = 0;  // dropout ops since then
+  bool has_last_forward_ = false, last_forward_dropout_ = false;
+  int32_t last_forward_depth_ = 0;
 };
 
 /// The module of each op of one step of one rank, `ops` in seq order: a forward op reading a

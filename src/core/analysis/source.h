@@ -30,6 +30,8 @@ class RecordSource {
   virtual void grads(const std::function<bool(const GradRecord&)>& fn) = 0;
   virtual void scalars(const std::function<bool(const ScalarRecord&)>& fn) = 0;
   virtual void anomalies(const std::function<bool(const AnomalyEvent&)>& fn) = 0;
+  /// The live op watchpoint hits (none in a DumpData).
+  virtual void watch_hits(const std::function<bool(const OpWatchHit&)>& fn) { (void)fn; }
 };
 
 class ReaderSource final : public RecordSource {
@@ -60,6 +62,9 @@ class ReaderSource final : public RecordSource {
   }
   void anomalies(const std::function<bool(const AnomalyEvent&)>& fn) override {
     reader_.for_each_anomaly(read_.filter, fn);
+  }
+  void watch_hits(const std::function<bool(const OpWatchHit&)>& fn) override {
+    reader_.for_each_watch(read_.filter, fn);
   }
 
  private:

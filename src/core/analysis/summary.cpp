@@ -8,6 +8,7 @@
 #include "modules.h"
 #include "precprobe/dump_format.h"
 #include "precprobe/error.h"
+#include "precprobe/op_watch.h"
 #include "replicas.h"
 #include "run_state.h"
 #include "source.h"
@@ -92,6 +93,8 @@ void count_ops(RecordSource& src, SummaryResult& s) {
     if (r.outputs_non_finite()) {
       ++s.nonfinite_op_records;
       ++bad[r.op];
+      if (!s.first_nonfinite_step || r.step < *s.first_nonfinite_step)
+        s.first_nonfinite_step = r.step;
     }
     if (s.by_module) modules.add(r);
     return true;
@@ -106,6 +109,9 @@ void count_ops(RecordSource& src, SummaryResult& s) {
           for (const FrameDigest::Step& st : d.steps) {
             per_step[st.step] += st.records;
             s.nonfinite_op_records += st.nonfinite_outputs;
+            if (st.nonfinite_outputs > 0 &&
+                (!s.first_nonfinite_step || st.step < *s.first_nonfinite_step))
+              s.first_nonfinite_step = st.step;
           }
           for (const auto& [op, n] : d.nonfinite_ops) bad[op] += n;
           return true;
@@ -222,6 +228,10 @@ SummaryResult summarize(RecordSource& src, bool by_module) {
     s.anomalies.push_back(a);
     return true;
   });
+  src.watch_hits([&](const OpWatchHit& h) {
+    s.op_watch_hits.push_back(h);
+    return true;
+  });
   if (!s.records_per_step.empty()) {
     s.step_min = s.records_per_step.front().first;
     s.step_max = s.records_per_step.back().first;
@@ -245,6 +255,8 @@ nlohmann::json SummaryResult::to_json() const {
   nlohmann::json bad = nlohmann::json::array();
   for (const NameCount& c : nonfinite_ops) bad.push_back({{"op", c.name}, {"count", c.count}});
   nlohmann::json hits = nlohmann::json::array();
+  nlohmann::json op_hits = nlohmann::json::array();
+  for (const OpWatchHit& h : op_watch_hits) op_hits.push_back(watch_hit_json(h));
   for (const WatchHitCount& h : watch_hits)
     hits.push_back(
         {{"param", h.param}, {"watch", h.watch}, {"count", h.count}, {"first_step", h.first_step}});
@@ -264,24 +276,28 @@ nlohmann::json SummaryResult::to_json() const {
                      {"mismatched", replicas.mismatched}};
   rep["first_failed_step"] =
       replicas.first_failed_step ? nlohmann::json(*replicas.first_failed_step) : nlohmann::json();
-  nlohmann::json j{{"path", path},
-                   {"meta", meta.to_json()},
-                   {"ranks", std::move(ranks_j)},
-                   {"op_records", op_records},
-                   {"scaler_records", scaler_records},
-                   {"grad_records", grad_records},
-                   {"scalar_records", scalar_records},
-                   {"steps", std::move(steps)},
-                   {"nonfinite_op_records", nonfinite_op_records},
-                   {"nonfinite_ops", std::move(bad)},
-                   {"scaler", std::move(sc)},
-                   {"watch_hits", std::move(hits)},
-                   {"replicas", std::move(rep)},
-                   {"nonfinite_grad_records", nonfinite_grad_records},
-                   {"streams", std::move(streams_j)},
-                   {"dropped", dropped},
-                   {"truncated", truncated},
-                   {"bad_lines", bad_lines}};
+  nlohmann::json j{
+      {"path", path},
+      {"meta", meta.to_json()},
+      {"ranks", std::move(ranks_j)},
+      {"op_records", op_records},
+      {"scaler_records", scaler_records},
+      {"grad_records", grad_records},
+      {"scalar_records", scalar_records},
+      {"steps", std::move(steps)},
+      {"nonfinite_op_records", nonfinite_op_records},
+      {"nonfinite_ops", std::move(bad)},
+      {"scaler", std::move(sc)},
+      {"watch_hits", std::move(hits)},
+      {"op_watch_hits", std::move(op_hits)},
+      {"first_nonfinite_step",
+       first_nonfinite_step ? nlohmann::json(*first_nonfinite_step) : nlohmann::json(nullptr)},
+      {"replicas", std::move(rep)},
+      {"nonfinite_grad_records", nonfinite_grad_records},
+      {"streams", std::move(streams_j)},
+      {"dropped", dropped},
+      {"truncated", truncated},
+      {"bad_lines", bad_lines}};
   if (by_module) {
     nlohmann::json ms = nlohmann::json::array();
     for (const ModuleSummary& m : modules) {

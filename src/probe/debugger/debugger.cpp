@@ -297,6 +297,7 @@ void PrecisionDebugger::start(const std::shared_ptr<torch::nn::Module>& model) {
         w.flush_interval_ms = d.options.flush_interval_ms;
         w.zstd_level = d.options.zstd_level;
         w.fsync = d.options.fsync;
+        if (d.options.watch.enable) w.watch = d.options.watch;
         d.writer = std::make_shared<DumpWriter>(std::move(w));
         d.observer = std::make_unique<detail::Observer>(d.options, d.writer.get(), d.rank_dir);
       }
@@ -392,6 +393,7 @@ void PrecisionDebugger::stop() noexcept {
     if (d.writer) {
       d.writer->flush(/*wait=*/true);
       d.writer->write_meta(d.run_meta(true));
+      d.deliver_op_watch();
     }
   } catch (const std::exception& e) {
     report_error(std::string("precprobe: stopping the debugger: ") + e.what());

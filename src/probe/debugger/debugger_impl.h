@@ -78,6 +78,10 @@ struct PrecisionDebugger::Impl {
   void check_replicas_if_due() noexcept;
   /// Ends the current step (gradient monitor, step_end, replica check) and counts the next.
   void end_step();
+  // The op watchpoints' hits handed to on_watch (on the thread of step() and stop()).
+  std::function<void(const OpWatchHit&)> on_op_watch;
+  size_t op_watch_delivered = 0;
+  void deliver_op_watch() noexcept;
   /// The writer of a started debugger (crash_flush.h, signal_flush.h) learns the step.
   void publish_step() noexcept;
   RunMeta run_meta(bool final_meta) const;

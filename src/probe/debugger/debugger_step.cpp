@@ -93,6 +93,7 @@ void PrecisionDebugger::Impl::end_step() {
   }
   ++step;
   publish_step();
+  deliver_op_watch();
   if (started && observer) {
     observer->begin_step(step);
     observer_step = step;
@@ -139,6 +140,33 @@ void PrecisionDebugger::step() {
         "run_step(); this step() ended a step that was neither snapshot nor checked");
   }
   d.end_step();
+}
+
+void PrecisionDebugger::Impl::deliver_op_watch() noexcept {
+  if (!writer || !on_op_watch) return;
+  try {
+    const std::vector<OpWatchHit> fresh = writer->watch_hits(op_watch_delivered);
+    op_watch_delivered += fresh.size();
+    for (const OpWatchHit& h : fresh) {
+      try {
+        on_op_watch(h);
+      } catch (const std::exception& e) {
+        report_error(std::string("precprobe: the on_watch callback threw: ") + e.what());
+      } catch (...) {
+        report_error("precprobe: the on_watch callback threw");
+      }
+    }
+  } catch (...) {
+    report_error("precprobe: delivering op watchpoint hits failed");
+  }
+}
+
+void PrecisionDebugger::on_watch(std::function<void(const OpWatchHit&)> callback) {
+  impl_->on_op_watch = std::move(callback);
+}
+
+std::vector<OpWatchHit> PrecisionDebugger::watch_hits() const {
+  return impl_->writer ? impl_->writer->watch_hits() : std::vector<OpWatchHit>{};
 }
 
 void PrecisionDebugger::log_scalar(const std::string& name, double value) noexcept {

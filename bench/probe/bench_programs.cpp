@@ -261,6 +261,12 @@ void run(const Program& p, Arm arm, bool tuned_malloc, int steps, int warmup,
   }
   if (dbg) {
     dbg->stop();
+    // The op watchpoints on a healthy loop (docs/watchpoints.md: 0 hits with the defaults).
+    const auto hits = dbg->watch_hits();
+    std::printf("  %s: %zu op watchpoint hits\n", p.name.c_str(), hits.size());
+    for (const auto& h : hits)
+      std::printf("    step %lld %s %s %s: %s\n", static_cast<long long>(h.step), h.module.c_str(),
+                  h.watch.c_str(), h.record.c_str(), h.detail.c_str());
     const auto c = dbg->counters();
     if (c.errors != 0 || c.writer.records_dropped != 0)
       std::printf("  %s: %lu errors, %lu records dropped\n", p.name.c_str(),

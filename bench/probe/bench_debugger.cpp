@@ -145,12 +145,23 @@ struct Variant {
   // over every tensor version once a step), on the op's thread (1) or handed to a worker (2);
   // or the least overflow_check must do (3: each new output tested for NaN/Inf).
   int floor = 0;
+  bool no_watch = false;  // "watch": false (the op watchpoints off; docs/watchpoints.md)
 };
 
 Variant floor_variant(const std::string& name, int floor) {
   Variant v;
   v.name = name;
   v.floor = floor;
+  return v;
+}
+
+// L1 (async) with the op watchpoints off: their cost is the difference with "L1 statistics
+// (async)".
+Variant no_watch_variant() {
+  Variant v;
+  v.name = "L1 without op watch (async)";
+  v.construct = v.start = true;
+  v.no_watch = true;
   return v;
 }
 
@@ -211,6 +222,7 @@ void run_variant(Trainer& tr, const Variant& v, int steps, int warmup, const std
     o.task = v.task;
     o.overflow_nums = -1;
     o.range_stats = v.range ? precprobe::RangeStats::kTraining : precprobe::RangeStats::kOff;
+    o.watch.enable = !v.no_watch;
     if (v.unselected) o.step.add_every(1000000, 2000000, 100);
     dbg = std::make_unique<precprobe::PrecisionDebugger>(o);
     if (v.start && v.on_anomaly) {
@@ -402,6 +414,7 @@ int main(int argc, char** argv) {
       {"constructed, not started", true, false},
       {"L1 statistics (async)", true, true, precprobe::Level::kL1, true},
       {"L1 statistics (sync)", true, true, precprobe::Level::kL1, false},
+      no_watch_variant(),
       {"L1 + range (async)", true, true, precprobe::Level::kL1, true, false,
        precprobe::Task::kStatistics, false, false, true},
       {"L1 + range (sync)", true, true, precprobe::Level::kL1, false, false,

@@ -51,7 +51,8 @@ struct OpWatchOptions {
   bool tensor_all_zero = true;
   /// "activation_dead_fraction": the fraction of zeros in a ReLU's output at or above this on
   /// `activation_dead_steps` steps in a row, while the median of its last `median_window`
-  /// fractions is below it (out of line with its own history).
+  /// fractions is below it and the share of non-zeros has fallen under a quarter of its
+  /// median share (out of line with its own history).
   std::optional<double> activation_dead_fraction = 0.95;
   int64_t activation_dead_steps = 5;
   /// "tensor_too_large": max |x| above this many times the median of the op's last
@@ -74,7 +75,9 @@ struct OpWatchOptions {
   /// "activation_saturated": the fraction of a sigmoid's or tanh's output at its bounds at
   /// or above this on `activation_saturated_steps` steps in a row, while the median of its
   /// last fractions is below it. Exactly 0 of a sigmoid counts from the zero count; exactly
-  /// ±1 (sigmoid, tanh) needs the range statistics ("statistics": {"range": true}).
+  /// ±1 (sigmoid, tanh) needs the range statistics ("statistics": {"range": true}). Out of
+  /// line as activation_dead_fraction is: the share off the bounds under a quarter of its
+  /// median share.
   std::optional<double> activation_saturated = 0.9;
   int64_t activation_saturated_steps = 5;
   /// Length of each op's history; >= 1.

@@ -75,6 +75,10 @@ struct Site {
 
 std::string num(double v) { return fmt::format("{:.4g}", v); }
 
+// activation_dead_fraction, activation_saturated: the share of the output still alive must
+// have fallen under its median share divided by this.
+constexpr double kAliveFactor = 4;
+
 }  // namespace
 
 std::optional<double> dtype_max(const std::string& dtype) {
@@ -110,8 +114,11 @@ void OpWatcher::Impl::judge_fraction(Site& s, double frac, double thr, int64_t s
                                      std::vector<Candidate>& out) {
   s.run = frac >= thr ? s.run + 1 : 0;
   if (s.run >= steps && s.fraction.size() >= static_cast<size_t>(o.warmup)) {
+    // Out of line with its own history: the share still alive (not at zero, not at a bound)
+    // under a quarter of its median share. A ReLU that lives at 94 % zeros (a VAE's encoder
+    // on a sparse input) is its own normal at 95 %; one that lived at 50 % is dying.
     const double med = s.fraction.median();
-    if (med < thr)
+    if (med < thr && (1 - frac) * kAliveFactor <= 1 - med)
       out.push_back({watch, frac, thr,
                      fmt::format("{} {:.1f} % of the output, >= {:.1f} % on {} steps in a row; "
                                  "its median {:.1f} %",

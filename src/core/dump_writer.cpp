@@ -332,7 +332,8 @@ void DumpWriter::Impl::encode(StreamKind kind, const Item& item) {
 // The record as written, judged: each hit's event follows it into events.jsonl.zst (not a
 // submitted record: the counters stay those of submit()).
 void DumpWriter::Impl::watch(const OpRecord& r) {
-  if (modules_pending.exchange(false)) {
+  // A plain load first: the read-modify-write only once, when meta.json brought the modules.
+  if (modules_pending.load(std::memory_order_relaxed) && modules_pending.exchange(false)) {
     std::lock_guard<std::mutex> lock(meta_mu);
     if (pending_modules) watcher->set_modules(*pending_modules);
     pending_modules.reset();

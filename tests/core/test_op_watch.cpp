@@ -138,7 +138,7 @@ TEST_CASE("op watch: a ReLU's dead fraction on steps in a row, against its histo
     for (int k = 0; k < zeros; ++k) v[static_cast<size_t>(k)] = 0;
     return v;
   };
-  std::vector<std::vector<double>> vae(20, with_zeros(470, 500));  // 94 %
+  std::vector<std::vector<double>> vae(20, with_zeros(470, 500));   // 94 %
   for (int k = 0; k < 5; ++k) vae.push_back(with_zeros(476, 500));  // 95.2 %
   OpWatcher w94;
   CHECK(run(w94, vae, "aten::relu").empty());

@@ -244,8 +244,7 @@ TEST_CASE("a mismatch names every name, shape and dtype, and nothing is loaded",
   ::unlink(path.c_str());
 }
 
-TEST_CASE("strict false loads what both have and returns the names on one side only",
-          "[state]") {
+TEST_CASE("strict false loads what both have and returns the names on one side only", "[state]") {
   // A port without the original's bias (Python's load_state_dict(strict=False)).
   const std::string path = temp_path("nonstrict.safetensors");
   precprobe::save_state({{"w", torch::full({2}, 3.0)}, {"bias", torch::full({2}, 5.0)}}, path);
@@ -258,11 +257,15 @@ TEST_CASE("strict false loads what both have and returns the names on one side o
   CHECK(r.unexpected_keys == std::vector<std::string>{"bias"});
   // A shape that differs is still an error, and nothing is written.
   auto w3 = torch::ones({3});
-  CHECK_THAT(error_of([&] { precprobe::load_state({{"w", w3}}, path, /*strict=*/false); }),
+  CHECK_THAT(error_of([&] {
+               precprobe::load_state({{"w", w3}}, path, /*strict=*/false);
+             }),
              Catch::Matchers::ContainsSubstring("'w': shape [2] in the file vs [3]"));
   CHECK(torch::equal(w3, torch::ones({3})));
   // Strict, the default, refuses the same file.
-  CHECK_THAT(error_of([&] { precprobe::load_state({{"w", w}, {"extra", extra}}, path); }),
+  CHECK_THAT(error_of([&] {
+               precprobe::load_state({{"w", w}, {"extra", extra}}, path);
+             }),
              Catch::Matchers::ContainsSubstring("'bias' is in the file but not in the module"));
   ::unlink(path.c_str());
 }

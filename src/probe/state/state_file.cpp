@@ -461,7 +461,8 @@ LoadResult load_state(const NamedTensors& tensors, const std::string& path, bool
   values.reserve(tensors.size());
   for (const auto& [name, t] : tensors) {
     auto it = in_file.find(name);
-    values.push_back(it == in_file.end() ? at::Tensor() : read_entry(fd.get(), h, *it->second, path));
+    values.push_back(it == in_file.end() ? at::Tensor()
+                                         : read_entry(fd.get(), h, *it->second, path));
   }
   try {
     for (size_t i = 0; i < tensors.size(); ++i)

@@ -31,12 +31,16 @@ enum class Verdict : uint8_t { kProblem, kOk, kNotApplicable };
 std::string_view to_string(Verdict v) noexcept;
 
 struct CheckItem {
-  std::string id;     ///< stable key, e.g. "data.missing_values"
-  std::string group;  ///< "data" | "hyper-parameters" | "api" | "mixed precision"
+  std::string id;  ///< stable key, e.g. "data.missing_values"
+  std::string
+      group;  ///< "run" | "data" | "hyper-parameters" | "api" | "numerics" | "mixed precision"
   std::string title;  ///< one line for people
   Verdict verdict = Verdict::kNotApplicable;
   std::string evidence;  ///< what was seen (or why the item cannot be decided)
   std::vector<std::pair<std::string, double>> figures;  ///< the numbers behind the verdict
+
+  /// The figure with this name, or nullopt.
+  std::optional<double> figure(std::string_view name) const noexcept;
 };
 
 struct ChecklistOptions {

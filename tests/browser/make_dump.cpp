@@ -147,6 +147,8 @@ void write_ops(precprobe::DumpWriter& w, const Args& a, int64_t step) {
     prev_out = stats({64, 128}, center * factor, 1.0 + 10.0 * static_cast<double>(seq), makes_inf,
                      poisoned);
     r.outputs.push_back(targ(prev_out));
+    // The forward ops' outputs are the model's activations, which the op watchpoints judge.
+    r.outputs.back().tensor->requires_grad = spec.dir == precprobe::Direction::kForward;
     w.submit(std::move(r));
     poisoned = poisoned || makes_inf;
   }

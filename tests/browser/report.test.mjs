@@ -122,6 +122,13 @@ const uplotPoints = (page, id, series) =>
         "non-finite timeline: 60 steps, 1 with NaN/Inf");
   check((await page.evaluate(() => window.precprobeReport.charts["chart-nonfinite"].data[1][30])) === 10,
         "non-finite timeline: 10 ops with NaN/Inf at step 30 (seq 4..13)");
+  // The op watchpoints: the +Inf of aten::mul at step 30 is the one hit (tensor_overflow).
+  const opWatch = await page.$$eval("#verdict tr", (rs) => rs.map((r) => [r.querySelector("th")?.textContent, r.querySelector("td")?.textContent])
+    .filter((x) => x[0] === "op watch").map((x) => x[1])[0] || "");
+  check(opWatch === "1 hit (earliest: tensor_overflow in fc2 at step 30)", `verdict: the op watch hit named (${opWatch})`);
+  check((await num(page, "#table-op-watch", "rows")) === 1, "op watchpoints: one hit listed");
+  const hitRow = await page.$eval("#table-op-watch tbody tr", (e) => e.textContent).catch(() => "");
+  check(/aten::mul\.\d+\.forward/.test(hitRow) && /tensor_overflow/.test(hitRow), `op watchpoints: the hit's record and rule (${hitRow})`);
   const origin = await page.$eval("#origin-op", (e) => e.textContent).catch(() => "");
   check(/aten::mul/.test(origin) && /model\/head/.test(origin), "origin op aten::mul with scope model/head shown");
   // Sorting: the top-ops table sorted by abs_max descending, then ascending on a click.

@@ -27,6 +27,11 @@ TEST_CASE("report: one HTML page carrying the analyses", "[cli][report]") {
   CHECK(d["nonfinite"]["ops"][2] == 4.0);
   CHECK(d["nonfinite"]["ops"][1].get<int64_t>() + 4 ==
         summary("overflow")["nonfinite_op_records"].get<int64_t>());
+  // The op watchpoints as `precprobe watch --json` gives them: the overflow at fc2's linear.
+  CHECK(d["op_watch"]["hits_total"] == 1);
+  CHECK(d["op_watch"]["hits"][0]["watch"] == "tensor_overflow");
+  CHECK(d["op_watch"]["hits"][0]["record"] == "aten::linear.0.forward");
+  CHECK(d["op_watch"]["first_nonfinite_step"] == 1);
 
   Run c = run("report " + dump("diverged_1pct") + " --compare " + dump("clean") + " -o '" + dir +
               "test_cli_compare.html'");
@@ -48,12 +53,10 @@ TEST_CASE("check: the checklist on the probe's own records", "[cli][check]") {
   json c = run_json("check " + dump("clean"), 0);
   CHECK(c["problem"] == false);
   CHECK(c["path"].get<std::string>().find("clean") != std::string::npos);
-  REQUIRE(c["items"].size() == 16);
-  const std::map<std::string, std::string> prefix = {{"run", "run."},
-                                                     {"data", "data."},
-                                                     {"hyper-parameters", "hp."},
-                                                     {"api", "api."},
-                                                     {"mixed precision", "mp."}};
+  REQUIRE(c["items"].size() == 17);
+  const std::map<std::string, std::string> prefix = {
+      {"run", "run."}, {"data", "data."},    {"hyper-parameters", "hp."},
+      {"api", "api."}, {"numerics", "num."}, {"mixed precision", "mp."}};
   for (auto& item : c["items"]) {
     const std::string id = item["id"];
     INFO(id);
@@ -63,21 +66,14 @@ TEST_CASE("check: the checklist on the probe's own records", "[cli][check]") {
     CHECK(item["figures"].is_object());
   }
   const std::map<std::string, std::string> verdicts = {
-      {"run.stopped", "ok"},
-      {"data.missing_values", "ok"},
-      {"data.class_imbalance", "ok"},
-      {"data.inputs_not_normalised", "ok"},
-      {"data.no_shuffling", "ok"},
-      {"data.ignore_index", "n/a"},
-      {"hp.learning_rate", "n/a"},
-      {"hp.loss_trend", "n/a"},
-      {"api.train_eval_mode", "ok"},
-      {"api.frozen_weights", "ok"},
-      {"api.init_weights", "ok"},
-      {"api.module_hash", "n/a"},
-      {"api.replicas", "n/a"},
-      {"mp.overflow", "ok"},
-      {"mp.grad_scaler", "ok"},
+      {"run.stopped", "ok"},           {"data.missing_values", "ok"},
+      {"data.class_imbalance", "ok"},  {"data.inputs_not_normalised", "ok"},
+      {"data.no_shuffling", "ok"},     {"data.ignore_index", "n/a"},
+      {"hp.learning_rate", "n/a"},     {"hp.loss_trend", "n/a"},
+      {"api.train_eval_mode", "ok"},   {"api.frozen_weights", "ok"},
+      {"api.init_weights", "ok"},      {"api.module_hash", "n/a"},
+      {"api.replicas", "n/a"},         {"num.op_watch", "ok"},
+      {"mp.overflow", "ok"},           {"mp.grad_scaler", "ok"},
       {"mp.clip_before_unscale", "ok"}};  // no gradient read between scale() and unscale_
   for (auto& [id, verdict] : verdicts) {
     INFO(id);
@@ -111,6 +107,14 @@ TEST_CASE("check: the checklist on the probe's own records", "[cli][check]") {
   CHECK(ov["evidence"].get<std::string>().find("aten::addmm.1.forward") != std::string::npos);
   for (auto& item : o["items"])
     if (item["id"] != "mp.overflow") CHECK(item["verdict"] != "problem");
+  // The op watchpoints' one hit is the overflow itself (tensor_overflow), not a second problem.
+  json& ow = *find_item(o, "num.op_watch");
+  CHECK(ow["verdict"] == "ok");
+  CHECK(ow["figures"]["hits"] == 1.0);
+  CHECK(
+      ow["evidence"].get<std::string>().find(
+          "1 tensor_overflow hit(s), the overflow itself (mp.overflow), first in fc2 at step 1") !=
+      std::string::npos);
 
   // The module hash recorded at start, from its two 32-bit halves in the events stream.
   uint64_t hi = 0, lo = 0;

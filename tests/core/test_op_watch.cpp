@@ -1,11 +1,13 @@
 // The op watchpoints' evaluator on synthetic records (precprobe/op_watch.h): each condition
 // against values computed here, what is watched and what is not, one hit per episode, the
-// module as summary attributes it, the options' errors, and the hit's event line read back.
+// module as summary attributes it, the options' errors, the hit's event line read back, and
+// check's item.
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "analysis_fixtures.h"
+#include "precprobe/checklist.h"
 #include "precprobe/dump_format.h"
 #include "precprobe/error.h"
 #include "precprobe/op_watch.h"
@@ -249,4 +251,35 @@ TEST_CASE("op watch: a hit's event line reads back as written", "[op_watch]") {
   ScalarRecord s = to_scalar_record(h);
   CHECK(s.name == "watch");
   CHECK(is_debugger_event(s.name));
+}
+
+TEST_CASE("op watch: check's item names the first hit and how early it came", "[op_watch]") {
+  auto item = [](const DumpData& d) { return *run_checklist(d).find("num.op_watch"); };
+  DumpData d;
+  CHECK(item(d).verdict == Verdict::kNotApplicable);
+  // max |x| 1, 1.2, 0.9, 1.1, 1.0, then 10.5 at step 5 (> 10 x median 1.0), +Inf at step 7.
+  const std::vector<std::vector<double>> values = {
+      {1, -0.5}, {1.2, 0}, {-0.9, 0.1}, {1.1, 0.2}, {1.0, 0}, {10.5, 1}, {1, 1}, {INFINITY, 1}};
+  for (size_t s = 0; s < values.size(); ++s) {
+    if (s == 5) {
+      const CheckItem healthy = item(d);
+      CHECK(healthy.verdict == Verdict::kOk);
+      CHECK(healthy.figure("hits").value_or(-1) == 0);
+    }
+    for (const OpRecord& r : forward_step(static_cast<int64_t>(s), values[s])) d.ops.push_back(r);
+  }
+  const CheckItem c = item(d);
+  CHECK(c.verdict == Verdict::kProblem);
+  CHECK(c.figure("hits").value_or(-1) == 2);  // tensor_too_large at 5, tensor_overflow at 7
+  CHECK(c.figure("first_step").value_or(-1) == 5);
+  CHECK(c.figure("steps_before_nonfinite").value_or(-1) == 2);
+  CHECK_THAT(c.evidence, Catch::Matchers::ContainsSubstring(
+                             "first tensor_too_large in fc1 at step 5: aten::mul.0.forward"));
+  CHECK_THAT(c.evidence,
+             Catch::Matchers::ContainsSubstring("2 step(s) before the first NaN/Inf at step 7"));
+  // Causes before symptoms: the warning is listed before the overflow it announces.
+  const auto causes = run_checklist(d).problems_by_cause();
+  REQUIRE(causes.size() >= 2);
+  CHECK(causes[0]->id == "num.op_watch");
+  CHECK(causes[1]->id == "mp.overflow");
 }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "precprobe/checklist.h"
 #include "precprobe/op_watch.h"
 #include "probe/debugger_fixture.h"
 
@@ -44,6 +45,7 @@ struct Run {
   std::vector<OpWatchHit> live;  // through on_watch
   std::vector<OpWatchHit> written;
   WatchReport report;
+  CheckItem check;  // precprobe check's num.op_watch
   std::optional<int64_t> first_bad_loss_step;
 };
 
@@ -83,6 +85,7 @@ Run train(const TempDir& dir, double grow, int64_t dead_at, bool bf16, int64_t s
   run.written = dbg.watch_hits();
   DumpReader reader(dir.path().string());
   run.report = watch_report(reader);
+  run.check = *run_checklist(reader).find("num.op_watch");
   return run;
 }
 
@@ -108,6 +111,17 @@ void require_same_live_and_after(const Run& run) {
   CHECK((run.report.recorded == run.written));
   CHECK((run.report.hits == run.written));
   CHECK(run.report.same_as_live());
+  // check judges in its own pass what `precprobe watch` judges.
+  CHECK(run.check.verdict == Verdict::kProblem);
+  CHECK(run.check.figure("hits").value_or(-1) == double(run.report.hits.size()));
+  const OpWatchHit& first = run.report.early ? *run.report.early : run.report.hits.front();
+  CHECK(run.check.figure("first_step").value_or(-1) == double(first.step));
+  CHECK_THAT(run.check.evidence,
+             Catch::Matchers::ContainsSubstring(" in " + first.module + " at step " +
+                                                std::to_string(first.step) + ": " + first.record));
+  if (run.report.early && run.report.first_nonfinite_step)
+    CHECK(run.check.figure("steps_before_nonfinite").value_or(-1) ==
+          double(run.report.steps_earlier()));
 }
 
 }  // namespace
@@ -166,4 +180,5 @@ TEST_CASE("op watch: a healthy loop has no hit", "[op_watch]") {
   CHECK(run.report.hits.empty());
   CHECK(run.written.empty());
   CHECK(run.live.empty());
+  CHECK(run.check.verdict == Verdict::kOk);
 }

@@ -12,6 +12,8 @@
 
 #include "checklist_items.h"
 #include "json_util.h"
+#include "op_watch_pass.h"
+#include "precprobe/op_watch.h"
 #include "run_state.h"
 
 namespace precprobe {
@@ -148,10 +150,55 @@ CheckItem check_replicas(const Observed& o) {
   return c;
 }
 
+// The op watchpoints (docs/watchpoints.md), as `precprobe watch DIR` judges them: a hit is the
+// start of a condition out of line with the op's own history, so any warning is worth reading.
+// tensor_overflow hits alone are the overflow itself, mp.overflow's problem: not a second one.
+CheckItem check_op_watch(const WatchReport& w, int64_t op_records) {
+  CheckItem c = item("num.op_watch", "numerics",
+                     "op outputs in line with their own history (op watchpoints)");
+  if (op_records == 0) return set(c, Verdict::kNotApplicable, "no op records in the dump"), c;
+  c.figures = {{"hits", double(w.hits.size())}};
+  auto where = [](const OpWatchHit& h) {
+    return h.module.empty() ? std::string("data (before any parameter)") : h.module;
+  };
+  std::set<std::string> kinds;
+  const OpWatchHit* warning = w.early ? &*w.early : nullptr;
+  for (const OpWatchHit& h : w.hits) {
+    kinds.insert(h.watch);
+    if (!warning && h.watch != "tensor_overflow") warning = &h;  // a warning after the NaN
+  }
+  if (!warning) {
+    set(c, Verdict::kOk,
+        w.hits.empty()
+            ? fmt::format("no op watchpoint hit in {} op records (tensor_overflow, "
+                          "tensor_all_zero, activation_dead_fraction, tensor_too_large, "
+                          "tensor_too_small, activation_saturated{})",
+                          op_records, w.options.range_dtype.empty() ? "" : ", tensor_range")
+            : fmt::format("no warning in {} op records; {} tensor_overflow hit(s), the overflow "
+                          "itself (mp.overflow), first in {} at step {}",
+                          op_records, w.hits.size(), where(w.hits.front()), w.hits.front().step));
+    return c;
+  }
+  c.figures.emplace_back("first_step", double(warning->step));
+  std::string when;
+  if (w.early && w.first_nonfinite_step) {
+    c.figures.emplace_back("steps_before_nonfinite", double(w.steps_earlier()));
+    when = fmt::format(", {} step(s) before the first NaN/Inf at step {}", w.steps_earlier(),
+                       *w.first_nonfinite_step);
+  }
+  set(c, Verdict::kProblem,
+      fmt::format("{} hit(s) ({}), first {} in {} at step {}: {} ({}){}; precprobe watch DIR "
+                  "lists them",
+                  w.hits.size(), fmt::join(kinds, ", "), warning->watch, where(*warning),
+                  warning->step, warning->record, warning->detail, when));
+  return c;
+}
+
 ChecklistResult build(const std::string& path, const std::vector<ScalarRecord>& scalars,
                       const std::vector<GradRecord>& grads, const std::vector<ScalerRecord>& scaler,
                       const OverflowResult& overflow, int64_t op_records, int64_t half_ops,
-                      const RecordsView& rv, const ChecklistOptions& options, const RunState& run) {
+                      const RecordsView& rv, const WatchReport& watch,
+                      const ChecklistOptions& options, const RunState& run) {
   const Observed o = collect(scalars);
   ChecklistResult r;
   r.path = path;
@@ -168,6 +215,7 @@ ChecklistResult build(const std::string& path, const std::vector<ScalarRecord>& 
              check_init(o, rv),
              check_module_hash(o, options),
              check_replicas(o),
+             check_op_watch(watch, op_records),
              check_overflow(overflow, op_records, run),
              check_scaler(scaler, half_ops),
              check_clip_order(o, scaler)};
@@ -194,6 +242,12 @@ std::string_view to_string(Verdict v) noexcept {
   return "n/a";
 }
 
+std::optional<double> CheckItem::figure(std::string_view name) const noexcept {
+  for (const auto& [k, v] : figures)
+    if (k == name) return v;
+  return std::nullopt;
+}
+
 bool ChecklistResult::problem() const noexcept {
   return std::any_of(items.begin(), items.end(),
                      [](const CheckItem& c) { return c.verdict == Verdict::kProblem; });
@@ -214,8 +268,9 @@ std::vector<const CheckItem*> ChecklistResult::problems_by_cause() const {
                                                 "data.ignore_index",   "api.module_hash",
                                                 "api.replicas",        "api.frozen_weights",
                                                 "hp.learning_rate",    "mp.clip_before_unscale",
-                                                "mp.grad_scaler",      "mp.overflow",
-                                                "hp.loss_trend",       "run.stopped"};
+                                                "mp.grad_scaler",      "num.op_watch",
+                                                "mp.overflow",         "hp.loss_trend",
+                                                "run.stopped"};
   auto rank = [](const CheckItem* c) {
     const auto* it = std::find(std::begin(kOrder), std::end(kOrder), c->id);
     return it - std::begin(kOrder);
@@ -251,13 +306,20 @@ nlohmann::json ChecklistResult::to_json() const {
 ChecklistResult run_checklist(const DumpData& data, const ChecklistOptions& options) {
   int64_t half = 0;
   RecordsCollector records;
+  // The op watchpoints with their defaults (a DumpData holds no live hits to set beside them).
+  WatchReport watch;
+  std::map<int, OpWatcher> watchers;
+  for (const RankInfo& rank : data.ranks)
+    watchers.try_emplace(rank.rank).first->second.set_modules(rank.run_meta());
   for (const OpRecord& op : data.ops) {
     if (is_half(op.inputs) || is_half(op.outputs)) ++half;
     records.add(op);
+    watchers.try_emplace(op.rank).first->second.observe(op, watch.hits);
   }
   const OverflowResult overflow = find_overflow(data);
+  analysis_detail::find_early(watch, data.ops);
   return build("", data.scalars, data.grads, data.scaler, overflow,
-               static_cast<int64_t>(data.ops.size()), half, records.finish(), options,
+               static_cast<int64_t>(data.ops.size()), half, records.finish(), watch, options,
                overflow.run);
 }
 
@@ -268,18 +330,21 @@ ChecklistResult run_checklist(DumpReader& reader, const ChecklistOptions& option
   const std::vector<ScalerRecord> scaler = reader.scaler(read.filter);
   int64_t ops = 0, half = 0;
   RecordsCollector records;
+  analysis_detail::WatchReportBuilder watch(reader, std::nullopt);
   reader.for_each_op(read.filter, [&](const OpRecord& op) {
     ++ops;
     if (is_half(op.inputs) || is_half(op.outputs)) ++half;
     records.add(op);
+    watch.add(op);
     if (read.progress && ops % 4096 == 0) read.progress(static_cast<uint64_t>(ops));
     return true;
   });
   const OverflowResult overflow = ops > 0 ? find_overflow(reader, read) : OverflowResult{};
   analysis_detail::RunStateBuilder run;
   for (const ScalarRecord& s : scalars) run.add(s);
-  ChecklistResult r = build(reader.path(), scalars, grads, scaler, overflow, ops, half,
-                            records.finish(), options, run.finish(reader.ranks()));
+  ChecklistResult r =
+      build(reader.path(), scalars, grads, scaler, overflow, ops, half, records.finish(),
+            watch.finish(false), options, run.finish(reader.ranks()));
   return r;
 }
 

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "modules.h"
+#include "op_watch_pass.h"
 #include "precprobe/dump_format.h"
 #include "precprobe/error.h"
 #include "precprobe/reader.h"
@@ -251,37 +252,78 @@ void OpWatcher::observe(const OpRecord& r, std::vector<OpWatchHit>& hits) noexce
 
 const OpWatchOptions& OpWatcher::options() const noexcept { return impl_->o; }
 
+namespace analysis_detail {
+
+WatchReportBuilder::WatchReportBuilder(DumpReader& reader,
+                                       const std::optional<OpWatchOptions>& options)
+    : reader_(reader) {
+  const std::optional<OpWatchOptions> used = recorded_watch_options(reader);
+  rep_.live = used.has_value() && used->enable;
+  rep_.options = options ? *options : used ? *used : OpWatchOptions{};
+  if (!options && used && !used->enable) rep_.options.enable = true;  // judged after the fact
+  for (const RankInfo& rank : reader.ranks()) watcher(rank.rank).set_modules(rank.run_meta());
+}
+
+OpWatcher& WatchReportBuilder::watcher(int rank) {
+  auto& w = watchers_[rank];
+  if (!w) w = std::make_unique<OpWatcher>(rep_.options);
+  return *w;
+}
+
+void WatchReportBuilder::add(const OpRecord& r) {
+  watcher(r.rank).observe(r, hits_[r.rank]);
+  if (!r.outputs_non_finite()) return;
+  const std::pair<int64_t, int64_t> at{r.step, r.seq};
+  if (!first_bad_ || at < *first_bad_) {
+    first_bad_ = at;
+    rep_.first_nonfinite_op = r.name();
+  }
+}
+
+WatchReport WatchReportBuilder::finish(bool with_recorded) {
+  WatchReport rep = rep_;
+  for (auto& [rank, hits] : hits_) rep.hits.insert(rep.hits.end(), hits.begin(), hits.end());
+  if (with_recorded) rep.recorded = reader_.watch_hits();
+  if (first_bad_) rep.first_nonfinite_step = first_bad_->first;
+  find_early(rep);
+  return rep;
+}
+
+void find_early(WatchReport& rep, const std::vector<OpRecord>& ops) {
+  std::optional<std::pair<int64_t, int64_t>> first_bad;
+  for (const OpRecord& r : ops) {
+    const std::pair<int64_t, int64_t> at{r.step, r.seq};
+    if (r.outputs_non_finite() && (!first_bad || at < *first_bad)) {
+      first_bad = at;
+      rep.first_nonfinite_step = r.step;
+      rep.first_nonfinite_op = r.name();
+    }
+  }
+  for (const OpWatchHit& h : rep.hits) {
+    if (h.watch == "tensor_overflow") continue;
+    if (rep.first_nonfinite_step && h.step > *rep.first_nonfinite_step) continue;
+    if (!rep.early || h.step < rep.early->step) rep.early = h;
+  }
+}
+
+}  // namespace analysis_detail
+
 namespace {
 
-// One pass over every rank's op records: the hits, and the first op with a NaN/Inf output.
-std::vector<OpWatchHit> watch_pass(DumpReader& reader, const OpWatchOptions& options,
-                                   std::optional<std::pair<int64_t, int64_t>>* first_bad,
-                                   std::string* first_bad_op) {
-  std::vector<OpWatchHit> hits;
-  for (const RankInfo& rank : reader.ranks()) {
-    OpWatcher watcher(options);
-    watcher.set_modules(rank.run_meta());
-    RecordFilter f;
-    f.ranks = {rank.rank};
-    reader.for_each_op(f, [&](const OpRecord& r) {
-      watcher.observe(r, hits);
-      if (first_bad && r.outputs_non_finite()) {
-        const std::pair<int64_t, int64_t> at{r.step, r.seq};
-        if (!*first_bad || at < **first_bad) {
-          *first_bad = at;
-          *first_bad_op = r.name();
-        }
-      }
-      return true;
-    });
-  }
-  return hits;
+WatchReport watch_pass(DumpReader& reader, const std::optional<OpWatchOptions>& options,
+                       bool with_recorded) {
+  analysis_detail::WatchReportBuilder b(reader, options);
+  reader.for_each_op({}, [&](const OpRecord& r) {
+    b.add(r);
+    return true;
+  });
+  return b.finish(with_recorded);
 }
 
 }  // namespace
 
 std::vector<OpWatchHit> watch_dump(DumpReader& reader, const OpWatchOptions& options) {
-  return watch_pass(reader, options, nullptr, nullptr);
+  return watch_pass(reader, options, false).hits;
 }
 
 std::optional<OpWatchOptions> recorded_watch_options(DumpReader& reader) {
@@ -296,25 +338,7 @@ std::optional<OpWatchOptions> recorded_watch_options(DumpReader& reader) {
 }
 
 WatchReport watch_report(DumpReader& reader, const std::optional<OpWatchOptions>& options) {
-  WatchReport rep;
-  const std::optional<OpWatchOptions> used = recorded_watch_options(reader);
-  rep.live = used.has_value() && used->enable;
-  rep.options = options ? *options : used ? *used : OpWatchOptions{};
-  if (!options && used && !used->enable) rep.options.enable = true;  // judged after the fact
-  std::optional<std::pair<int64_t, int64_t>> first_bad;
-  std::string first_bad_op;
-  rep.hits = watch_pass(reader, rep.options, &first_bad, &first_bad_op);
-  rep.recorded = reader.watch_hits();
-  if (first_bad) {
-    rep.first_nonfinite_step = first_bad->first;
-    rep.first_nonfinite_op = first_bad_op;
-  }
-  for (const OpWatchHit& h : rep.hits) {
-    if (h.watch == "tensor_overflow") continue;
-    if (first_bad && h.step > first_bad->first) continue;
-    if (!rep.early || h.step < rep.early->step) rep.early = h;
-  }
-  return rep;
+  return watch_pass(reader, options, true);
 }
 
 int64_t WatchReport::steps_earlier() const noexcept {

@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "analysis/checklist_records.h"
+#include "analysis/op_watch_pass.h"
 #include "precprobe/analysis.h"
 #include "precprobe/reader.h"
 #include "precprobe/report.h"
@@ -290,8 +291,10 @@ void ops_pass(DumpReader& reader, const ReportOptions& o, json& data) {
   std::priority_queue<Top, std::vector<Top>, decltype(cmp)> top(cmp);
   const size_t keep = std::min<size_t>(o.max_rows, kMaxTopOps);
   int64_t total = 0;
+  analysis_detail::WatchReportBuilder watch(reader, std::nullopt);
   reader.for_each_op({}, [&](const OpRecord& r) {
     ++total;
+    watch.add(r);
     if (want_loss && r.rank == loss_rank && r.dir == Direction::kForward && !r.outputs.empty() &&
         r.outputs[0].tensor && r.outputs[0].tensor->numel == 1 && !loss.count(r.step) &&
         analysis_detail::is_loss_op(r.op) && (loss_op.empty() || loss_op == r.op)) {
@@ -335,6 +338,12 @@ void ops_pass(DumpReader& reader, const ReportOptions& o, json& data) {
     return true;
   });
   if (total == 0) return;
+  // The op watchpoints as `precprobe watch DIR --json` gives them, the hits capped at max_rows.
+  json w = watch.finish().to_json();
+  w["hits_total"] = w["hits"].size();
+  if (w["hits"].size() > o.max_rows)
+    w["hits"].erase(w["hits"].begin() + o.max_rows, w["hits"].end());
+  data["op_watch"] = std::move(w);
   if (!act.empty()) {
     std::vector<int64_t> st;
     for (const ActCell& c : act) st.push_back(c.step);

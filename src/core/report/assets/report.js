@@ -290,6 +290,15 @@
     } else if (sum.grad_records) {
       row("watchpoints", "none", "ok");
     }
+    const W = D.op_watch;  // precprobe watch DIR --json: the op watchpoints
+    if (W && W.hits_total) {
+      const e = W.early || W.hits[0];
+      let t = `${W.hits_total} hit${W.hits_total === 1 ? "" : "s"} (earliest: ${e.watch} in ${e.module || "data"} at step ${e.step}`;
+      if (W.early && W.steps_earlier !== null) t += `, ${W.steps_earlier} steps before the first NaN/Inf at step ${W.first_nonfinite_step}`;
+      row("op watch", t + ")", "warn");
+    } else if (W) {
+      row("op watch", "none", "ok");
+    }
     const grads = [];
     if (sum.nonfinite_grad_records) grads.push(`${sum.nonfinite_grad_records} records with NaN/Inf`);
     if (D.scale && D.scale.skipped_total) grads.push(`${D.scale.skipped_total} step(s) skipped by the GradScaler`);
@@ -447,6 +456,21 @@
     cv.addEventListener("mouseleave", () => { tip.style.display = "none"; });
   }
 
+  // The op watchpoints' hits (docs/watchpoints.md), recomputed from the op records as
+  // `precprobe watch DIR` does; the run's live hits are said beside them.
+  function renderOpWatch() {
+    const W = D.op_watch;
+    if (!W || !W.hits_total) return;
+    const s = section("op-watch", "Op watchpoints");
+    let text = `${W.hits_total} hits on the outputs of the model's forward ops, each the start of a condition out of line with the op's own history.`;
+    if (W.live) text += W.same_as_live ? " The run judged them live: the same hits." : ` The run judged them live: ${W.recorded} hits (differing options or a cut-off run).`;
+    if (W.early && W.steps_earlier !== null) text += ` The first warning came ${W.steps_earlier} steps before the first NaN/Inf (step ${W.first_nonfinite_step}, ${W.first_nonfinite_op}).`;
+    s.appendChild(note(text));
+    s.appendChild(dataTable("table-op-watch", W.hits, {
+      columns: ["step", "rank", "module", "watch", "record", "value", "threshold", "detail"].map((key) => ({ key })) }));
+    if (W.hits_total > W.hits.length) s.appendChild(note(`first ${W.hits.length} of ${W.hits_total} hits listed`));
+  }
+
   function opCard(o, title, id) {
     const card = el("div", { class: "card", id });
     card.appendChild(el("h3", { text: title }));
@@ -587,7 +611,7 @@
     s.appendChild(t);
   }
 
-  const steps = [renderVerdict, renderLoss, renderGrads, renderActivations, renderScalars, renderScale, renderNonFinite,
+  const steps = [renderVerdict, renderLoss, renderGrads, renderActivations, renderOpWatch, renderScalars, renderScale, renderNonFinite,
                  renderCompare, renderTopOps, renderPrecision, renderHeader];
   document.getElementById("loading").remove();
   for (const f of steps) {

@@ -452,9 +452,12 @@ struct CompareResult {
   int64_t aligned_by_thread = 0;  ///< groups paired per thread (threads interleaved differently)
   int64_t aligned_approximately = 0;  ///< groups whose alignment hit max_align_cost
   bool first_mode = false, exact_mode = false;
-  bool found = false;                          ///< --first: a divergent op
-  bool identical = true;                       ///< --exact: everything bitwise equal
-  std::optional<OpCompare> first;              ///< the op found (--first or --exact)
+  bool found = false;              ///< --first: a divergent op
+  bool identical = true;           ///< --exact: everything bitwise equal
+  std::optional<OpCompare> first;  ///< the op found (--first or --exact)
+  /// The first divergent op in every mode: --first's op (also with --exact, whose `first` is
+  /// the first op that differs at all), so that the modes agree on what is divergent.
+  std::optional<OpCompare> first_divergent;
   std::optional<UnmatchedOp> first_unmatched;  ///< earliest op present in one dump only
   int64_t match_ops = 0, noise_ops = 0, divergent_ops = 0;
   std::optional<OpCompare> max_noise;  ///< the noise op with the largest ratio (not excused)

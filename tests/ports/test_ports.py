@@ -100,6 +100,20 @@ def compare(a, b, tmp_path=None):
     assert (r.returncode == 1) == res["found"]
     # One verdict: the Python API gives what the CLI prints, key for key.
     assert precprobe.compare(a, b, first=True, by="module") == res
+    # One verdict: --exact names the first op that differs at all (a port's backward seed
+    # differs in its memory_format), and --first's op, found and counted the same, beside it.
+    r = subprocess.run([CLI, "compare", str(a), str(b), "--exact", "--json"],
+                       capture_output=True, text=True)
+    assert r.returncode in (0, 1), r.stderr
+    ex = json.loads(r.stdout)
+    assert (ex["found"], ex["divergent_ops"]) == (res["found"], res["divergent_ops"])
+    assert ex["first_divergent"] == res["first_divergent"]
+    if res["found"]:
+        fd = ex["first_divergent"]
+        assert (fd["step"], fd["seq"], fd["name"], fd["module"]) == (
+            res["step"], res["seq"], res["name"], res["module"])
+    else:
+        assert ex["first_divergent"] is None
     if tmp_path is not None:  # and the report names the same first op
         page = report_compare(a, b, tmp_path)
         assert page["result"]["divergent_ops"] == res["divergent_ops"]

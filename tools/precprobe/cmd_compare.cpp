@@ -333,6 +333,18 @@ void print_exact(const CompareResult& r, const CompareArgs& args, const Terminal
   } else {
     std::cout << "Every paired op is bitwise equal.\n";
   }
+  // What --first would name: a difference here is not yet a divergence.
+  if (const auto& d = r.first_divergent) {
+    std::cout << paint(term, Tone::kRed,
+                       fmt::format("First divergent op (as --first names it): {} at step {}, "
+                                   "rank {}, seq {}{}",
+                                   d->name, d->step, d->rank, d->seq_a,
+                                   d->module.empty() ? "" : ", module " + d->module))
+              << '\n';
+  } else if (!r.identical) {
+    std::cout << "No divergent op (as --first says): the paired ops agree within their "
+                 "rounding\n";
+  }
   print_totals(r);
 }
 

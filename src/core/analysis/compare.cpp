@@ -354,6 +354,7 @@ CompareResult CompareMerge::finish(int64_t background_a, int64_t background_b) {
         2.0 * static_cast<double>(res.matched) / static_cast<double>(res.ops_a + res.ops_b);
   res.found = first_divergent_.has_value();
   res.identical = !first_inexact_ && res.unmatched.empty();
+  res.first_divergent = first_divergent_;
   res.first = opt_.exact ? std::move(first_inexact_) : std::move(first_divergent_);
   return std::move(res);
 }

@@ -134,6 +134,13 @@ nlohmann::json CompareResult::to_json() const {
                           "error", "bound", "ratio"})
       j[k] = nullptr;
   }
+  // --first's op in every mode (with --exact, `name` is the first op that differs at all).
+  if (first_divergent) {
+    j["first_divergent"] = op_ref_json(*first_divergent);
+    j["first_divergent"]["module"] = first_divergent->module;
+  } else {
+    j["first_divergent"] = nullptr;
+  }
   if (max_noise) {
     const OpCompare& m = *max_noise;
     j["max_noise"] = op_ref_json(m);

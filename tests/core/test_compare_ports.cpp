@@ -1,6 +1,6 @@
 // compare across a port: arguments a port spells differently (a default on one side, a list
-// against its broadcast), a constant of the program that differs, and ops of one run only
-// compared by their results (src/core/analysis/arg_rules.cpp, compare.cpp's places).
+// against its broadcast, 1 against 1.0), a constant of the program that differs, and ops of one run
+// only compared by their results (src/core/analysis/arg_rules.cpp, compare.cpp's places).
 #include <cmath>
 
 #include "analysis_fixtures.h"
@@ -35,6 +35,20 @@ TEST_CASE("compare: arguments a port spells differently are the same argument",
   CHECK(k.ops[0].classification == "noise");
   CHECK(k.ops[0].args[3].note == "default on one side: \"cpu\" vs null");
   CHECK(k.ops[0].args[4].note == "default on one side: false vs null");
+  // SGD's momentum buffer: Python's buf.add_(grad, alpha=1) passes an int, LibTorch's
+  // add_(grad, 1 - dampening) a double: the same number, the same argument, and the op a match.
+  const Arg buf = hashed(targ({1, 2}), 11), g = hashed(targ({0.5, 0.25}), 12);
+  const Arg sum = hashed(targ({1.5, 2.25}), 13);
+  auto [c4, e4] = one_op("aten::add_", {buf, g, varg("1")}, {sum}, {buf, g, varg("1.0")}, {sum});
+  const CompareResult k4 = test::compare_checked(c4, e4, first);
+  REQUIRE(k4.ops.size() == 1);
+  CHECK(k4.ops[0].classification == "match");
+  CHECK(k4.ops[0].args[2].note == "the same number spelled otherwise: 1 vs 1.0");
+  // Another number is another argument, even where the outputs happen to agree.
+  auto [c5, e5] = one_op("aten::add_", {buf, g, varg("1")}, {sum}, {buf, g, varg("2.0")}, {sum});
+  const CompareResult k5 = test::compare_checked(c5, e5, first);
+  CHECK(k5.ops[0].classification != "match");
+  CHECK(k5.ops[0].args[2].note.rfind("value differs: 1 vs 2.0", 0) == 0);
   // Backward's seed: Python's ones_like(loss, memory_format=preserve) against C++'s
   // ones_like(loss, contiguous), the losses one ulp apart: the same ones come out.
   const Arg ones = hashed(targ({1}), 10);

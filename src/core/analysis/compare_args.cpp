@@ -116,6 +116,12 @@ int64_t common_rank(const OpRecord& a, const OpRecord& b) {
 std::optional<std::string> spelled_otherwise(const OpRecord& a, const OpRecord& b, size_t k) {
   const bool in_a = k < a.inputs.size(), in_b = k < b.inputs.size();
   if ((in_a && a.inputs[k].is_tensor()) || (in_b && b.inputs[k].is_tensor())) return std::nullopt;
+  if (in_a && in_b) {  // 1 against 1.0: a Python int where LibTorch's C++ API passes a double
+    const std::optional<double> x = numeric_value(a.inputs[k].value);
+    const std::optional<double> y = numeric_value(b.inputs[k].value);
+    if (x && y && *x == *y)
+      return "the same number spelled otherwise: " + a.inputs[k].value + " vs " + b.inputs[k].value;
+  }
   if (is_reshape_op(a.op) && is_reshape_op(b.op) && !a.outputs.empty() && !b.outputs.empty() &&
       a.outputs[0].is_tensor() && b.outputs[0].is_tensor() &&
       a.outputs[0].tensor->shape == b.outputs[0].tensor->shape) {

@@ -15,6 +15,16 @@ both).
     PYTHONPATH=build/python taskset -c 1 /usr/bin/python3 bench/python/bench_python_l1.py \\
         --cpp build/bin/bench_fashion_step --steps 50 --rounds 5
 
+`--model mlp [--h 256]` (issue 49, item 5): bench_debugger's reference MLP instead (input 256
+-> Linear(256, h) -> 4 x [Linear(h, h) -> LayerNorm -> GELU -> Dropout(0.1), residual add] ->
+Linear(h, 10)), cross-entropy, AdamW, one batch of 128 standard-normal rows, the loop as
+bench_debugger's Trainer writes it (no observe_batch, no clipping; `.item()` of the loss);
+--cpp then names bench_debugger, run with `--h H --threads free-core --only "L1 statistics
+(async)"` for the C++ loop's ratio in the same minutes:
+
+    PYTHONPATH=build/python taskset -c 1 /usr/bin/python3 bench/python/bench_python_l1.py \
+        --model mlp --cpp build/bin/bench_debugger --steps 30 --rounds 5
+
 Prints medians of the step time and of the process's CPU time per step (every thread: the
 statistics worker included), and the ratios. Measure on a core as idle as the machine
 allows (taskset).
@@ -43,6 +53,33 @@ from hook_dumper import HookDumper  # noqa: E402
 from train_fashion_mnist import Net  # noqa: E402
 
 
+class Block(torch.nn.Module):
+    def __init__(self, h):
+        super().__init__()
+        self.fc = torch.nn.Linear(h, h)
+        self.ln = torch.nn.LayerNorm(h)
+        self.drop = torch.nn.Dropout(0.1)
+
+    def forward(self, x):
+        return x + self.drop(F.gelu(self.ln(self.fc(x))))
+
+
+class Mlp(torch.nn.Module):
+    """bench/probe/bench_debugger.cpp's MlpImpl (its `in` is `inp` here: a keyword)."""
+
+    def __init__(self, h):
+        super().__init__()
+        self.inp = torch.nn.Linear(256, h)
+        self.blocks = torch.nn.ModuleList(Block(h) for _ in range(4))
+        self.out = torch.nn.Linear(h, 10)
+
+    def forward(self, x):
+        x = self.inp(x)
+        for b in self.blocks:
+            x = b(x)
+        return self.out(x)
+
+
 def tune_malloc():
     """tune_malloc's settings (src/probe/support/malloc_tuning.h) for every variant."""
     libc = ctypes.CDLL("libc.so.6")
@@ -55,20 +92,36 @@ def main():
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--cpp", default="", help="bench_fashion_step, run first with the same flags")
+    p.add_argument("--cpp", default="",
+                   help="bench_fashion_step (or, with --model mlp, bench_debugger), run first "
+                        "with the same flags")
+    p.add_argument("--model", default="fashion", choices=["fashion", "mlp"])
+    p.add_argument("--h", type=int, default=256, help="the MLP's width (--model mlp)")
     a = p.parse_args()
     if a.cpp:
-        r = subprocess.run([a.cpp, "--steps", str(a.steps), "--rounds", str(a.rounds),
-                            "--warmup", str(a.warmup)], capture_output=True, text=True)
-        print(r.stdout, end="", flush=True)
+        cmd = [a.cpp, "--steps", str(a.steps), "--rounds", str(a.rounds), "--warmup",
+               str(a.warmup)]
+        if a.model == "mlp":
+            cmd += ["--h", str(a.h), "--threads", "free-core", "--only", "L1 statistics (async)"]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        out = r.stdout
+        if a.model == "mlp":  # its two lines, not the floors' and counters' report
+            out = "".join(l + "\n" for l in out.splitlines()
+                          if l.lstrip().startswith(("no debugger", "L1 statistics (async)")))
+        print(out, end="", flush=True)
     torch.set_num_threads(1)
     tune_malloc()
     torch.manual_seed(0)
     n = 4096
-    images = torch.randn(n, 1, 28, 28)
-    labels = torch.randint(0, 10, (n,), dtype=torch.int64)
-    net = Net()
-    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    if a.model == "mlp":
+        net = Mlp(a.h)
+        opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
+        mlp_x, mlp_y = torch.randn(128, 256), torch.randint(0, 10, (128,))
+    else:
+        images = torch.randn(n, 1, 28, 28)
+        labels = torch.randint(0, 10, (n,), dtype=torch.int64)
+        net = Net()
+        opt = torch.optim.Adam(net.parameters(), lr=1e-3)
     tmp = tempfile.mkdtemp(prefix="bench_python_l1_")
     cursor = 0
 
@@ -76,6 +129,21 @@ def main():
         nonlocal cursor
         for _ in range(count):
             c0, t0 = time.process_time(), time.perf_counter()
+            if a.model == "mlp":  # bench_debugger's Trainer::step, and the loss read once
+                opt.zero_grad()
+                loss = F.cross_entropy(net(mlp_x), mlp_y)
+                loss.backward()
+                opt.step()
+                value = loss.item()
+                if dbg:
+                    dbg.step()
+                if hooks:
+                    hooks.records["loss"] = value
+                    hooks.end_step()
+                if out is not None:
+                    out.append((1e3 * (time.perf_counter() - t0),
+                                1e3 * (time.process_time() - c0)))
+                continue
             idx = torch.arange(cursor, cursor + 64, dtype=torch.int64)
             cursor = (cursor + 64) % n
             x = images.index_select(0, idx)

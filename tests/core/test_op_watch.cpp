@@ -278,7 +278,8 @@ TEST_CASE("op watch: check's item names the first hit and how early it came", "[
   CHECK_THAT(c.evidence,
              Catch::Matchers::ContainsSubstring("2 step(s) before the first NaN/Inf at step 7"));
   // Causes before symptoms: the warning is listed before the overflow it announces.
-  const auto causes = run_checklist(d).problems_by_cause();
+  const ChecklistResult all = run_checklist(d);
+  const auto causes = all.problems_by_cause();  // pointers into `all`
   REQUIRE(causes.size() >= 2);
   CHECK(causes[0]->id == "num.op_watch");
   CHECK(causes[1]->id == "mp.overflow");

@@ -125,39 +125,40 @@ def main():
     tmp = tempfile.mkdtemp(prefix="bench_python_l1_")
     cursor = 0
 
-    def run(dbg, hooks, count, out):
+    def fashion_step(dbg):
+        """examples/python/train_fashion_mnist.py's step; returns the loss's value."""
         nonlocal cursor
+        idx = torch.arange(cursor, cursor + 64, dtype=torch.int64)
+        cursor = (cursor + 64) % n
+        x = images.index_select(0, idx)
+        y = labels.index_select(0, idx)
+        if dbg:
+            dbg.observe_batch(x, y, 0)
+        loss = F.cross_entropy(net(x).to(torch.float32), y)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 5.0)
+        opt.step()
+        value = loss.item()
+        if dbg:
+            dbg.log_scalar("loss", value)
+        return value
+
+    def mlp_step(dbg):
+        """bench_debugger's Trainer::step, and the loss read once."""
+        opt.zero_grad()
+        loss = F.cross_entropy(net(mlp_x), mlp_y)
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    one_step = mlp_step if a.model == "mlp" else fashion_step
+
+    def run(dbg, hooks, count, out):
         for _ in range(count):
             c0, t0 = time.process_time(), time.perf_counter()
-            if a.model == "mlp":  # bench_debugger's Trainer::step, and the loss read once
-                opt.zero_grad()
-                loss = F.cross_entropy(net(mlp_x), mlp_y)
-                loss.backward()
-                opt.step()
-                value = loss.item()
-                if dbg:
-                    dbg.step()
-                if hooks:
-                    hooks.records["loss"] = value
-                    hooks.end_step()
-                if out is not None:
-                    out.append((1e3 * (time.perf_counter() - t0),
-                                1e3 * (time.process_time() - c0)))
-                continue
-            idx = torch.arange(cursor, cursor + 64, dtype=torch.int64)
-            cursor = (cursor + 64) % n
-            x = images.index_select(0, idx)
-            y = labels.index_select(0, idx)
+            value = one_step(dbg)
             if dbg:
-                dbg.observe_batch(x, y, 0)
-            loss = F.cross_entropy(net(x).to(torch.float32), y)
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(net.parameters(), 5.0)
-            opt.step()
-            value = loss.item()
-            if dbg:
-                dbg.log_scalar("loss", value)
                 dbg.step()
             if hooks:
                 hooks.records["loss"] = value

@@ -307,20 +307,16 @@ ChecklistResult run_checklist(const DumpData& data, const ChecklistOptions& opti
   int64_t half = 0;
   RecordsCollector records;
   // The op watchpoints with their defaults (a DumpData holds no live hits to set beside them).
-  WatchReport watch;
-  std::map<int, OpWatcher> watchers;
-  for (const RankInfo& rank : data.ranks)
-    watchers.try_emplace(rank.rank).first->second.set_modules(rank.run_meta());
+  analysis_detail::WatchReportBuilder watch(data.ranks, OpWatchOptions{});
   for (const OpRecord& op : data.ops) {
     if (is_half(op.inputs) || is_half(op.outputs)) ++half;
     records.add(op);
-    watchers.try_emplace(op.rank).first->second.observe(op, watch.hits);
+    watch.add(op);
   }
   const OverflowResult overflow = find_overflow(data);
-  analysis_detail::find_early(watch, data.ops);
   return build("", data.scalars, data.grads, data.scaler, overflow,
-               static_cast<int64_t>(data.ops.size()), half, records.finish(), watch, options,
-               overflow.run);
+               static_cast<int64_t>(data.ops.size()), half, records.finish(), watch.finish(),
+               options, overflow.run);
 }
 
 ChecklistResult run_checklist(DumpReader& reader, const ChecklistOptions& options,
@@ -330,7 +326,7 @@ ChecklistResult run_checklist(DumpReader& reader, const ChecklistOptions& option
   const std::vector<ScalerRecord> scaler = reader.scaler(read.filter);
   int64_t ops = 0, half = 0;
   RecordsCollector records;
-  analysis_detail::WatchReportBuilder watch(reader, std::nullopt);
+  auto watch = analysis_detail::WatchReportBuilder::for_dump(reader, std::nullopt);
   reader.for_each_op(read.filter, [&](const OpRecord& op) {
     ++ops;
     if (is_half(op.inputs) || is_half(op.outputs)) ++half;
@@ -342,9 +338,8 @@ ChecklistResult run_checklist(DumpReader& reader, const ChecklistOptions& option
   const OverflowResult overflow = ops > 0 ? find_overflow(reader, read) : OverflowResult{};
   analysis_detail::RunStateBuilder run;
   for (const ScalarRecord& s : scalars) run.add(s);
-  ChecklistResult r =
-      build(reader.path(), scalars, grads, scaler, overflow, ops, half, records.finish(),
-            watch.finish(false), options, run.finish(reader.ranks()));
+  ChecklistResult r = build(reader.path(), scalars, grads, scaler, overflow, ops, half,
+                            records.finish(), watch.finish(), options, run.finish(reader.ranks()));
   return r;
 }
 

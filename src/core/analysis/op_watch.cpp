@@ -254,14 +254,19 @@ const OpWatchOptions& OpWatcher::options() const noexcept { return impl_->o; }
 
 namespace analysis_detail {
 
-WatchReportBuilder::WatchReportBuilder(DumpReader& reader,
-                                       const std::optional<OpWatchOptions>& options)
-    : reader_(reader) {
+WatchReportBuilder::WatchReportBuilder(const std::vector<RankInfo>& ranks,
+                                       const OpWatchOptions& options, bool live) {
+  rep_.live = live;
+  rep_.options = options;
+  for (const RankInfo& rank : ranks) watcher(rank.rank).set_modules(rank.run_meta());
+}
+
+WatchReportBuilder WatchReportBuilder::for_dump(DumpReader& reader,
+                                                const std::optional<OpWatchOptions>& options) {
   const std::optional<OpWatchOptions> used = recorded_watch_options(reader);
-  rep_.live = used.has_value() && used->enable;
-  rep_.options = options ? *options : used ? *used : OpWatchOptions{};
-  if (!options && used && !used->enable) rep_.options.enable = true;  // judged after the fact
-  for (const RankInfo& rank : reader.ranks()) watcher(rank.rank).set_modules(rank.run_meta());
+  OpWatchOptions o = options ? *options : used ? *used : OpWatchOptions{};
+  if (!options && used && !used->enable) o.enable = true;  // judged after the fact
+  return WatchReportBuilder(reader.ranks(), o, used.has_value() && used->enable);
 }
 
 OpWatcher& WatchReportBuilder::watcher(int rank) {
@@ -280,30 +285,18 @@ void WatchReportBuilder::add(const OpRecord& r) {
   }
 }
 
-WatchReport WatchReportBuilder::finish(bool with_recorded) {
+WatchReport WatchReportBuilder::finish(std::vector<OpWatchHit> recorded) {
   WatchReport rep = rep_;
   for (auto& [rank, hits] : hits_) rep.hits.insert(rep.hits.end(), hits.begin(), hits.end());
-  if (with_recorded) rep.recorded = reader_.watch_hits();
+  rep.recorded = std::move(recorded);
   if (first_bad_) rep.first_nonfinite_step = first_bad_->first;
-  find_early(rep);
-  return rep;
-}
-
-void find_early(WatchReport& rep, const std::vector<OpRecord>& ops) {
-  std::optional<std::pair<int64_t, int64_t>> first_bad;
-  for (const OpRecord& r : ops) {
-    const std::pair<int64_t, int64_t> at{r.step, r.seq};
-    if (r.outputs_non_finite() && (!first_bad || at < *first_bad)) {
-      first_bad = at;
-      rep.first_nonfinite_step = r.step;
-      rep.first_nonfinite_op = r.name();
-    }
-  }
+  // The early warning: the first hit other than tensor_overflow at or before the first NaN/Inf.
   for (const OpWatchHit& h : rep.hits) {
     if (h.watch == "tensor_overflow") continue;
     if (rep.first_nonfinite_step && h.step > *rep.first_nonfinite_step) continue;
     if (!rep.early || h.step < rep.early->step) rep.early = h;
   }
+  return rep;
 }
 
 }  // namespace analysis_detail
@@ -312,12 +305,12 @@ namespace {
 
 WatchReport watch_pass(DumpReader& reader, const std::optional<OpWatchOptions>& options,
                        bool with_recorded) {
-  analysis_detail::WatchReportBuilder b(reader, options);
+  auto b = analysis_detail::WatchReportBuilder::for_dump(reader, options);
   reader.for_each_op({}, [&](const OpRecord& r) {
     b.add(r);
     return true;
   });
-  return b.finish(with_recorded);
+  return b.finish(with_recorded ? reader.watch_hits() : std::vector<OpWatchHit>{});
 }
 
 }  // namespace

@@ -16,25 +16,25 @@ namespace precprobe::analysis_detail {
 
 class WatchReportBuilder {
  public:
-  /// `options`: as watch_report() takes them (nullopt: those the run used, else the defaults).
-  WatchReportBuilder(DumpReader& reader, const std::optional<OpWatchOptions>& options);
+  /// One OpWatcher per rank of `ranks` (their meta.json's module order), judging with
+  /// `options`; `live`: the run judged them live (WatchReport::live).
+  WatchReportBuilder(const std::vector<RankInfo>& ranks, const OpWatchOptions& options,
+                     bool live = false);
+  /// As watch_report() takes `options` (nullopt: those the run used, else the defaults).
+  static WatchReportBuilder for_dump(DumpReader& reader,
+                                     const std::optional<OpWatchOptions>& options);
   /// One op record, each rank's in file order (ranks may interleave).
   void add(const OpRecord& r);
-  /// The report; `with_recorded`: also read the dump's live hits (a pass over its events).
-  WatchReport finish(bool with_recorded = true);
+  /// The report; `recorded`: the dump's live hits (DumpReader::watch_hits()), if read.
+  WatchReport finish(std::vector<OpWatchHit> recorded = {});
 
  private:
   OpWatcher& watcher(int rank);
 
-  DumpReader& reader_;
   WatchReport rep_;
   std::map<int, std::unique_ptr<OpWatcher>> watchers_;
   std::map<int, std::vector<OpWatchHit>> hits_;  // per rank: the rank order of watch_dump()
   std::optional<std::pair<int64_t, int64_t>> first_bad_;  // (step, seq)
 };
-
-/// Sets rep.first_nonfinite_step (from `ops`, when given) and rep.early from rep.hits: the
-/// first hit other than tensor_overflow at or before the first NaN/Inf.
-void find_early(WatchReport& rep, const std::vector<OpRecord>& ops = {});
 
 }  // namespace precprobe::analysis_detail

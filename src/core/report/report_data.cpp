@@ -291,7 +291,7 @@ void ops_pass(DumpReader& reader, const ReportOptions& o, json& data) {
   std::priority_queue<Top, std::vector<Top>, decltype(cmp)> top(cmp);
   const size_t keep = std::min<size_t>(o.max_rows, kMaxTopOps);
   int64_t total = 0;
-  analysis_detail::WatchReportBuilder watch(reader, std::nullopt);
+  auto watch = analysis_detail::WatchReportBuilder::for_dump(reader, std::nullopt);
   reader.for_each_op({}, [&](const OpRecord& r) {
     ++total;
     watch.add(r);
@@ -339,7 +339,7 @@ void ops_pass(DumpReader& reader, const ReportOptions& o, json& data) {
   });
   if (total == 0) return;
   // The op watchpoints as `precprobe watch DIR --json` gives them, the hits capped at max_rows.
-  json w = watch.finish().to_json();
+  json w = watch.finish(reader.watch_hits()).to_json();
   w["hits_total"] = w["hits"].size();
   if (w["hits"].size() > o.max_rows)
     w["hits"].erase(w["hits"].begin() + o.max_rows, w["hits"].end());

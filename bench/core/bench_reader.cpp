@@ -18,6 +18,7 @@
 #include "precprobe/reader.h"
 #include "precprobe/records.h"
 #include "precprobe/writer.h"
+#include "records_binary.h"
 
 namespace fs = std::filesystem;
 using namespace precprobe;
@@ -125,16 +126,25 @@ std::string bench_dir(const std::string& tag) {
       .string();
 }
 
-// Writes the ops stream once per zstd level, with the writer's defaults otherwise.
-const std::string& written_dump(int level) {
-  static std::string dirs[23];
-  std::string& dir = dirs[level];
+OpsEncoding encoding_of(int64_t arg) {
+  return arg == 1 ? OpsEncoding::kBinary : OpsEncoding::kJsonLines;
+}
+std::string ops_file(OpsEncoding e) {
+  return e == OpsEncoding::kBinary ? "/rank0/ops.bin.zst" : "/rank0/ops.jsonl.zst";
+}
+
+// Writes the ops stream once per zstd level and encoding, with the writer's defaults otherwise.
+const std::string& written_dump(int level, OpsEncoding encoding = OpsEncoding::kJsonLines) {
+  static std::string dirs[2][23];
+  const int e = encoding == OpsEncoding::kBinary ? 1 : 0;
+  std::string& dir = dirs[e][level];
   if (dir.empty()) {
-    dir = bench_dir("dump" + std::to_string(level));
+    dir = bench_dir("dump" + std::to_string(level) + (e == 1 ? "b" : ""));
     fs::remove_all(dir);
     WriterOptions o;
     o.dir = dir + "/rank0";
     o.zstd_level = level;
+    o.ops_encoding = encoding;
     DumpWriter w(o);
     for (const OpRecord& r : ops()) w.submit(OpRecord(r));
     w.close();
@@ -160,11 +170,37 @@ void BM_Encode(benchmark::State& state) {
 }
 BENCHMARK(BM_Encode)->Unit(benchmark::kMillisecond);
 
+void BM_EncodeBinary(benchmark::State& state) {
+  ops();
+  std::string out;
+  size_t bytes = 0;
+  BinaryOpEncoder enc;
+  for (auto _ : state) {
+    out.clear();
+    int n = 0;
+    for (const OpRecord& r : ops()) {
+      enc.append(r, out);
+      if (++n % 4096 == 0) {  // a frame, as the writer closes them
+        bytes += out.size();
+        out.clear();
+      }
+    }
+    bytes += out.size();
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * kRecords);
+  state.SetBytesProcessed(static_cast<int64_t>(bytes));
+  state.counters["B/record_binary"] = static_cast<double>(bytes) / state.iterations() / kRecords;
+}
+BENCHMARK(BM_EncodeBinary)->Unit(benchmark::kMillisecond);
+
 // What the writer thread does per record: encode into the frame, compress every 4096.
 void BM_EncodeCompressWrite(benchmark::State& state) {
   int level = static_cast<int>(state.range(0));
+  const OpsEncoding encoding = encoding_of(state.range(1));
   ops();
   std::string path = bench_dir("enc") + ".zst";
+  BinaryOpEncoder enc;
   uint64_t out_bytes = 0;
   for (auto _ : state) {
     FrameWriter w;
@@ -172,7 +208,11 @@ void BM_EncodeCompressWrite(benchmark::State& state) {
     if (!w.open(path, level, &error)) state.SkipWithError(error.c_str());
     int n = 0;
     for (const OpRecord& r : ops()) {
-      append_json(r, w.buffer());
+      if (encoding == OpsEncoding::kBinary) {
+        enc.append(r, w.buffer());
+      } else {
+        append_json(r, w.buffer());
+      }
       if (++n % 4096 == 0) w.end_frame(&error);
     }
     w.close(&error);
@@ -183,13 +223,19 @@ void BM_EncodeCompressWrite(benchmark::State& state) {
   state.counters["B/record"] = static_cast<double>(out_bytes) / kRecords;
   state.counters["B/tensor"] = static_cast<double>(out_bytes) / tensor_count();
 }
-BENCHMARK(BM_EncodeCompressWrite)->Arg(1)->Arg(3)->Unit(benchmark::kMillisecond);
+// Args: zstd level, encoding (0 JSON Lines, 1 binary).
+BENCHMARK(BM_EncodeCompressWrite)
+    ->Args({1, 0})
+    ->Args({3, 0})
+    ->Args({3, 1})
+    ->Unit(benchmark::kMillisecond);
 
 // DumpWriter end to end, as the probe uses it: submit() from the producer thread, the
 // writer thread encodes, compresses and writes; the time ends when flush(wait) returns.
 // Copying each record for submit() is included (the probe builds new ones instead).
 void BM_WriterEndToEnd(benchmark::State& state) {
   int level = static_cast<int>(state.range(0));
+  const OpsEncoding encoding = encoding_of(state.range(1));
   ops();
   std::string dir = bench_dir("writer");
   for (auto _ : state) {
@@ -198,6 +244,7 @@ void BM_WriterEndToEnd(benchmark::State& state) {
     WriterOptions o;
     o.dir = dir;
     o.zstd_level = level;
+    o.ops_encoding = encoding;
     DumpWriter w(o);
     state.ResumeTiming();
     for (const OpRecord& r : ops()) w.submit(OpRecord(r));
@@ -209,12 +256,13 @@ void BM_WriterEndToEnd(benchmark::State& state) {
   fs::remove_all(dir);
   state.SetItemsProcessed(state.iterations() * kRecords);
 }
-BENCHMARK(BM_WriterEndToEnd)->Arg(1)->Arg(3)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_WriterEndToEnd)->Args({1, 0})->Args({3, 0})->Args({3, 1})->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // The reader end to end: open the dump, decompress every frame, parse every line.
 void BM_ReadOps(benchmark::State& state) {
   int level = static_cast<int>(state.range(0));
-  const std::string& dir = written_dump(level);
+  const OpsEncoding encoding = encoding_of(state.range(1));
+  const std::string& dir = written_dump(level, encoding);
   size_t n = 0;
   for (auto _ : state) {
     DumpReader reader(dir);
@@ -226,12 +274,12 @@ void BM_ReadOps(benchmark::State& state) {
     });
   }
   if (n != static_cast<size_t>(kRecords)) state.SkipWithError("record count mismatch");
-  auto file = fs::file_size(dir + "/rank0/ops.jsonl.zst");
+  auto file = fs::file_size(dir + ops_file(encoding));
   state.SetItemsProcessed(state.iterations() * kRecords);
   state.counters["B/record"] = static_cast<double>(file) / kRecords;
   state.counters["B/tensor"] = static_cast<double>(file) / tensor_count();
 }
-BENCHMARK(BM_ReadOps)->Arg(1)->Arg(3)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ReadOps)->Args({1, 0})->Args({3, 0})->Args({3, 1})->Unit(benchmark::kMillisecond);
 
 // The same records after a divergence: 7 in 10 records hold only NaN tensors (counts
 // say so, min/max/mean/norm undefined), as in the dump of a run that went to NaN.
@@ -270,9 +318,39 @@ void BM_Parse(benchmark::State& state) {
 }
 BENCHMARK(BM_Parse)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 
+// Decoding binary frames alone, from frames already in memory; Arg(1): the diverged records.
+void BM_DecodeBinary(benchmark::State& state) {
+  std::vector<std::string> frames(1);
+  BinaryOpEncoder enc;
+  int n = 0;
+  for (const OpRecord& r : state.range(0) == 1 ? diverged_ops() : ops()) {
+    enc.append(r, frames.back());
+    if (++n % 4096 == 0) frames.emplace_back();
+  }
+  OpRecord out;
+  int64_t bytes = 0;
+  for (const std::string& f : frames) bytes += static_cast<int64_t>(f.size());
+  for (auto _ : state) {
+    size_t records = 0;
+    for (const std::string& f : frames) {
+      if (f.empty()) continue;
+      BinaryOpDecoder d;
+      if (!d.open(f, nullptr)) std::abort();
+      BinaryOpDecoder::Next next;
+      while ((next = d.next(out, nullptr)) == BinaryOpDecoder::Next::kRecord) ++records;
+      if (next != BinaryOpDecoder::Next::kEnd) std::abort();
+    }
+    if (records != static_cast<size_t>(kRecords)) std::abort();
+  }
+  state.SetItemsProcessed(state.iterations() * kRecords);
+  state.SetBytesProcessed(state.iterations() * bytes);
+}
+BENCHMARK(BM_DecodeBinary)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+
 // Decompression alone.
 void BM_Decompress(benchmark::State& state) {
-  std::string path = written_dump(3) + "/rank0/ops.jsonl.zst";
+  const OpsEncoding encoding = encoding_of(state.range(0));
+  std::string path = written_dump(3, encoding) + ops_file(encoding);
   std::string content;
   int64_t bytes = 0;
   for (auto _ : state) {
@@ -284,7 +362,7 @@ void BM_Decompress(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * kRecords);
   state.SetBytesProcessed(bytes);
 }
-BENCHMARK(BM_Decompress)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Decompress)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
@@ -293,6 +371,9 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
-  for (int level : {1, 3}) fs::remove_all(bench_dir("dump" + std::to_string(level)));
+  for (int level : {1, 3}) {
+    fs::remove_all(bench_dir("dump" + std::to_string(level)));
+    fs::remove_all(bench_dir("dump" + std::to_string(level) + "b"));
+  }
   return 0;
 }

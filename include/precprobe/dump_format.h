@@ -20,8 +20,16 @@ namespace precprobe {
 
 /// Dump format version, written to meta.json. Version 2 writes every number as a JSON
 /// number or null (non-finite values named by "<key>_nonfinite" fields); version 1 wrote
-/// them as the strings "nan", "inf", "-inf".
-inline constexpr int kDumpFormatVersion = 2;
+/// them as the strings "nan", "inf", "-inf". Version 3 is version 2 with the op records in
+/// ops.bin.zst (binary, OpsEncoding::kBinary): a precprobe older than that file refuses the
+/// dump instead of finding no op records in it. kDumpFormatVersion is the newest version
+/// this reader reads; a writer writes dump_format_version() of its encoding.
+inline constexpr int kDumpFormatVersion = 3;
+/// The version a dump whose op records are encoded so is written with: 2 for JSON Lines (every
+/// precprobe since 0.2 reads it), 3 for binary.
+constexpr int dump_format_version(OpsEncoding encoding) noexcept {
+  return encoding == OpsEncoding::kBinary ? 3 : 2;
+}
 /// The oldest version the reader still reads; it refuses versions outside
 /// [kOldestDumpFormatVersion, kDumpFormatVersion].
 inline constexpr int kOldestDumpFormatVersion = 1;
@@ -38,6 +46,9 @@ inline constexpr std::string_view kCrashFile = "crash.json";
 
 /// "ops.jsonl.zst", "scaler.jsonl.zst", "grads.jsonl.zst", "events.jsonl.zst".
 std::string_view stream_file_name(StreamKind kind) noexcept;
+/// The file of binary op records (WriterOptions::ops_encoding); stream_file_name(kOps) is
+/// the JSON Lines one.
+inline constexpr std::string_view kBinaryOpsFile = "ops.bin.zst";
 
 /// Whether the first bytes of a stream file start a zstd frame (or a skippable frame), i.e.
 /// whether the file can be a precprobe stream at all. Needs 4 bytes.

@@ -32,9 +32,15 @@ enum class OverflowPolicy : uint8_t {
   kDrop,   ///< drop the record and count it in meta.json ("dropped")
 };
 
+/// How the writer encodes op records (docs/dump-format.md).
+enum class OpsEncoding : uint8_t {
+  kBinary,     ///< ops.bin.zst: fixed fields, little-endian, a string table per frame
+  kJsonLines,  ///< ops.jsonl.zst: one JSON object per line (zstdcat | jq reads it)
+};
+
 /// The streams of a rank directory.
 enum class StreamKind : uint8_t {
-  kOps,     ///< ops.jsonl.zst
+  kOps,     ///< ops.bin.zst, or ops.jsonl.zst (WriterOptions::ops_encoding)
   kScaler,  ///< scaler.jsonl.zst
   kGrads,   ///< grads.jsonl.zst
   kEvents,  ///< events.jsonl.zst (scalars logged by the user, markers)
@@ -62,6 +68,10 @@ struct WriterOptions {
   /// frames that hold nothing they look for. Off writes the streams of format version 1.x
   /// before digests (tests of readers of such dumps).
   bool frame_digests = true;
+  /// The encoding of op records: binary (ops.bin.zst) or JSON Lines (ops.jsonl.zst). Every
+  /// reader of precprobe since this option reads both; `precprobe export` turns either into
+  /// JSON Lines or CSV.
+  OpsEncoding ops_encoding = OpsEncoding::kJsonLines;
   /// The op watchpoints judged on the writer thread as each op record is written
   /// (precprobe/op_watch.h); each hit also goes to events.jsonl.zst ("watch"). nullopt: off.
   std::optional<OpWatchOptions> watch;

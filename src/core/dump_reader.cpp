@@ -15,6 +15,7 @@
 #include "op_cursor.h"
 #include "precprobe/error.h"
 #include "precprobe/reader.h"
+#include "records_binary.h"
 
 namespace fs = std::filesystem;
 
@@ -23,7 +24,7 @@ namespace {
 
 constexpr const char* kExpected =
     "expected a dump directory holding rank<R>/ directories, or one rank directory holding "
-    "meta.json or *.jsonl.zst streams";
+    "meta.json or *.jsonl.zst / ops.bin.zst streams";
 
 bool is_rank_dir(const fs::path& dir) {
   std::error_code ec;
@@ -31,7 +32,7 @@ bool is_rank_dir(const fs::path& dir) {
   for (StreamKind k : kAllStreams) {
     if (fs::is_regular_file(dir / stream_file_name(k), ec)) return true;
   }
-  return false;
+  return fs::is_regular_file(dir / kBinaryOpsFile, ec);
 }
 
 // "rank12" -> 12; nullopt for other names.
@@ -133,6 +134,12 @@ DumpReader::DumpReader(const std::string& path) : path_(path) {
 }
 
 std::string DumpReader::stream_path(const std::string& rank_dir, StreamKind kind) {
+  if (kind == StreamKind::kOps) {
+    // The binary op records where the writer wrote them (WriterOptions::ops_encoding).
+    std::error_code ec;
+    fs::path binary = fs::path(rank_dir) / kBinaryOpsFile;
+    if (fs::exists(binary, ec)) return binary.string();
+  }
   return (fs::path(rank_dir) / stream_file_name(kind)).string();
 }
 
@@ -203,14 +210,7 @@ class StreamCursor {
       return false;
     }
     if (passed) return true;
-    *go_on = for_each_line(content_, [&](std::string_view line) {
-      if (!parse_record(line, record_, &error_)) {
-        if (status_.bad_lines++ == 0) {
-          status_.message =
-              fmt::format("{}: frame {}: bad line: {}", status_.path, reader_.frames(), error_);
-        }
-        return true;
-      }
+    auto take = [&]() {
       ++status_.records;
       record_.rank = rank_.rank;
       if constexpr (std::is_same_v<R, OpRecord>) {
@@ -220,6 +220,19 @@ class StreamCursor {
           record_.grad = true;
       }
       return !selects(filter_, record_) || fn(record_);
+    };
+    if constexpr (std::is_same_v<R, OpRecord>) {
+      if (is_binary_ops_frame(content_)) {
+        *go_on = read_binary(take);
+        return true;
+      }
+    }
+    *go_on = for_each_line(content_, [&](std::string_view line) {
+      if (!parse_record(line, record_, &error_)) {
+        bad_record("bad line");
+        return true;
+      }
+      return take();
     });
     return true;
   }
@@ -239,6 +252,36 @@ class StreamCursor {
   StreamStatus& status() noexcept { return status_; }
 
  private:
+  void bad_record(const char* what) {
+    if (status_.bad_lines++ == 0) {
+      status_.message =
+          fmt::format("{}: frame {}: {}: {}", status_.path, reader_.frames(), what, error_);
+    }
+  }
+  // The records of a binary frame (records_binary.h); false when `take` asked to stop.
+  template <class Take>
+  bool read_binary(Take& take) {
+    BinaryOpDecoder decoder;
+    if (!decoder.open(content_, &error_)) {
+      bad_record("bad frame");
+      return true;
+    }
+    for (;;) {
+      error_.clear();
+      switch (decoder.next(record_, &error_)) {
+        case BinaryOpDecoder::Next::kRecord:
+          if (!take()) return false;
+          break;
+        case BinaryOpDecoder::Next::kBad:
+          bad_record("bad record");
+          break;
+        case BinaryOpDecoder::Next::kEnd:
+          if (!error_.empty()) bad_record("bad frame");
+          return true;
+      }
+    }
+  }
+
   const RankInfo& rank_;
   const RecordFilter& filter_;
   const PassFn* pass_;

@@ -34,6 +34,7 @@
 #include "precprobe/dump_format.h"
 #include "precprobe/error.h"
 #include "precprobe/writer.h"
+#include "records_binary.h"
 
 namespace fs = std::filesystem;
 
@@ -89,6 +90,7 @@ void prepare_directory(const WriterOptions& o) {
   if (!empty) {
     // Only our own files go: a stream this run never opens must not survive from the last.
     for (StreamKind k : kAllStreams) fs::remove(fs::path(o.dir) / stream_file_name(k), ec);
+    fs::remove(fs::path(o.dir) / kBinaryOpsFile, ec);
     fs::remove(fs::path(o.dir) / kMetaFile, ec);
     fs::remove(fs::path(o.dir) / kMetaTempFile, ec);
     fs::remove(fs::path(o.dir) / kCrashFile, ec);
@@ -167,6 +169,7 @@ struct DumpWriter::Impl {
     size_t submitted() const { return records - std::min(uncounted, records); }
   };
   std::array<Stream, kStreams> streams;
+  BinaryOpEncoder ops_encoder;  // opt.ops_encoding kBinary
   std::string error_scratch;
 
   template <class R>
@@ -308,7 +311,9 @@ void DumpWriter::Impl::encode(StreamKind kind, const Item& item) {
   auto i = static_cast<size_t>(kind);
   Stream& s = streams[i];
   if (!s.file.is_open()) {
-    std::string path = (fs::path(opt.dir) / stream_file_name(kind)).string();
+    const bool binary = kind == StreamKind::kOps && opt.ops_encoding == OpsEncoding::kBinary;
+    std::string path =
+        (fs::path(opt.dir) / (binary ? kBinaryOpsFile : stream_file_name(kind))).string();
     if (!s.file.open(path, opt.zstd_level, &error_scratch)) {
       dropped.fetch_add(1, std::memory_order_relaxed);
       fail(error_scratch);
@@ -318,8 +323,14 @@ void DumpWriter::Impl::encode(StreamKind kind, const Item& item) {
   std::visit(
       [&](const auto& r) {
         using R = std::decay_t<decltype(r)>;
-        if constexpr (!std::is_same_v<R, FlushRequest>) append_json(r, s.file.buffer());
+        if constexpr (!std::is_same_v<R, FlushRequest> && !std::is_same_v<R, OpRecord>)
+          append_json(r, s.file.buffer());
         if constexpr (std::is_same_v<R, OpRecord>) {
+          if (opt.ops_encoding == OpsEncoding::kBinary) {
+            ops_encoder.append(r, s.file.buffer());
+          } else {
+            append_json(r, s.file.buffer());
+          }
           if (opt.frame_digests) digest_detail::add(s.digest, r);
         }
       },

@@ -335,6 +335,7 @@ ordered_json DebuggerOptions::to_json_value() const {
   j["flush_interval_ms"] = flush_interval_ms;
   j["zstd_level"] = zstd_level;
   j["fsync"] = fsync;
+  j["ops_encoding"] = ops_encoding == OpsEncoding::kBinary ? "binary" : "json";
   j["max_tensor_bytes"] = max_tensor_bytes;
   j["signal_flush"] = signal_flush;
   j["crash_flush"] = crash_flush;

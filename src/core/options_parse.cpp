@@ -328,6 +328,11 @@ const KeySpec kTopKeys[] = {
        o.zstd_level = static_cast<int>(get_int(v, k, kZstdLevelLimits));
      }},
     {"fsync", set_bool<&DebuggerOptions::fsync>},
+    {"ops_encoding",
+     [](const json& v, const std::string& k, DebuggerOptions& o) {
+       o.ops_encoding = get_enum(v, k, {"json", "binary"}) == "binary" ? OpsEncoding::kBinary
+                                                                        : OpsEncoding::kJsonLines;
+     }},
     {"max_tensor_bytes",
      [](const json& v, const std::string& k, DebuggerOptions& o) {
        o.max_tensor_bytes = get_int(v, k, kMaxTensorBytesLimits);

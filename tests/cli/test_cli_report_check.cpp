@@ -150,7 +150,7 @@ std::string rewrite_v2(const std::string& name) {
     precprobe::DumpWriter w(o);
     json meta = json::parse(rank.meta_json);
     REQUIRE(meta["format_version"] == 1);
-    meta["format_version"] = precprobe::kDumpFormatVersion;
+    meta["format_version"] = precprobe::dump_format_version(precprobe::OpsEncoding::kJsonLines);
     w.write_meta(meta.dump());
     precprobe::RecordFilter only;
     only.ranks = {rank.rank};

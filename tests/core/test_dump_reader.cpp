@@ -181,11 +181,11 @@ TEST_CASE("filters select by step, rank, name and direction", "[dump_reader]") {
 TEST_CASE("format version and not-a-dump errors say what was expected", "[dump_reader]") {
   TempDir dir("errors");
   write_rank(dir / "d/rank0", 0, 1);
-  test::write_bytes(dir / "d/rank0/meta.json", R"({"format_version":3,"rank":0})");
+  test::write_bytes(dir / "d/rank0/meta.json", R"({"format_version":4,"rank":0})");
   std::string msg = error_of(dir / "d");
   CHECK(msg.find(dir / "d/rank0/meta.json") != std::string::npos);
-  CHECK(msg.find("format_version 3") != std::string::npos);
-  CHECK(msg.find("reads format_version 1 to 2") != std::string::npos);
+  CHECK(msg.find("format_version 4") != std::string::npos);
+  CHECK(msg.find("reads format_version 1 to 3") != std::string::npos);
   test::write_bytes(dir / "d/rank0/meta.json", R"({"format_version":0,"rank":0})");
   CHECK(error_of(dir / "d").find("format_version 0 is not supported") != std::string::npos);
   for (int version : {1, 2}) {  // both read

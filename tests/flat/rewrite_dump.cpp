@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
       DumpWriter w(o);
       nlohmann::json meta =
           rank.meta_json.empty() ? nlohmann::json::object() : nlohmann::json::parse(rank.meta_json);
-      meta["format_version"] = kDumpFormatVersion;
+      meta["format_version"] = dump_format_version(OpsEncoding::kJsonLines);
       meta["rank"] = rank.rank;
       meta["world_size"] = rank.world_size;
       w.write_meta(meta.dump(1));

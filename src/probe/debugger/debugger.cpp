@@ -148,7 +148,7 @@ DebuggerCounters PrecisionDebugger::Impl::counters() const {
 
 RunMeta PrecisionDebugger::Impl::run_meta(bool final_meta) const {
   RunMeta m;
-  m.format_version = kDumpFormatVersion;
+  m.format_version = dump_format_version(options.ops_encoding);
   m.precprobe_version = PRECPROBE_VERSION_STRING;
   m.torch_version = TORCH_VERSION;
   m.rank = rank;
@@ -296,6 +296,7 @@ void PrecisionDebugger::start(const std::shared_ptr<torch::nn::Module>& model) {
         w.flush_every_records = d.options.flush_every_records;
         w.flush_interval_ms = d.options.flush_interval_ms;
         w.zstd_level = d.options.zstd_level;
+        w.ops_encoding = d.options.ops_encoding;
         w.fsync = d.options.fsync;
         if (d.options.watch.enable) w.watch = d.options.watch;
         d.writer = std::make_shared<DumpWriter>(std::move(w));

@@ -239,7 +239,7 @@ GradScaler::GradScaler(GradScalerOptions options) : impl_(std::make_unique<Impl>
     w.overwrite = impl_->o.log_overwrite;
     impl_->own_writer = std::make_unique<DumpWriter>(std::move(w));
     RunMeta meta;
-    meta.format_version = kDumpFormatVersion;
+    meta.format_version = dump_format_version(OpsEncoding::kJsonLines);  // no op records
     meta.producer = "precprobe::GradScaler";
     impl_->own_writer->write_meta(meta);
   }

@@ -1,0 +1,461 @@
+// The binary op records of ops.bin.zst (records_binary.h; docs/dump-format.md).
+#include "records_binary.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "json_lite.h"
+#include "records_parse_util.h"
+
+namespace precprobe {
+namespace {
+
+enum Tag : uint8_t { kTagString = 1, kTagRecord = 2 };
+
+// Record flags.
+constexpr uint64_t kBackward = 1, kGradOff = 2, kBackground = 4, kHasOverload = 8,
+                   kHasScope = 16, kHasNode = 32;
+// Argument kinds.
+constexpr uint8_t kValueArg = 0, kTensorArg = 1;
+// Tensor flags.
+constexpr uint64_t kRequiresGrad = 1, kHasHash = 2, kHasParam = 4, kHasListIndex = 8,
+                   kHasHist = 16, kHasRange = 32, kWideMean = 64, kWideNorm = 128;
+
+// ---- writing ----
+
+void put_varint(std::string& out, uint64_t v) {
+  char buf[10];
+  int n = 0;
+  while (v >= 0x80) {
+    buf[n++] = static_cast<char>((v & 0x7f) | 0x80);
+    v >>= 7;
+  }
+  buf[n++] = static_cast<char>(v);
+  out.append(buf, static_cast<size_t>(n));
+}
+uint64_t zigzag(int64_t v) {
+  return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63);
+}
+void put_signed(std::string& out, int64_t v) { put_varint(out, zigzag(v)); }
+
+template <class T>
+void put_le(std::string& out, T v) {
+  char buf[sizeof(T)];
+  std::memcpy(buf, &v, sizeof(T));  // little-endian hosts only (x86-64, aarch64)
+  out.append(buf, sizeof(T));
+}
+
+// Whether a statistic stored as float32 loses what the JSON text keeps (TextOut::float32):
+// a value whose float rounding is not finite stays a double there.
+bool wide(double v) { return !std::isfinite(static_cast<float>(v)) && std::isfinite(v); }
+
+void put_stat32(std::string& out, double v, bool is_wide) {
+  if (is_wide) {
+    put_le(out, v);
+  } else {
+    put_le(out, static_cast<float>(v));
+  }
+}
+
+void put_entry(std::string& frame, Tag tag, std::string_view bytes) {
+  frame.push_back(static_cast<char>(tag));
+  put_varint(frame, bytes.size());
+  frame.append(bytes);
+}
+
+bool is_json_blank(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+// The text the JSON Lines reader returns for a value the writer was given (records.cpp,
+// append_arg): null for an empty value, the JSON text without surrounding blanks, or, for
+// text that is not JSON, that text as a JSON string.
+std::string_view canonical_value(const std::string& v, std::string& scratch) {
+  if (v.empty()) return "null";
+  if (json::is_valid_value(v)) {
+    size_t b = 0, e = v.size();
+    while (b < e && is_json_blank(v[b])) ++b;
+    while (e > b && is_json_blank(v[e - 1])) --e;
+    return std::string_view(v).substr(b, e - b);
+  }
+  scratch.clear();
+  {
+    json::TextOut o(scratch);
+    o.reserve(json::TextOut::string_bound(v.size()));
+    o.string(v);
+  }
+  return scratch;
+}
+
+}  // namespace
+
+uint64_t BinaryOpEncoder::string_id(std::string_view s, std::string& frame) {
+  auto [it, inserted] = strings_.try_emplace(std::string(s), next_id_);
+  if (inserted) {
+    put_entry(frame, kTagString, s);
+    ++next_id_;
+  }
+  return it->second;
+}
+
+uint64_t BinaryOpEncoder::value_id(const std::string& value, std::string& frame) {
+  auto found = values_.find(value);
+  if (found != values_.end()) return found->second;
+  const uint64_t id = string_id(canonical_value(value, canonical_), frame);
+  values_.emplace(value, id);
+  return id;
+}
+
+void BinaryOpEncoder::arg(const Arg& a, std::string& frame) {
+  std::string& b = body_;
+  if (!a.tensor) {
+    b.push_back(static_cast<char>(kValueArg));
+    put_varint(b, value_id(a.value, frame));
+    return;
+  }
+  const TensorStats& t = *a.tensor;
+  b.push_back(static_cast<char>(kTensorArg));
+  const bool wide_mean = wide(t.mean), wide_norm = wide(t.norm);
+  uint64_t flags = (t.requires_grad ? kRequiresGrad : 0) | (t.hash ? kHasHash : 0) |
+                   (t.param.empty() ? 0 : kHasParam) | (t.list_index >= 0 ? kHasListIndex : 0) |
+                   (t.hist.empty() ? 0 : kHasHist) | (t.has_range ? kHasRange : 0) |
+                   (wide_mean ? kWideMean : 0) | (wide_norm ? kWideNorm : 0);
+  put_varint(b, flags);
+  put_varint(b, string_id(t.dtype, frame));
+  put_varint(b, string_id(t.device, frame));
+  put_varint(b, t.shape.size());
+  for (int64_t d : t.shape) put_signed(b, d);
+  for (int64_t c : {t.numel, t.nan, t.pinf, t.ninf, t.zero, t.neg, t.pos}) put_signed(b, c);
+  put_le(b, t.min);
+  put_le(b, t.max);
+  put_stat32(b, t.mean, wide_mean);
+  put_stat32(b, t.norm, wide_norm);
+  if (t.hash) put_le(b, *t.hash);
+  if (!t.param.empty()) put_varint(b, string_id(t.param, frame));
+  if (t.list_index >= 0) put_signed(b, t.list_index);
+  if (!t.hist.empty()) {
+    put_varint(b, t.hist.size());
+    for (const auto& [value, count] : t.hist) {
+      put_signed(b, value);
+      put_signed(b, count);
+    }
+  }
+  if (t.has_range) {
+    put_varint(b, t.range.size());
+    for (const auto& [e, count] : t.range) {
+      put_signed(b, e);
+      put_signed(b, count);
+    }
+  }
+}
+
+void BinaryOpEncoder::append(const OpRecord& r, std::string& frame) {
+  if (frame.empty()) {
+    strings_.clear();
+    values_.clear();
+    next_id_ = 0;
+    frame.append(kBinaryOpsMagic);
+    frame.push_back(static_cast<char>(kBinaryOpsVersion));
+  }
+  std::string& b = body_;
+  b.clear();
+  const uint64_t flags = (r.dir == Direction::kBackward ? kBackward : 0) |
+                         (r.grad == false ? kGradOff : 0) | (r.background ? kBackground : 0) |
+                         (r.overload.empty() ? 0 : kHasOverload) |
+                         (r.scope.empty() ? 0 : kHasScope) | (r.node.empty() ? 0 : kHasNode);
+  put_varint(b, flags);
+  put_signed(b, r.step);
+  put_signed(b, r.seq);
+  put_varint(b, string_id(r.op, frame));
+  if (!r.overload.empty()) put_varint(b, string_id(r.overload, frame));
+  put_signed(b, r.call);
+  put_varint(b, r.thread);
+  put_signed(b, r.depth);
+  put_signed(b, r.seqnr);
+  if (!r.scope.empty()) put_varint(b, string_id(r.scope, frame));
+  if (!r.node.empty()) put_varint(b, string_id(r.node, frame));
+  for (const std::vector<Arg>* args : {&r.inputs, &r.outputs}) {
+    put_varint(b, args->size());
+    for (const Arg& a : *args) arg(a, frame);
+  }
+  put_entry(frame, kTagRecord, b);
+}
+
+// ---- reading ----
+
+namespace {
+
+// Reads one record's body; every read checks the bytes left.
+class Body {
+ public:
+  Body(std::string_view bytes, const std::vector<std::string_view>& strings)
+      : p_(bytes.data()), end_(bytes.data() + bytes.size()), strings_(strings) {}
+
+  bool varint(uint64_t& v) {
+    v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (p_ == end_) return fail("the record ends inside a number");
+      const auto byte = static_cast<uint8_t>(*p_++);
+      v |= static_cast<uint64_t>(byte & 0x7f) << shift;
+      if ((byte & 0x80) == 0) return shift < 63 || byte <= 1 || fail("a number overflows 64 bits");
+    }
+    return fail("a number is longer than 10 bytes");
+  }
+  bool signed64(int64_t& v) {
+    uint64_t u = 0;
+    if (!varint(u)) return false;
+    v = static_cast<int64_t>((u >> 1) ^ (~(u & 1) + 1));
+    return true;
+  }
+  template <class T>
+  bool fixed(T& v) {
+    if (static_cast<size_t>(end_ - p_) < sizeof(T)) return fail("the record ends inside a number");
+    std::memcpy(&v, p_, sizeof(T));
+    p_ += sizeof(T);
+    return true;
+  }
+  bool byte(uint8_t& v) { return fixed(v); }
+  bool string(std::string& out) {
+    uint64_t id = 0;
+    if (!varint(id)) return false;
+    if (id >= strings_.size()) return fail("a string index beyond the frame's table");
+    out.assign(strings_[id].data(), strings_[id].size());
+    return true;
+  }
+  // A count of items of at least one byte each, no more than `limit`.
+  bool count(size_t& n, size_t limit, const char* what) {
+    uint64_t v = 0;
+    if (!varint(v)) return false;
+    if (v > limit) return fail(what);
+    if (v > static_cast<uint64_t>(end_ - p_)) return fail("a count beyond the record's bytes");
+    n = static_cast<size_t>(v);
+    return true;
+  }
+  bool at_end() const { return p_ == end_; }
+  bool fail(const char* why) {
+    if (error_ == nullptr) error_ = why;
+    return false;
+  }
+  const char* error() const { return error_ != nullptr ? error_ : "bad record"; }
+
+ private:
+  const char* p_;
+  const char* end_;
+  const std::vector<std::string_view>& strings_;
+  const char* error_ = nullptr;
+};
+
+double canonical_nan(double v) {
+  return std::isnan(v) ? std::numeric_limits<double>::quiet_NaN() : v;
+}
+
+bool stat32(Body& in, bool is_wide, double& v) {
+  if (is_wide) {
+    if (!in.fixed(v)) return false;
+  } else {
+    float f = 0;
+    if (!in.fixed(f)) return false;
+    v = static_cast<double>(f);
+  }
+  v = canonical_nan(v);
+  return true;
+}
+
+bool read_tensor(Body& in, TensorStats& t) {
+  uint64_t flags = 0;
+  if (!in.varint(flags) || !in.string(t.dtype) || !in.string(t.device)) return false;
+  t.requires_grad = (flags & kRequiresGrad) != 0;
+  size_t ndim = 0;
+  if (!in.count(ndim, records_parse_detail::kMaxListSize, "too many dimensions")) return false;
+  t.shape.resize(ndim);
+  for (int64_t& d : t.shape) {
+    if (!in.signed64(d)) return false;
+  }
+  for (int64_t* c : {&t.numel, &t.nan, &t.pinf, &t.ninf, &t.zero, &t.neg, &t.pos}) {
+    if (!in.signed64(*c)) return false;
+  }
+  if (!in.fixed(t.min) || !in.fixed(t.max)) return false;
+  t.min = canonical_nan(t.min);
+  t.max = canonical_nan(t.max);
+  if (!stat32(in, (flags & kWideMean) != 0, t.mean) ||
+      !stat32(in, (flags & kWideNorm) != 0, t.norm))
+    return false;
+  if ((flags & kHasHash) != 0) {
+    uint64_t h = 0;
+    if (!in.fixed(h)) return false;
+    t.hash = h;
+  } else {
+    t.hash.reset();
+  }
+  if ((flags & kHasParam) != 0) {
+    if (!in.string(t.param)) return false;
+  } else {
+    t.param.clear();
+  }
+  t.list_index = -1;
+  if ((flags & kHasListIndex) != 0 && (!in.signed64(t.list_index) || t.list_index < 0))
+    return in.fail("a negative list index");
+  t.hist.clear();
+  if ((flags & kHasHist) != 0) {
+    size_t n = 0;
+    if (!in.count(n, kHistogramBins, "hist has too many bins")) return false;
+    t.hist.resize(n);
+    for (auto& [value, count] : t.hist) {
+      if (!in.signed64(value) || !in.signed64(count)) return false;
+    }
+  }
+  t.range.clear();
+  t.has_range = (flags & kHasRange) != 0;
+  if (t.has_range) {
+    size_t n = 0;
+    constexpr size_t kMaxBins = size_t(kRangeMaxExponent - kRangeMinExponent + 1);
+    if (!in.count(n, kMaxBins, "range has too many bins")) return false;
+    t.range.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      int64_t e = 0, count = 0;
+      if (!in.signed64(e) || !in.signed64(count)) return false;
+      if (e < kRangeMinExponent || e > kRangeMaxExponent || count < 0)
+        return in.fail("a range bin's exponent is outside a double's or its count is negative");
+      if (!t.range.empty() && e <= t.range.back().first)
+        return in.fail("range exponents must be strictly ascending");
+      t.range.emplace_back(static_cast<int32_t>(e), count);
+    }
+  }
+  return true;
+}
+
+// As parse_args (records_parse.cpp): arguments a shorter record left over are kept for the
+// next longer one.
+thread_local std::vector<Arg> t_spare;
+constexpr size_t kMaxSpare = 64;
+
+bool read_args(Body& in, std::vector<Arg>& args) {
+  size_t n = 0;
+  if (!in.count(n, records_parse_detail::kMaxListSize, "too many arguments")) return false;
+  while (args.size() > n) {
+    if (t_spare.size() < kMaxSpare) t_spare.push_back(std::move(args.back()));
+    args.pop_back();
+  }
+  while (args.size() < n) {
+    if (t_spare.empty()) {
+      args.emplace_back();
+    } else {
+      args.push_back(std::move(t_spare.back()));
+      t_spare.pop_back();
+    }
+  }
+  for (Arg& a : args) {
+    uint8_t kind = 0;
+    if (!in.byte(kind)) return false;
+    if (kind == kValueArg) {
+      a.tensor.reset();
+      if (!in.string(a.value)) return false;
+    } else if (kind == kTensorArg) {
+      a.value.clear();
+      if (!a.tensor) a.tensor.emplace();
+      if (!read_tensor(in, *a.tensor)) return false;
+    } else {
+      return in.fail("an argument that is neither a value nor a tensor");
+    }
+  }
+  return true;
+}
+
+bool read_record(Body& in, OpRecord& r) {
+  uint64_t flags = 0;
+  if (!in.varint(flags)) return false;
+  r.dir = (flags & kBackward) != 0 ? Direction::kBackward : Direction::kForward;
+  if ((flags & kGradOff) != 0) {
+    r.grad = false;
+  } else {
+    r.grad.reset();
+  }
+  r.background = (flags & kBackground) != 0;
+  if (!in.signed64(r.step) || !in.signed64(r.seq) || !in.string(r.op)) return false;
+  r.overload.clear();
+  if ((flags & kHasOverload) != 0 && !in.string(r.overload)) return false;
+  uint64_t thread = 0;
+  int64_t depth = 0;
+  if (!in.signed64(r.call) || !in.varint(thread) || !in.signed64(depth) || !in.signed64(r.seqnr))
+    return false;
+  if (thread > std::numeric_limits<uint32_t>::max()) return in.fail("\"thr\" beyond 32 bits");
+  if (depth < std::numeric_limits<int32_t>::min() || depth > std::numeric_limits<int32_t>::max())
+    return in.fail("\"depth\" beyond 32 bits");
+  r.thread = static_cast<uint32_t>(thread);
+  r.depth = static_cast<int32_t>(depth);
+  r.scope.clear();
+  r.node.clear();
+  if ((flags & kHasScope) != 0 && !in.string(r.scope)) return false;
+  if ((flags & kHasNode) != 0 && !in.string(r.node)) return false;
+  if (!read_args(in, r.inputs) || !read_args(in, r.outputs)) return false;
+  if (!in.at_end()) return in.fail("bytes after the record");
+  r.rank = 0;
+  return true;
+}
+
+}  // namespace
+
+bool BinaryOpDecoder::open(std::string_view content, std::string* error) {
+  content_ = content;
+  strings_.clear();
+  pos_ = content.size();
+  if (!is_binary_ops_frame(content) || content.size() < kBinaryOpsMagic.size() + 1) {
+    if (error != nullptr) *error = "not a frame of binary op records";
+    return false;
+  }
+  const auto version = static_cast<uint8_t>(content[kBinaryOpsMagic.size()]);
+  if (version != kBinaryOpsVersion) {
+    if (error != nullptr)
+      *error = "binary op records of version " + std::to_string(version) +
+               ", which this precprobe does not read (it reads version 1): use a newer precprobe";
+    return false;
+  }
+  pos_ = kBinaryOpsMagic.size() + 1;
+  return true;
+}
+
+BinaryOpDecoder::Next BinaryOpDecoder::next(OpRecord& out, std::string* error) {
+  while (pos_ < content_.size()) {
+    const auto tag = static_cast<uint8_t>(content_[pos_]);
+    // The entry's length: a varint of at most 10 bytes after the tag.
+    uint64_t size = 0;
+    size_t at = pos_ + 1;
+    bool ended = false;
+    for (int shift = 0; shift < 64 && at < content_.size(); shift += 7) {
+      const auto byte = static_cast<uint8_t>(content_[at++]);
+      size |= static_cast<uint64_t>(byte & 0x7f) << shift;
+      if ((byte & 0x80) == 0) {
+        ended = true;
+        break;
+      }
+    }
+    if ((tag != kTagString && tag != kTagRecord) || !ended) {
+      if (error != nullptr) *error = "an unreadable entry: the rest of the frame is passed over";
+      pos_ = content_.size();
+      return Next::kEnd;
+    }
+    const size_t start = at;
+    if (size > content_.size() - start) {
+      if (error != nullptr) *error = "an entry longer than the frame: the rest is passed over";
+      pos_ = content_.size();
+      return Next::kEnd;
+    }
+    std::string_view bytes = content_.substr(start, static_cast<size_t>(size));
+    pos_ = start + static_cast<size_t>(size);
+    if (tag == kTagString) {
+      if (strings_.size() >= (size_t{1} << 24)) {
+        if (error != nullptr) *error = "more than 2^24 strings in one frame";
+        pos_ = content_.size();
+        return Next::kEnd;
+      }
+      strings_.push_back(bytes);
+      continue;
+    }
+    Body body(bytes, strings_);
+    if (read_record(body, out)) return Next::kRecord;
+    if (error != nullptr) *error = body.error();
+    return Next::kBad;
+  }
+  return Next::kEnd;
+}
+
+}  // namespace precprobe

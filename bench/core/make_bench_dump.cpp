@@ -2,7 +2,7 @@
 // torch-free: the records of bench_dump_model.h, one flush per step as the debugger does.
 //
 //   make_bench_dump DIR [--records N] [--noise X] [--overflow-step S [--diverge 1]] [--seed S]
-//                   [--level L] [--digests 0|1]
+//                   [--level L] [--digests 0|1] [--encoding json|binary]
 //
 // DIR/rank0/ gets meta.json and the ops, grads and events streams. --records is the number of
 // op records (whole steps: rounded up to the end of the step that reaches it). --noise
@@ -26,13 +26,14 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: make_bench_dump DIR [--records N] [--noise X] [--overflow-step S "
-                 "[--diverge 1]] [--seed S] [--level L] [--digests 0|1]\n");
+                 "[--diverge 1]] [--seed S] [--level L] [--digests 0|1] [--encoding json|binary]\n");
     return 2;
   }
   const std::string dir = argv[1];
   int64_t records = 10'000'000;
   int level = 3;
   bool digests = true;
+  OpsEncoding encoding = OpsEncoding::kJsonLines;
   bench::Variant v;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
@@ -49,6 +50,8 @@ int main(int argc, char** argv) {
       v.diverge = std::atoi(val) != 0;
     } else if (a == "--seed") {
       v.seed = std::strtoull(val, nullptr, 10);
+    } else if (a == "--encoding") {
+      encoding = std::string(val) == "binary" ? OpsEncoding::kBinary : OpsEncoding::kJsonLines;
     } else if (a == "--level") {
       level = std::atoi(val);
     } else {
@@ -62,9 +65,10 @@ int main(int argc, char** argv) {
   o.overwrite = true;
   o.zstd_level = level;
   o.frame_digests = digests;
+  o.ops_encoding = encoding;
   DumpWriter w(o);
   RunMeta meta;
-  meta.format_version = kDumpFormatVersion;
+  meta.format_version = dump_format_version(encoding);
   meta.producer = "make_bench_dump";
   meta.rank = 0;
   meta.world_size = 1;
@@ -98,14 +102,16 @@ int main(int argc, char** argv) {
   w.write_meta(meta);
   w.close();
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const auto size = fs::file_size(fs::path(o.dir) / "ops.jsonl.zst");
+  const std::string ops_name(encoding == OpsEncoding::kBinary ? kBinaryOpsFile
+                                                               : stream_file_name(StreamKind::kOps));
+  const auto size = fs::file_size(fs::path(o.dir) / ops_name);
   const WriterCounters c = w.counters();
   std::printf(
-      "%s: %lld steps, %lld op records (%.0f a step), %lld grad records; ops.jsonl.zst %.1f MB "
-      "(%.1f B/record; %.0f B/record of JSON); %.1f s\n",
+      "%s: %lld steps, %lld op records (%.0f a step), %lld grad records; %s %.1f MB "
+      "(%.1f B/record; %.0f B/record uncompressed); %.1f s\n",
       dir.c_str(), static_cast<long long>(step), static_cast<long long>(written),
       static_cast<double>(written) / static_cast<double>(step), static_cast<long long>(grads),
-      static_cast<double>(size) / 1e6, static_cast<double>(size) / static_cast<double>(written),
+      ops_name.c_str(), static_cast<double>(size) / 1e6, static_cast<double>(size) / static_cast<double>(written),
       static_cast<double>(c.bytes_uncompressed) / static_cast<double>(written + grads + step), s);
   return 0;
 }

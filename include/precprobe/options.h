@@ -167,9 +167,10 @@ struct DebuggerOptions {
   int flush_interval_ms = 1000;
   int zstd_level = 3;
   bool fsync = false;
-  /// "ops_encoding": "json" (ops.jsonl.zst, JSON Lines) or "binary" (ops.bin.zst: cheaper to
-  /// write and about 4x faster to read; docs/dump-format.md). Either is read by every command.
-  OpsEncoding ops_encoding = OpsEncoding::kJsonLines;
+  /// "ops_encoding": "binary" (ops.bin.zst, the default: cheaper to write, several times
+  /// faster to read; docs/dump-format.md) or "json" (ops.jsonl.zst, JSON Lines for zstdcat |
+  /// jq). Every command reads either; `precprobe export` turns either into CSV or JSON Lines.
+  OpsEncoding ops_encoding = OpsEncoding::kBinary;
   /// "max_tensor_bytes": the tensor task saves no tensor larger than this.
   int64_t max_tensor_bytes = int64_t{256} << 20;
   /// "signal_flush": on the first start(), install SIGTERM/SIGINT handlers that flush the

@@ -26,7 +26,7 @@ from . import _precprobe
 from ._precprobe import Error, Scope, SeedReport
 from ._debugger import PrecisionDebugger, _stop_all
 from ._state import save_state, load_state, read_state, state_tensors
-from ._compare import compare
+from ._compare import compare, read_ops
 
 __version__ = _precprobe.__version__
 for _t in (Error, Scope, SeedReport):
@@ -37,6 +37,7 @@ __all__ = [
     "Error",
     "PrecisionDebugger",
     "compare",
+    "read_ops",
     "Scope",
     "SeedReport",
     "seed_all",

@@ -7,6 +7,15 @@ import os
 from . import _precprobe
 
 
+def read_ops(dump, rank=None):
+    """The op records of `dump` (a dump directory or one rank directory), in file order,
+    each as the dict of its JSON line (docs/dump-format.md, "ops.jsonl.zst"), whichever
+    encoding the dump holds (ops.bin.zst, the default, or ops.jsonl.zst). `rank`: only that
+    rank's records. Raises precprobe.Error naming the dump that cannot be read."""
+    text = _precprobe._read_ops(os.fsdecode(os.fspath(dump)), None if rank is None else int(rank))
+    return [json.loads(line) for line in text.splitlines() if line]
+
+
 def compare(a, b, *, first=False, exact=False, by=None, step=None, rank=None, rtol=0.0,
             noise_factor=10.0):
     """Compares dump `a` (the reference, e.g. the Python original's) with dump `b` (e.g. its

@@ -190,17 +190,30 @@ class Body {
   Body(std::string_view bytes, const std::vector<std::string_view>& strings)
       : p_(bytes.data()), end_(bytes.data() + bytes.size()), strings_(strings) {}
 
-  bool varint(uint64_t& v) {
-    v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      if (p_ == end_) return fail("the record ends inside a number");
-      const auto byte = static_cast<uint8_t>(*p_++);
-      v |= static_cast<uint64_t>(byte & 0x7f) << shift;
-      if ((byte & 0x80) == 0) return shift < 63 || byte <= 1 || fail("a number overflows 64 bits");
+  __attribute__((always_inline)) bool varint(uint64_t& v) {
+    if (p_ != end_ && (static_cast<uint8_t>(*p_) & 0x80) == 0) {  // most numbers: one byte
+      v = static_cast<uint8_t>(*p_++);
+      return true;
     }
-    return fail("a number is longer than 10 bytes");
+    return long_varint(v);
   }
-  bool signed64(int64_t& v) {
+  bool long_varint(uint64_t& v) {
+    v = 0;
+    const char* p = p_;
+    const size_t left = static_cast<size_t>(end_ - p);
+    const size_t n = left < 10 ? left : 10;
+    for (size_t i = 0; i < n; ++i) {
+      const auto byte = static_cast<uint8_t>(p[i]);
+      v |= static_cast<uint64_t>(byte & 0x7f) << (7 * i);
+      if ((byte & 0x80) == 0) {
+        if (i == 9 && byte > 1) return fail("a number overflows 64 bits");
+        p_ = p + i + 1;
+        return true;
+      }
+    }
+    return fail(n < 10 ? "the record ends inside a number" : "a number is longer than 10 bytes");
+  }
+  __attribute__((always_inline)) bool signed64(int64_t& v) {
     uint64_t u = 0;
     if (!varint(u)) return false;
     v = static_cast<int64_t>((u >> 1) ^ (~(u & 1) + 1));
@@ -218,7 +231,10 @@ class Body {
     uint64_t id = 0;
     if (!varint(id)) return false;
     if (id >= strings_.size()) return fail("a string index beyond the frame's table");
-    out.assign(strings_[id].data(), strings_[id].size());
+    const std::string_view s = strings_[id];
+    // Records repeat their neighbours' strings (dtype, device, op): no copy when it is there.
+    if (out.size() != s.size() || std::memcmp(out.data(), s.data(), s.size()) != 0)
+      out.assign(s.data(), s.size());
     return true;
   }
   // A count of items of at least one byte each, no more than `limit`.

@@ -47,6 +47,24 @@ void bind_compare(py::module_& m) {
       },
       py::arg("a"), py::arg("b"), py::arg("first"), py::arg("exact"), py::arg("by_module"),
       py::arg("step"), py::arg("rank"), py::arg("rtol"), py::arg("noise_factor"));
+  // The op records of a dump, binary or JSON Lines, as the JSON lines of docs/dump-format.md.
+  m.def(
+      "_read_ops",
+      [](const std::string& dump, std::optional<int> rank) {
+        std::string text;
+        {
+          py::gil_scoped_release no_gil;
+          DumpReader reader(dump);
+          RecordFilter filter;
+          if (rank) filter.ranks = {*rank};
+          reader.for_each_op(filter, [&](const OpRecord& r) {
+            append_json(r, text);
+            return true;
+          });
+        }
+        return py::bytes(text);
+      },
+      py::arg("dump"), py::arg("rank"));
 }
 
 }  // namespace python

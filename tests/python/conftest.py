@@ -27,7 +27,11 @@ SOURCE_DIR = os.environ.get(
 
 
 def read_stream(dump, name, rank=0):
-    """Every record of rank<rank>/<name>.jsonl.zst, as dicts (zstd frames of JSON lines)."""
+    """Every record of rank<rank>/<name>.jsonl.zst, as dicts (zstd frames of JSON lines); the
+    op records of a binary ops.bin.zst (the debugger's default) through precprobe.read_ops."""
+    if name == "ops" and os.path.exists(os.path.join(dump, f"rank{rank}", "ops.bin.zst")):
+        import precprobe
+        return precprobe.read_ops(os.path.join(dump, f"rank{rank}"))
     path = os.path.join(dump, f"rank{rank}", f"{name}.jsonl.zst")
     if not os.path.exists(path):
         return []

@@ -2,9 +2,13 @@
 recomputations of the tensors), parameter names, dropout forcing, scopes, scalars, and the
 errors a Python program can cause (none of which may crash the interpreter)."""
 
+import io
+import json
 import math
+import os
 
 import pytest
+import zstandard
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -284,3 +288,42 @@ def test_meta_and_config_of_a_python_run(dump_dir, tmp_path):
     assert meta["level"] == "L2"
     assert meta["torch_version"].startswith(torch.__version__[:4])
     assert {o["step"] for o in read_stream(dump_dir, "ops")} == {0}
+
+
+def _train_three_steps(dump, **kw):
+    torch.manual_seed(5)
+    net = Net()
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-2)
+    data = torch.randn(8, 5)
+    with precprobe.PrecisionDebugger(config(dump, **kw)) as dbg:
+        dbg.start(net, opt)
+        for _ in range(3):
+            loss = net(data).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            dbg.step()
+
+
+def test_binary_and_json_op_records_of_one_seeded_run_are_the_same_records(tmp_path):
+    # The default writes ops.bin.zst (format_version 3); "ops_encoding": "json" writes
+    # ops.jsonl.zst (version 2), which zstandard + json read with no precprobe.
+    binary, text = str(tmp_path / "bin"), str(tmp_path / "json")
+    _train_three_steps(binary)
+    _train_three_steps(text, ops_encoding="json")
+    assert os.path.exists(os.path.join(binary, "rank0", "ops.bin.zst"))
+    assert not os.path.exists(os.path.join(binary, "rank0", "ops.jsonl.zst"))
+    assert read_meta(binary)["format_version"] == 3
+    assert read_meta(text)["format_version"] == 2
+    with open(os.path.join(text, "rank0", "ops.jsonl.zst"), "rb") as f:
+        reader = zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True)
+        raw = [json.loads(line) for line in io.TextIOWrapper(reader, encoding="utf-8") if line]
+    via_reader = precprobe.read_ops(text)
+    from_binary = precprobe.read_ops(binary)
+    assert len(raw) > 100
+    assert via_reader == raw
+    assert from_binary == raw
+    assert {o["step"] for o in from_binary} == {0, 1, 2}
+    verdict = precprobe.compare(text, binary, exact=True)
+    assert verdict["found"] is False, verdict
+    assert verdict["first_divergent"] is None

@@ -256,7 +256,12 @@ void BM_WriterEndToEnd(benchmark::State& state) {
   fs::remove_all(dir);
   state.SetItemsProcessed(state.iterations() * kRecords);
 }
-BENCHMARK(BM_WriterEndToEnd)->Args({1, 0})->Args({3, 0})->Args({3, 1})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_WriterEndToEnd)
+    ->Args({1, 0})
+    ->Args({3, 0})
+    ->Args({3, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // The reader end to end: open the dump, decompress every frame, parse every line.
 void BM_ReadOps(benchmark::State& state) {

@@ -24,9 +24,10 @@ using namespace precprobe;
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr,
-                 "usage: make_bench_dump DIR [--records N] [--noise X] [--overflow-step S "
-                 "[--diverge 1]] [--seed S] [--level L] [--digests 0|1] [--encoding json|binary]\n");
+    std::fprintf(
+        stderr,
+        "usage: make_bench_dump DIR [--records N] [--noise X] [--overflow-step S "
+        "[--diverge 1]] [--seed S] [--level L] [--digests 0|1] [--encoding json|binary]\n");
     return 2;
   }
   const std::string dir = argv[1];
@@ -103,7 +104,7 @@ int main(int argc, char** argv) {
   w.close();
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const std::string ops_name(encoding == OpsEncoding::kBinary ? kBinaryOpsFile
-                                                               : stream_file_name(StreamKind::kOps));
+                                                              : stream_file_name(StreamKind::kOps));
   const auto size = fs::file_size(fs::path(o.dir) / ops_name);
   const WriterCounters c = w.counters();
   std::printf(
@@ -111,7 +112,8 @@ int main(int argc, char** argv) {
       "(%.1f B/record; %.0f B/record uncompressed); %.1f s\n",
       dir.c_str(), static_cast<long long>(step), static_cast<long long>(written),
       static_cast<double>(written) / static_cast<double>(step), static_cast<long long>(grads),
-      ops_name.c_str(), static_cast<double>(size) / 1e6, static_cast<double>(size) / static_cast<double>(written),
+      ops_name.c_str(), static_cast<double>(size) / 1e6,
+      static_cast<double>(size) / static_cast<double>(written),
       static_cast<double>(c.bytes_uncompressed) / static_cast<double>(written + grads + step), s);
   return 0;
 }

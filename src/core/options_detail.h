@@ -38,6 +38,7 @@ const char* record_mode_name(RecordMode m);
 
 // "record" and "on_anomaly" (options_record.cpp): parsing, validate()'s rules, to_json().
 void parse_record_mode(const nlohmann::json& v, const std::string& key, DebuggerOptions& o);
+void parse_range_stats(const nlohmann::json& v, const std::string& key, DebuggerOptions& o);
 void parse_on_anomaly(const nlohmann::json& v, const std::string& key, DebuggerOptions& o);
 void validate_record(const DebuggerOptions& o);
 nlohmann::ordered_json on_anomaly_json(const AnomalyTriggers& t);

@@ -331,7 +331,7 @@ const KeySpec kTopKeys[] = {
     {"ops_encoding",
      [](const json& v, const std::string& k, DebuggerOptions& o) {
        o.ops_encoding = get_enum(v, k, {"json", "binary"}) == "binary" ? OpsEncoding::kBinary
-                                                                        : OpsEncoding::kJsonLines;
+                                                                       : OpsEncoding::kJsonLines;
      }},
     {"max_tensor_bytes",
      [](const json& v, const std::string& k, DebuggerOptions& o) {
@@ -359,17 +359,6 @@ const KeySpec kTopKeys[] = {
        if (o.max_calls_per_op == 0) fail_expected(k, v, allowed);
      }},
 };
-
-// "range": false | true | "all".
-void parse_range_stats(const json& v, const std::string& k, DebuggerOptions& o) {
-  if (v.is_boolean()) {
-    o.range_stats = v.get<bool>() ? RangeStats::kTraining : RangeStats::kOff;
-  } else if (v.is_string() && v.get<std::string>() == "all") {
-    o.range_stats = RangeStats::kAll;
-  } else {
-    fail_expected(k, v, "true (ops under grad mode and the backward), \"all\" (every op) or false");
-  }
-}
 
 // Keys of every task section; the section-specific ones follow.
 const KeySpec kSectionKeys[] = {

@@ -76,6 +76,17 @@ const char* record_mode_name(RecordMode m) {
   return m == RecordMode::kOnAnomaly ? "on_anomaly" : "always";
 }
 
+// The statistics sections' "range": false | true | "all".
+void parse_range_stats(const json& v, const std::string& k, DebuggerOptions& o) {
+  if (v.is_boolean()) {
+    o.range_stats = v.get<bool>() ? RangeStats::kTraining : RangeStats::kOff;
+  } else if (v.is_string() && v.get<std::string>() == "all") {
+    o.range_stats = RangeStats::kAll;
+  } else {
+    fail_expected(k, v, "true (ops under grad mode and the backward), \"all\" (every op) or false");
+  }
+}
+
 void parse_record_mode(const json& v, const std::string& key, DebuggerOptions& o) {
   const char* expected =
       "one of \"always\" (every step \"step\" selects), \"on_anomaly\" (only a step found "

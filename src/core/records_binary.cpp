@@ -14,13 +14,13 @@ namespace {
 enum Tag : uint8_t { kTagString = 1, kTagRecord = 2 };
 
 // Record flags.
-constexpr uint64_t kBackward = 1, kGradOff = 2, kBackground = 4, kHasOverload = 8,
-                   kHasScope = 16, kHasNode = 32;
+constexpr uint64_t kBackward = 1, kGradOff = 2, kBackground = 4, kHasOverload = 8, kHasScope = 16,
+                   kHasNode = 32;
 // Argument kinds.
 constexpr uint8_t kValueArg = 0, kTensorArg = 1;
 // Tensor flags.
-constexpr uint64_t kRequiresGrad = 1, kHasHash = 2, kHasParam = 4, kHasListIndex = 8,
-                   kHasHist = 16, kHasRange = 32, kWideMean = 64, kWideNorm = 128;
+constexpr uint64_t kRequiresGrad = 1, kHasHash = 2, kHasParam = 4, kHasListIndex = 8, kHasHist = 16,
+                   kHasRange = 32, kWideMean = 64, kWideNorm = 128;
 
 // ---- writing ----
 

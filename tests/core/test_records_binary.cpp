@@ -82,8 +82,8 @@ std::vector<OpRecord> special_records() {
   TensorStats& t = *r.inputs[0].tensor;
   t.min = -kInfinity;
   t.max = kQuietNaN;
-  t.mean = 1e300;    // beyond float32: kept as a double
-  t.norm = -0.0;     // the sign of zero survives
+  t.mean = 1e300;  // beyond float32: kept as a double
+  t.norm = -0.0;   // the sign of zero survives
   t.hash = 0x0123456789abcdefULL;
   t.list_index = 2;
   t.hist = {{-1, 3}, {0, 7}, {9, 1}};
@@ -93,19 +93,19 @@ std::vector<OpRecord> special_records() {
   w.min = w.max = w.mean = w.norm = kQuietNaN;  // no finite element: undefined statistics
   w.nan = w.numel;
   w.neg = w.pos = w.zero = 0;
-  w.mean = 1e-50;   // underflows to float32 zero
+  w.mean = 1e-50;  // underflows to float32 zero
   w.norm = kInfinity;
   w.has_range = true;  // recorded, empty
   w.device = "cuda:0";
   w.dtype = "BFloat16";
   w.shape = {};
-  r.inputs.push_back(value(""));              // empty: null
-  r.inputs.push_back(value("  2.5 "));        // blanks around JSON
-  r.inputs.push_back(value("not json"));      // kept as a JSON string
-  r.inputs.push_back(value("\"inf\""));       // a non-finite double, named
+  r.inputs.push_back(value(""));          // empty: null
+  r.inputs.push_back(value("  2.5 "));    // blanks around JSON
+  r.inputs.push_back(value("not json"));  // kept as a JSON string
+  r.inputs.push_back(value("\"inf\""));   // a non-finite double, named
   r.inputs.push_back(value("[1.0,\"-inf\"]"));
   r.inputs.push_back(value("{\"a\":[1,2],\"b\":null}"));
-  r.inputs.push_back(value("not json"));      // the same value again: its table entry
+  r.inputs.push_back(value("not json"));  // the same value again: its table entry
   r.outputs.clear();
   rs.push_back(r);
   OpRecord empty;
@@ -307,8 +307,7 @@ TEST_CASE("a dump written with binary op records answers every command as JSON L
     REQUIRE(a.size() == b.size());
     REQUIRE_FALSE(a.empty());
     for (size_t i = 0; i < a.size(); ++i) {
-      if (json_line(a[i]) != json_line(b[i]) || a[i].rank != b[i].rank ||
-          a[i].grad != b[i].grad)
+      if (json_line(a[i]) != json_line(b[i]) || a[i].rank != b[i].rank || a[i].grad != b[i].grad)
         FAIL(json_line(a[i]) << json_line(b[i]));
     }
     for (const StreamStatus& s : rb.statuses()) {
@@ -322,7 +321,8 @@ TEST_CASE("a dump written with binary op records answers every command as JSON L
       DumpReader oj((dir.path() / "json").string()), ob((dir.path() / "bin").string());
       CHECK(find_overflow(oj, read).to_json() == find_overflow(ob, read).to_json());
       DumpReader sj((dir.path() / "json").string()), sb((dir.path() / "bin").string());
-      nlohmann::json js = summarize_dump(sj, read).to_json(), bs = summarize_dump(sb, read).to_json();
+      nlohmann::json js = summarize_dump(sj, read).to_json(),
+                     bs = summarize_dump(sb, read).to_json();
       for (const char* k : {"streams", "path", "ranks"}) {  // file names and directories
         js.erase(k);
         bs.erase(k);

@@ -381,7 +381,9 @@ TEST_CASE("a dump stays readable after its process is killed with SIGKILL", "[de
   auto meta =
       nlohmann::json::parse(precprobe::test::read_bytes((dir.path() / "rank0/meta.json").string()));
   CHECK(meta["state"] == "running");
-  CHECK(meta["format_version"] == dump_format_version(OpsEncoding::kJsonLines));
+  // The default: binary op records, format_version 3.
+  CHECK(meta["format_version"] == dump_format_version(OpsEncoding::kBinary));
+  CHECK(std::filesystem::exists(dir.path() / "rank0/ops.bin.zst"));
 }
 
 TEST_CASE("uninitialized memory (aten::empty*) is never read as NaN/Inf", "[debugger][values]") {

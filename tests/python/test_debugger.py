@@ -6,6 +6,8 @@ import io
 import json
 import math
 import os
+import subprocess
+import sys
 
 import pytest
 import zstandard
@@ -307,10 +309,15 @@ def _train_three_steps(dump, **kw):
 
 def test_binary_and_json_op_records_of_one_seeded_run_are_the_same_records(tmp_path):
     # The default writes ops.bin.zst (format_version 3); "ops_encoding": "json" writes
-    # ops.jsonl.zst (version 2), which zstandard + json read with no precprobe.
+    # ops.jsonl.zst (version 2), which zstandard + json read with no precprobe. Each run in a
+    # process of its own, as seeded pairs are run.
     binary, text = str(tmp_path / "bin"), str(tmp_path / "json")
-    _train_three_steps(binary)
-    _train_three_steps(text, ops_encoding="json")
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([here] + sys.path))
+    for dump, kw in ((binary, "{}"), (text, "{'ops_encoding': 'json'}")):
+        subprocess.run([sys.executable, "-c",
+                        f"import test_debugger as t; t._train_three_steps({dump!r}, **{kw})"],
+                       check=True, env=env, cwd=here)
     assert os.path.exists(os.path.join(binary, "rank0", "ops.bin.zst"))
     assert not os.path.exists(os.path.join(binary, "rank0", "ops.jsonl.zst"))
     assert read_meta(binary)["format_version"] == 3

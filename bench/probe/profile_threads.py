@@ -36,9 +36,10 @@ RULES = [
     ("compression (zstd, digests)", r"libzstd|libxxhash", None),
     ("compression (zstd, digests)", None, r"^(ZSTD_|HUF_|FSE_|XXH)"),
     ("op watch", None, r"OpWatcher|ModuleAttributor|Ring::"),
-    ("encoding (JSON text)", None,
+    ("encoding (JSON text or binary records)", None,
      r"append_json|append_args|append_tensor|append_range|TextOut|json::|format_int|"
-     r"dragonbox|to_chars|fmt::|FrameStream|encode"),
+     r"dragonbox|to_chars|fmt::|FrameStream|encode|BinaryOpEncoder|put_varint|put_entry|"
+     r"canonical_value"),
     ("statistics kernel", None,
      r"block_stats|summar|stats_span|grad_stats|weight_update|reduce_|Stats::|"
      r"fold_|finite_|accumulate"),

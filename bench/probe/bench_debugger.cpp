@@ -223,6 +223,11 @@ void run_variant(Trainer& tr, const Variant& v, int steps, int warmup, const std
     o.overflow_nums = -1;
     o.range_stats = v.range ? precprobe::RangeStats::kTraining : precprobe::RangeStats::kOff;
     o.watch.enable = !v.no_watch;
+    // PRECPROBE_BENCH_OPS_ENCODING=json: the op records as JSON Lines (before the binary
+    // default), for a before/after in one sitting.
+    if (const char* e = getenv("PRECPROBE_BENCH_OPS_ENCODING"))
+      o.ops_encoding = std::string(e) == "json" ? precprobe::OpsEncoding::kJsonLines
+                                                : precprobe::OpsEncoding::kBinary;
     if (v.unselected) o.step.add_every(1000000, 2000000, 100);
     dbg = std::make_unique<precprobe::PrecisionDebugger>(o);
     if (v.start && v.on_anomaly) {

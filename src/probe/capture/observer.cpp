@@ -30,6 +30,7 @@ struct OpContext final : at::ObserverContext {
   bool below_autograd = false;  // the op runs inside another op's kernel
   bool alias_unread = false;    // a view or alias of uninitialized memory: so is the output
   bool output_unread = false;   // a set_ onto a Storage, a resize_ of unread memory
+  bool mark_unread = false;     // an aten::empty* outside kernels: mark_unread_memory()
   int64_t numel_before = -1;    // a resize's self before it: a grown output is unread
   bool range = false;           // its tensors get range statistics (Observer::range_for)
   bool save = false;
@@ -305,6 +306,7 @@ std::unique_ptr<at::ObserverContext> Observer::on_op_start(const at::RecordFunct
         ctx->writes = !info.write_args.empty();
         ctx->range = range_for(dir, grad_on);
         ctx->below_autograd = depth > 0 && below_ad_inplace_or_view();
+        ctx->mark_unread = info.outputs_uninitialized && depth == 0 && info.out_args.empty();
         if (options_.dump_inputs || options_.task == Task::kOverflowCheck) {
           CaptureOptions how;
           how.untracked = ctx->below_autograd;
@@ -424,6 +426,8 @@ void Observer::on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
     const bool outputs = options_.dump_outputs || options_.task == Task::kOverflowCheck;
     if (outputs && fn.scope() != at::RecordScope::BACKWARD_FUNCTION) {
       const std::vector<c10::IValue>& outs = fn.outputs();
+      if (c->mark_unread)
+        for (const c10::IValue& v : outs) for_each_tensor(v, mark_unread_memory);
       // An output whose slot was captured inside a kernel while this op ran (by this op's
       // own input capture when it writes, or by an op nested in it) is summarised again:
       // the kernel may have written it since, without a version bump.

@@ -7,10 +7,10 @@
 // Inputs: an out-of-place op leaves them as they were, so they are tested only when an
 // output is non-finite, at the op's end. An argument the op writes is tested at its start,
 // before the write, unless FiniteMemo knows it (the output of an earlier tested op, or
-// uninitialized memory): the optimizer's chains of in-place updates read each tensor once.
-// In the rare record, such an argument's values are gone: it keeps dtype and shape, with
-// counts 0 and statistics NaN (as for uninitialized memory). Ops that return views of
-// their arguments (OpInfo::returns_view) are not read at all: they cannot be an origin.
+// uninitialized memory inside a kernel): the optimizer's chains of in-place updates read each
+// tensor once. In the rare record, such an argument's values are gone: it keeps dtype and shape,
+// with counts 0 and statistics NaN (as for uninitialized memory). Ops that return views of their
+// arguments (OpInfo::returns_view) are not read at all: they cannot be an origin.
 #include <ATen/core/grad_mode.h>
 #include <c10/util/SmallVector.h>
 
@@ -111,11 +111,15 @@ void Observer::overflow_end(const at::RecordFunction& fn, at::ObserverContext* c
     for (const c10::IValue& v : outs)
       for_each_tensor(v, [&](const at::Tensor& t) {
         if (!t.defined()) return;
-        // Garbage is never read; remembered as "finite" so that the op writing it next
-        // does not read it either.
+        // Garbage is never read. Inside a kernel it is remembered as "finite", so that the
+        // op writing it next does not read it either. Outside kernels a program may fill
+        // it through data_ptr() (a data loader's memcpy, at::tensor({...})) with no op, so
+        // it is not remembered: the next op reads it (an empty's memory is marked, finite).
         // A resize or set_ hands back its self's values, or memory nothing wrote.
-        if (info.outputs_uninitialized || info.regrows != OpInfo::Regrows::kNo ||
-            !has_non_finite(t)) {
+        const bool unwritten = info.outputs_uninitialized || info.regrows != OpInfo::Regrows::kNo;
+        if (unwritten && c->depth == 0) {
+          if (info.outputs_uninitialized && info.out_args.empty()) mark_unread_memory(t);
+        } else if (unwritten || !has_non_finite(t)) {
           finite_->note(t);
         } else {
           bad = true;

@@ -16,5 +16,12 @@ namespace detail {
 /// writes made without an op (memcpy into a reused buffer), which change every line.
 uint64_t memory_fingerprint(const void* p, size_t n) noexcept;
 
+/// Writes a fixed marker into the `n` bytes at `p` that memory_fingerprint() (n >= 64) or
+/// unread_fingerprint() (every byte below 64) reads: memory no op wrote yet (a fresh
+/// at::empty), so that a program filling it through a pointer with the bytes it held
+/// already (zeros into fresh pages) still changes its fingerprint. Every float in the marker
+/// is finite, positive and below 2.
+void write_unread_marker(void* p, size_t n) noexcept;
+
 }  // namespace detail
 }  // namespace precprobe

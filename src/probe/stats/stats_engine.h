@@ -127,6 +127,12 @@ inline const void* first_byte(const at::Tensor& t) {
 /// Slot `s` of unread tensor `t`: the bytes a dense CPU tensor covers, fingerprinted
 /// (unread_data, unread_bytes, unread_fp); nothing for another tensor.
 void take_unread_fingerprint(Slot& s, const at::Tensor& t);
+/// A fresh allocation's memory (an aten::empty* output outside any kernel) marked with
+/// write_unread_marker(), before its slot is fingerprinted: a program that fills it through
+/// data_ptr() with the bytes it held (zeros into fresh pages, a scalar into a block that
+/// held the same scalar) changes its fingerprint all the same. Dense CPU memory only;
+/// nothing under LibTorch's deterministic fill, which marks it with NaN itself.
+void mark_unread_memory(const at::Tensor& t);
 /// Whether `t` is the memory unread slot `hit` was captured from and still holds those
 /// bytes (a slot without a fingerprint: true).
 bool unread_unchanged(const Slot& hit, const at::Tensor& t);

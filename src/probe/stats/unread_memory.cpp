@@ -1,8 +1,11 @@
 // A tensor whose memory no op wrote yet (an empty() result, a grown resize_, an out=
 // buffer): its bytes fingerprinted at capture, so that a later op reading them as data
 // can tell whether something wrote them since. See stats_engine.h (Slot::unread_fp).
+#include <ATen/Context.h>
+
 #include "stats/memory_fingerprint.h"
 #include "stats/stats_engine.h"
+#include "support/torch_compat.h"
 
 namespace precprobe {
 namespace detail {
@@ -15,6 +18,23 @@ void take_unread_fingerprint(Slot& s, const at::Tensor& t) {
   s.unread_data = data;
   s.unread_bytes = bytes;
   s.unread_fp = unread_fingerprint(data, static_cast<size_t>(bytes));
+}
+
+void mark_unread_memory(const at::Tensor& t) {
+  if (!t.defined() || !t.is_cpu() || t.layout() != c10::kStrided ||
+      !t.is_non_overlapping_and_dense())
+    return;
+#if PRECPROBE_TORCH_AT_LEAST(2, 1)
+  // Deterministic mode fills it with NaN (or an integer's largest value) inside empty: a
+  // marker of its own, which a program that reads uninitialized memory is meant to see.
+  if (at::globalContext().deterministicAlgorithms() &&
+      at::globalContext().deterministicFillUninitializedMemory())
+    return;
+#endif
+  const int64_t bytes = static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
+  const void* data = first_byte(t);
+  if (bytes <= 0 || data == nullptr) return;
+  write_unread_marker(const_cast<void*>(data), static_cast<size_t>(bytes));
 }
 
 uint64_t unread_fingerprint(const void* p, size_t n) noexcept {

@@ -198,6 +198,27 @@ class Body {
     return long_varint(v);
   }
   bool long_varint(uint64_t& v) {
+    // With 10 bytes left no byte needs a bounds check. Counts of a tensor of more than 127
+    // elements: mostly two bytes.
+    if (end_ - p_ >= 10 && (static_cast<uint8_t>(p_[0]) & 0x80) != 0) {
+      const auto* q = reinterpret_cast<const uint8_t*>(p_);
+      uint64_t r = q[0] & 0x7fu;
+      if ((q[1] & 0x80) == 0) {
+        v = r | static_cast<uint64_t>(q[1]) << 7;
+        p_ += 2;
+        return true;
+      }
+      for (size_t i = 1; i < 10; ++i) {
+        r |= static_cast<uint64_t>(q[i] & 0x7fu) << (7 * i);
+        if ((q[i] & 0x80) == 0) {
+          if (i == 9 && q[i] > 1) return fail("a number overflows 64 bits");
+          p_ += i + 1;
+          v = r;
+          return true;
+        }
+      }
+      return fail("a number is longer than 10 bytes");
+    }
     v = 0;
     const char* p = p_;
     const size_t left = static_cast<size_t>(end_ - p);
@@ -220,7 +241,7 @@ class Body {
     return true;
   }
   template <class T>
-  bool fixed(T& v) {
+  __attribute__((always_inline)) bool fixed(T& v) {
     if (static_cast<size_t>(end_ - p_) < sizeof(T)) return fail("the record ends inside a number");
     std::memcpy(&v, p_, sizeof(T));
     p_ += sizeof(T);
@@ -233,8 +254,16 @@ class Body {
     if (id >= strings_.size()) return fail("a string index beyond the frame's table");
     const std::string_view s = strings_[id];
     // Records repeat their neighbours' strings (dtype, device, op): no copy when it is there.
-    if (out.size() != s.size() || std::memcmp(out.data(), s.data(), s.size()) != 0)
-      out.assign(s.data(), s.size());
+    if (!same(out, s)) out.assign(s.data(), s.size());
+    return true;
+  }
+  // Most strings compared are a few bytes long (dtype, device): no call for those.
+  static __attribute__((always_inline)) bool same(const std::string& a, std::string_view b) {
+    const size_t n = b.size();
+    if (a.size() != n) return false;
+    if (n > 16) return std::memcmp(a.data(), b.data(), n) == 0;
+    for (size_t i = 0; i < n; ++i)
+      if (a[i] != b[i]) return false;
     return true;
   }
   // A count of items of at least one byte each, no more than `limit`.
@@ -264,7 +293,7 @@ double canonical_nan(double v) {
   return std::isnan(v) ? std::numeric_limits<double>::quiet_NaN() : v;
 }
 
-bool stat32(Body& in, bool is_wide, double& v) {
+__attribute__((always_inline)) inline bool stat32(Body& in, bool is_wide, double& v) {
   if (is_wide) {
     if (!in.fixed(v)) return false;
   } else {
@@ -286,9 +315,9 @@ bool read_tensor(Body& in, TensorStats& t) {
   for (int64_t& d : t.shape) {
     if (!in.signed64(d)) return false;
   }
-  for (int64_t* c : {&t.numel, &t.nan, &t.pinf, &t.ninf, &t.zero, &t.neg, &t.pos}) {
-    if (!in.signed64(*c)) return false;
-  }
+  if (!in.signed64(t.numel) || !in.signed64(t.nan) || !in.signed64(t.pinf) ||
+      !in.signed64(t.ninf) || !in.signed64(t.zero) || !in.signed64(t.neg) || !in.signed64(t.pos))
+    return false;
   if (!in.fixed(t.min) || !in.fixed(t.max)) return false;
   t.min = canonical_nan(t.min);
   t.max = canonical_nan(t.max);

@@ -39,12 +39,13 @@ uint64_t digest(const std::string& s) {
 }
 
 uint64_t op_records(DumpReader& r) {
-  const std::string ops(stream_file_name(StreamKind::kOps));
   uint64_t n = 0;
-  for (const StreamStatus& s : r.statuses()) {
-    if (s.path.size() >= ops.size() &&
-        s.path.compare(s.path.size() - ops.size(), ops.size(), ops) == 0)
-      n += s.records;
+  for (const std::string_view ops : {stream_file_name(StreamKind::kOps), kBinaryOpsFile}) {
+    for (const StreamStatus& s : r.statuses()) {
+      if (s.path.size() >= ops.size() &&
+          s.path.compare(s.path.size() - ops.size(), ops.size(), ops) == 0)
+        n += s.records;
+    }
   }
   return n;
 }

@@ -2,6 +2,7 @@
 // versions, what is the same argument spelled otherwise (docs/cli.md, "Pairing").
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <optional>
 #include <sstream>
 #include <utility>
@@ -119,7 +120,7 @@ std::optional<std::string> spelled_otherwise(const OpRecord& a, const OpRecord& 
   if (in_a && in_b) {  // 1 against 1.0: a Python int where LibTorch's C++ API passes a double
     const std::optional<double> x = numeric_value(a.inputs[k].value);
     const std::optional<double> y = numeric_value(b.inputs[k].value);
-    if (x && y && *x == *y)
+    if (x && y && std::equal_to<double>()(*x, *y))  // exactly: 1 against 1.0
       return "the same number spelled otherwise: " + a.inputs[k].value + " vs " + b.inputs[k].value;
   }
   if (is_reshape_op(a.op) && is_reshape_op(b.op) && !a.outputs.empty() && !b.outputs.empty() &&

@@ -198,26 +198,12 @@ class Body {
     return long_varint(v);
   }
   bool long_varint(uint64_t& v) {
-    // With 10 bytes left no byte needs a bounds check. Counts of a tensor of more than 127
-    // elements: mostly two bytes.
-    if (end_ - p_ >= 10 && (static_cast<uint8_t>(p_[0]) & 0x80) != 0) {
-      const auto* q = reinterpret_cast<const uint8_t*>(p_);
-      uint64_t r = q[0] & 0x7fu;
-      if ((q[1] & 0x80) == 0) {
-        v = r | static_cast<uint64_t>(q[1]) << 7;
-        p_ += 2;
-        return true;
-      }
-      for (size_t i = 1; i < 10; ++i) {
-        r |= static_cast<uint64_t>(q[i] & 0x7fu) << (7 * i);
-        if ((q[i] & 0x80) == 0) {
-          if (i == 9 && q[i] > 1) return fail("a number overflows 64 bits");
-          p_ += i + 1;
-          v = r;
-          return true;
-        }
-      }
-      return fail("a number is longer than 10 bytes");
+    // Counts of a tensor of more than 127 elements: mostly two bytes.
+    if (end_ - p_ >= 2 && (static_cast<uint8_t>(p_[0]) & 0x80) != 0 &&
+        (static_cast<uint8_t>(p_[1]) & 0x80) == 0) {
+      v = (static_cast<uint64_t>(p_[0]) & 0x7fu) | static_cast<uint64_t>(p_[1]) << 7;
+      p_ += 2;
+      return true;
     }
     v = 0;
     const char* p = p_;

@@ -78,6 +78,7 @@ std::unique_ptr<OpInfo> make_info(const at::RecordFunction& fn) {
     if (args[i].alias_info() != nullptr) info->alias_args.push_back(i);
     if (args[i].kwarg_only() && writes(args[i].alias_info())) info->out_args.push_back(i);
   }
+  info->fresh_allocation = info->outputs_uninitialized && info->out_args.empty();
   const auto& returns = schema->returns();
   info->returns_view = !returns.empty() && info->write_args.empty();
   for (const auto& r : returns)

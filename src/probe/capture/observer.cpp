@@ -306,7 +306,7 @@ std::unique_ptr<at::ObserverContext> Observer::on_op_start(const at::RecordFunct
         ctx->writes = !info.write_args.empty();
         ctx->range = range_for(dir, grad_on);
         ctx->below_autograd = depth > 0 && below_ad_inplace_or_view();
-        ctx->mark_unread = info.outputs_uninitialized && depth == 0 && info.out_args.empty();
+        ctx->mark_unread = info.fresh_allocation && depth == 0;
         if (options_.dump_inputs || options_.task == Task::kOverflowCheck) {
           CaptureOptions how;
           how.untracked = ctx->below_autograd;

@@ -35,6 +35,9 @@ struct OpInfo {
   std::vector<size_t> alias_args;
   /// aten::empty* (OpRecord::outputs_uninitialized()): the outputs are garbage, unread.
   bool outputs_uninitialized = false;
+  /// outputs_uninitialized without an out= argument: memory allocated by the call itself,
+  /// which outside kernels gets mark_unread_memory().
+  bool fresh_allocation = false;
   /// Positions of the out= arguments (keyword-only and written: `*, Tensor(a!) out`): a
   /// destination. Its values before the op are not an input of it, and are often memory
   /// nothing has written yet (a kernel's at::empty buffer): never read at the op's start.

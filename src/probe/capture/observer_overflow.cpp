@@ -118,7 +118,7 @@ void Observer::overflow_end(const at::RecordFunction& fn, at::ObserverContext* c
         // A resize or set_ hands back its self's values, or memory nothing wrote.
         const bool unwritten = info.outputs_uninitialized || info.regrows != OpInfo::Regrows::kNo;
         if (unwritten && c->depth == 0) {
-          if (info.outputs_uninitialized && info.out_args.empty()) mark_unread_memory(t);
+          if (info.fresh_allocation) mark_unread_memory(t);
         } else if (unwritten || !has_non_finite(t)) {
           finite_->note(t);
         } else {

@@ -3,6 +3,8 @@
 // can tell whether something wrote them since. See stats_engine.h (Slot::unread_fp).
 #include <ATen/Context.h>
 
+#include <utility>
+
 #include "stats/memory_fingerprint.h"
 #include "stats/stats_engine.h"
 #include "support/torch_compat.h"
@@ -10,20 +12,31 @@
 namespace precprobe {
 namespace detail {
 
-void take_unread_fingerprint(Slot& s, const at::Tensor& t) {
-  if (!t.is_cpu() || t.layout() != c10::kStrided || !t.is_non_overlapping_and_dense()) return;
+namespace {
+
+// The bytes a dense CPU tensor's elements cover, {nullptr, 0} for another tensor: what the
+// unread fingerprint reads and the marker is written into.
+std::pair<void*, size_t> unread_span(const at::Tensor& t) {
+  if (!t.defined() || !t.is_cpu() || t.layout() != c10::kStrided ||
+      !t.is_non_overlapping_and_dense())
+    return {nullptr, 0};
   const int64_t bytes = static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
   const void* data = first_byte(t);
-  if (bytes <= 0 || data == nullptr) return;
+  if (bytes <= 0 || data == nullptr) return {nullptr, 0};
+  return {const_cast<void*>(data), static_cast<size_t>(bytes)};
+}
+
+}  // namespace
+
+void take_unread_fingerprint(Slot& s, const at::Tensor& t) {
+  const auto [data, bytes] = unread_span(t);
+  if (data == nullptr) return;
   s.unread_data = data;
-  s.unread_bytes = bytes;
-  s.unread_fp = unread_fingerprint(data, static_cast<size_t>(bytes));
+  s.unread_bytes = static_cast<int64_t>(bytes);
+  s.unread_fp = unread_fingerprint(data, bytes);
 }
 
 void mark_unread_memory(const at::Tensor& t) {
-  if (!t.defined() || !t.is_cpu() || t.layout() != c10::kStrided ||
-      !t.is_non_overlapping_and_dense())
-    return;
 #if PRECPROBE_TORCH_AT_LEAST(2, 1)
   // Deterministic mode fills it with NaN (or an integer's largest value) inside empty: a
   // marker of its own, which a program that reads uninitialized memory is meant to see.
@@ -31,10 +44,8 @@ void mark_unread_memory(const at::Tensor& t) {
       at::globalContext().deterministicFillUninitializedMemory())
     return;
 #endif
-  const int64_t bytes = static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
-  const void* data = first_byte(t);
-  if (bytes <= 0 || data == nullptr) return;
-  write_unread_marker(const_cast<void*>(data), static_cast<size_t>(bytes));
+  const auto [data, bytes] = unread_span(t);
+  if (data != nullptr) write_unread_marker(data, bytes);
 }
 
 uint64_t unread_fingerprint(const void* p, size_t n) noexcept {

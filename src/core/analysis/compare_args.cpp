@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "compare_parts.h"
+#include "op_names.h"
 #include "pairing.h"
 
 namespace precprobe::analysis_detail {
@@ -41,7 +42,7 @@ std::optional<std::pair<double, double>> wrapped_number(const Arg& a, const Arg&
 // Ops whose dimension ranges over one more than their input's rank (unsqueeze, stack) are
 // left out.
 std::vector<size_t> dim_inputs(const std::string& op) {
-  static const char* const kDim1[] = {
+  static const OpNames kDim1{
       "aten::sum",     "aten::mean",        "aten::amax",         "aten::amin",
       "aten::softmax", "aten::log_softmax", "aten::_softmax",     "aten::_log_softmax",
       "aten::cat",     "aten::select",      "aten::squeeze",      "aten::squeeze_",
@@ -51,22 +52,19 @@ std::vector<size_t> dim_inputs(const std::string& op) {
       "aten::argmax",  "aten::argmin",      "aten::max",          "aten::min",
       "aten::all",     "aten::any",         "aten::sort",         "aten::argsort",
       "aten::cummax",  "aten::cummin"};
-  static const char* const kDim12[] = {"aten::transpose", "aten::transpose_", "aten::swapaxes",
-                                       "aten::swapaxes_", "aten::swapdims",   "aten::swapdims_",
-                                       "aten::flatten",   "aten::movedim"};
-  static const char* const kDim2[] = {"aten::chunk",
-                                      "aten::split",
-                                      "aten::split_with_sizes",
-                                      "aten::topk",
-                                      "aten::roll",
-                                      "aten::_softmax_backward_data",
-                                      "aten::_log_softmax_backward_data"};
-  auto in = [&](const auto& list) {
-    return std::any_of(std::begin(list), std::end(list), [&](const char* o) { return op == o; });
-  };
-  if (in(kDim1)) return {1};
-  if (in(kDim12)) return {1, 2};
-  if (in(kDim2)) return {2};
+  static const OpNames kDim12{"aten::transpose", "aten::transpose_", "aten::swapaxes",
+                              "aten::swapaxes_", "aten::swapdims",   "aten::swapdims_",
+                              "aten::flatten",   "aten::movedim"};
+  static const OpNames kDim2{"aten::chunk",
+                             "aten::split",
+                             "aten::split_with_sizes",
+                             "aten::topk",
+                             "aten::roll",
+                             "aten::_softmax_backward_data",
+                             "aten::_log_softmax_backward_data"};
+  if (kDim1.contains(op)) return {1};
+  if (kDim12.contains(op)) return {1, 2};
+  if (kDim2.contains(op)) return {2};
   return {};
 }
 

@@ -6,6 +6,7 @@
 
 #include "compare_parts.h"
 #include "loss_scale.h"
+#include "op_names.h"
 
 namespace precprobe::analysis_detail {
 
@@ -42,31 +43,26 @@ bool run_constant(const ProgramConstants* c, const OpRecord& r, size_t i, Consta
 // Random ops: those whose output is a draw whatever their tensor inputs hold (an in-place
 // fill reads only its shape; randn_like only its input's), and those whose draw is applied to
 // an input (dropout, bernoulli of probabilities, multinomial).
-constexpr const char* kFillRandomOps[] = {
-    "aten::normal_",    "aten::uniform_",    "aten::random_",      "aten::exponential_",
-    "aten::cauchy_",    "aten::log_normal_", "aten::geometric_",   "aten::bernoulli_",
-    "aten::randn_like", "aten::rand_like",   "aten::randint_like", "aten::randn",
-    "aten::rand",       "aten::randint",     "aten::randperm",     "aten::normal"};
-constexpr const char* kAppliedRandomOps[] = {"aten::dropout",        "aten::dropout_",
-                                             "aten::native_dropout", "aten::feature_dropout",
-                                             "aten::alpha_dropout",  "aten::feature_alpha_dropout",
-                                             "aten::bernoulli",      "aten::multinomial",
-                                             "aten::poisson",        "aten::rrelu_with_noise"};
-
-bool is_in(const std::string& op, const char* const* first, const char* const* last) {
-  return std::any_of(first, last, [&](const char* r) { return op == r; });
-}
 bool is_fill_random(const std::string& op) {
-  return is_in(op, std::begin(kFillRandomOps), std::end(kFillRandomOps));
+  static const OpNames kFillRandom{
+      "aten::normal_",    "aten::uniform_",    "aten::random_",      "aten::exponential_",
+      "aten::cauchy_",    "aten::log_normal_", "aten::geometric_",   "aten::bernoulli_",
+      "aten::randn_like", "aten::rand_like",   "aten::randint_like", "aten::randn",
+      "aten::rand",       "aten::randint",     "aten::randperm",     "aten::normal"};
+  return kFillRandom.contains(op);
 }
 bool is_random_op(const std::string& op) {
-  return is_fill_random(op) ||
-         is_in(op, std::begin(kAppliedRandomOps), std::end(kAppliedRandomOps));
+  static const OpNames kAppliedRandom{"aten::dropout",        "aten::dropout_",
+                                      "aten::native_dropout", "aten::feature_dropout",
+                                      "aten::alpha_dropout",  "aten::feature_alpha_dropout",
+                                      "aten::bernoulli",      "aten::multinomial",
+                                      "aten::poisson",        "aten::rrelu_with_noise"};
+  return is_fill_random(op) || kAppliedRandom.contains(op);
 }
 
 // Ops whose outputs are parts of their input, values unchanged.
 bool is_selection_op(const std::string& op) {
-  static const char* const kSelect[] = {
+  static const OpNames kSelect{
       "aten::chunk",         "aten::unsafe_chunk",     "aten::split",
       "aten::unsafe_split",  "aten::split_with_sizes", "aten::unsafe_split_with_sizes",
       "aten::tensor_split",  "aten::unbind",           "aten::select",
@@ -74,8 +70,7 @@ bool is_selection_op(const std::string& op) {
       "aten::index",         "aten::gather",           "aten::take",
       "aten::masked_select", "aten::diagonal",         "aten::as_strided",
       "aten::unfold",        "aten::embedding"};
-  return std::any_of(std::begin(kSelect), std::end(kSelect),
-                     [&](const char* s) { return op == s; });
+  return kSelect.contains(op);
 }
 
 // |x| at its largest over a tensor's finite values.

@@ -3,45 +3,11 @@
 
 #include <algorithm>
 
+#include "op_names.h"
 #include "provenance.h"
 
 namespace precprobe::analysis_detail {
 namespace {
-
-// Ops whose integer argument (an output, or the input of a backward) is the position a
-// comparison of floats chose.
-constexpr const char* kDecisionOps[] = {
-    "aten::max_pool1d_with_indices",
-    "aten::max_pool2d_with_indices",
-    "aten::max_pool3d_with_indices",
-    "aten::max_pool2d_with_indices_backward",
-    "aten::max_pool3d_with_indices_backward",
-    "aten::adaptive_max_pool1d",
-    "aten::adaptive_max_pool2d",
-    "aten::adaptive_max_pool3d",
-    "aten::adaptive_max_pool2d_backward",
-    "aten::adaptive_max_pool3d_backward",
-    "aten::fractional_max_pool2d",
-    "aten::fractional_max_pool3d",
-    "aten::fractional_max_pool2d_backward",
-    "aten::fractional_max_pool3d_backward",
-    "aten::max_unpool2d",
-    "aten::max_unpool3d",
-    "aten::max",
-    "aten::min",
-    "aten::argmax",
-    "aten::argmin",
-    "aten::sort",
-    "aten::argsort",
-    "aten::topk",
-    "aten::kthvalue",
-    "aten::median",
-    "aten::nanmedian",
-    "aten::mode",
-    "aten::cummax",
-    "aten::cummin",
-    "aten::value_selecting_reduction_backward",
-};
 
 // An integer tensor that differs between the runs, same dtype and shape: another choice of
 // positions, not another computation.
@@ -55,8 +21,41 @@ bool decision_differs(const OpCompare& oc) {
 }  // namespace
 
 bool is_decision_op(const std::string& op) {
-  return std::any_of(std::begin(kDecisionOps), std::end(kDecisionOps),
-                     [&](const char* d) { return op == d; });
+  // Ops whose integer argument (an output, or the input of a backward) is the position a
+  // comparison of floats chose.
+  static const OpNames kDecisionOps{
+      "aten::max_pool1d_with_indices",
+      "aten::max_pool2d_with_indices",
+      "aten::max_pool3d_with_indices",
+      "aten::max_pool2d_with_indices_backward",
+      "aten::max_pool3d_with_indices_backward",
+      "aten::adaptive_max_pool1d",
+      "aten::adaptive_max_pool2d",
+      "aten::adaptive_max_pool3d",
+      "aten::adaptive_max_pool2d_backward",
+      "aten::adaptive_max_pool3d_backward",
+      "aten::fractional_max_pool2d",
+      "aten::fractional_max_pool3d",
+      "aten::fractional_max_pool2d_backward",
+      "aten::fractional_max_pool3d_backward",
+      "aten::max_unpool2d",
+      "aten::max_unpool3d",
+      "aten::max",
+      "aten::min",
+      "aten::argmax",
+      "aten::argmin",
+      "aten::sort",
+      "aten::argsort",
+      "aten::topk",
+      "aten::kthvalue",
+      "aten::median",
+      "aten::nanmedian",
+      "aten::mode",
+      "aten::cummax",
+      "aten::cummin",
+      "aten::value_selecting_reduction_backward",
+  };
+  return kDecisionOps.contains(op);
 }
 
 void FlipTracker::taint_outputs(const OpRecord& a, std::size_t source) {

@@ -30,9 +30,11 @@ struct Mag {
   // what a divisor's relative error is measured against element by element
   double min_abs = 0;
   double u = 0;  // unit roundoff of its dtype (0: integral or not a float)
-  std::vector<int64_t> shape;
+  const std::vector<int64_t>* shape = &kNoShape;  // the first run's with any: the record's
   int64_t numel = 0;
+  static const std::vector<int64_t> kNoShape;
 };
+const std::vector<int64_t> Mag::kNoShape;
 
 double finite_or_zero(double v) { return std::isfinite(v) ? v : 0; }
 
@@ -51,7 +53,7 @@ Mag mag_of(const Arg* a, const Arg* b) {
       const bool one_sign = t.zero == 0 && ((t.min > 0 && t.max > 0) || (t.min < 0 && t.max < 0));
       const double lo = one_sign ? std::min(std::fabs(t.min), std::fabs(t.max)) : 0;
       m.min_abs = x == a ? lo : std::min(m.min_abs, lo);
-      if (m.shape.empty()) m.shape = t.shape;
+      if (m.shape->empty()) m.shape = &t.shape;
       m.numel = std::max(m.numel, t.numel);
     } else if (auto v = numeric_value(x->value)) {
       m.mag = std::max(m.mag, std::fabs(*v));
@@ -62,11 +64,11 @@ Mag mag_of(const Arg* a, const Arg* b) {
 }
 
 int64_t dim_size(const Mag& m, int64_t d) {
-  const auto r = static_cast<int64_t>(m.shape.size());
+  const auto r = static_cast<int64_t>(m.shape->size());
   if (r == 0) return 1;
   if (d < 0) d += r;
   if (d < 0 || d >= r) return 1;
-  return std::max<int64_t>(1, m.shape[static_cast<size_t>(d)]);
+  return std::max<int64_t>(1, (*m.shape)[static_cast<size_t>(d)]);
 }
 
 int64_t last_dim(const Mag& m) { return dim_size(m, -1); }
@@ -191,7 +193,7 @@ OpNoise op_noise(const OpRecord& a, const OpRecord& b) {
                          "aten::thnn_conv2d", "aten::cudnn_convolution"})) {
     const Mag& w = input(1);
     const double terms =
-        w.shape.empty() ? 1.0 : static_cast<double>(w.numel) / static_cast<double>(dim_size(w, 0));
+        w.shape->empty() ? 1.0 : static_cast<double>(w.numel) / static_cast<double>(dim_size(w, 0));
     dot(0, terms, input(0), w, input(2).tensor ? input(2).mag : 0);
     rms_inputs({0, 1});
   } else if (one_of(op, {"aten::convolution_backward", "aten::mkldnn_convolution_backward",
@@ -201,7 +203,7 @@ OpNoise op_noise(const OpRecord& a, const OpRecord& b) {
     const double per_channel =
         static_cast<double>(go.numel) / static_cast<double>(std::max<int64_t>(1, dim_size(go, 1)));
     const double kernel =
-        w.shape.size() > 2
+        w.shape->size() > 2
             ? static_cast<double>(w.numel) / static_cast<double>(dim_size(w, 0) * dim_size(w, 1))
             : 1.0;
     dot(0, static_cast<double>(dim_size(go, 1)) * kernel, go, w, 0);

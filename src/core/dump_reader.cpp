@@ -338,10 +338,11 @@ struct OpCursor::Impl {
   PassFn pass;
   size_t next_rank = 0;
   std::unique_ptr<StreamCursor<OpRecord>> stream;
+  std::vector<OpRecord> recycled;  // recycle()'s, decoded into again
 };
 
 OpCursor::OpCursor(DumpReader& reader, const RecordFilter& filter, PassFn pass)
-    : impl_(new Impl{reader, filter, std::move(pass), 0, nullptr}) {}
+    : impl_(new Impl{reader, filter, std::move(pass), 0, nullptr, {}}) {}
 
 OpCursor::~OpCursor() {
   if (impl_->stream) {  // left before its end: the status says what was read
@@ -352,8 +353,13 @@ OpCursor::~OpCursor() {
 
 bool OpCursor::next(std::vector<OpRecord>& out) {
   Impl& m = *impl_;
-  auto keep = [&out](OpRecord& r) {  // the cursor's own record: taken, parsed anew next
+  // The cursor's own record: taken, and a recycled one (its storage) parsed into next.
+  auto keep = [&out, &m](OpRecord& r) {
     out.push_back(std::move(r));
+    if (!m.recycled.empty()) {
+      r = std::move(m.recycled.back());
+      m.recycled.pop_back();
+    }
     return true;
   };
   for (;;) {
@@ -370,6 +376,15 @@ bool OpCursor::next(std::vector<OpRecord>& out) {
     keep_status(m.reader.statuses_, std::move(m.stream->status()));
     m.stream.reset();
   }
+}
+
+void OpCursor::recycle(std::vector<OpRecord>& spent) {
+  std::vector<OpRecord>& kept = impl_->recycled;
+  for (OpRecord& r : spent) {
+    if (kept.size() == kMaxRecycled) break;
+    kept.push_back(std::move(r));
+  }
+  spent.clear();
 }
 
 void DumpReader::for_each_op(const RecordFilter& filter,

@@ -27,6 +27,12 @@ class OpCursor {
   /// records are all filtered out or passed over); false when every stream has been read.
   bool next(std::vector<OpRecord>& out);
 
+  /// Takes records the caller is done with (and clears `spent`): the records of later frames
+  /// are decoded into their strings and vectors, so a reader that lets go of as many records
+  /// as it takes allocates nothing per record. At most kMaxRecycled are kept.
+  void recycle(std::vector<OpRecord>& spent);
+  static constexpr size_t kMaxRecycled = size_t{1} << 16;
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -63,6 +63,7 @@ struct Side {
   /// paired; their data reaches the step's ops, which are.
   int64_t background = 0;
   std::map<int, analysis_detail::ModuleOrder> orders;  ///< by the rank of the groups' keys
+  std::vector<std::vector<OpRecord>> spare;            ///< empty, for groups to come
 
   // Takes one op record: into its group, counted as background, or left out.
   void add(OpRecord&& r) {
@@ -71,7 +72,12 @@ struct Side {
       return;
     }
     if (auto key = select.group(r.step, r.rank)) {
-      auto& ops = groups[*key];
+      auto [it, fresh] = groups.try_emplace(*key);
+      auto& ops = it->second;
+      if (fresh && !spare.empty()) {  // a judged group's vector, its capacity kept
+        ops.swap(spare.back());
+        spare.pop_back();
+      }
       ops.push_back(std::move(r));
       ops.back().rank = key->second;
     }
@@ -238,6 +244,8 @@ class StreamedCompare {
     };
     OpCursor ca(a, read_a.filter, passing(0)), cb(b, read_b.filter, passing(1));
     OpCursor* cursor[2] = {&ca, &cb};
+    cursor_[0] = &ca;
+    cursor_[1] = &cb;
     bool more[2] = {true, true};
     std::vector<OpRecord> frame;
     size_t peak = 0;
@@ -386,10 +394,22 @@ class StreamedCompare {
     } else if (in_b) {
       results_[{1, key}] = analysis_detail::one_run_group(key, ib->second, "b");
     }
-    if (in_a) held_a_.erase(ia);
-    if (in_b) held_b_.erase(ib);
+    if (in_a) let_go(0, held_a_, ia);
+    if (in_b) let_go(1, held_b_, ib);
     settle(key);
   }
+
+  // A judged group's records go back to their run's cursor to be decoded into again, and its
+  // vector to the run's spares: streaming allocates nothing per record once the groups in
+  // flight are as many as they will be.
+  void let_go(int side, std::map<GroupKey, std::vector<OpRecord>>& held,
+              std::map<GroupKey, std::vector<OpRecord>>::iterator it) {
+    cursor_[side]->recycle(it->second);
+    Side& s = side == 0 ? sa_ : sb_;
+    if (s.spare.size() < kMaxSpareGroups) s.spare.push_back(std::move(it->second));
+    held.erase(it);
+  }
+  static constexpr size_t kMaxSpareGroups = 64;
 
   // The group is judged: its result waits in results_ until every group before is judged.
   void settle(const GroupKey& key) {
@@ -425,6 +445,7 @@ class StreamedCompare {
   std::set<RankStep> passed_[2];  // the steps of each run passed over as identical
   bool retry_ = false;
   uint64_t progressed_ = 0;
+  OpCursor* cursor_[2] = {nullptr, nullptr};  // run()'s, while it runs
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "arg_rules.h"
 
 #include <algorithm>
+#include <charconv>
 
 namespace precprobe::analysis_detail {
 
@@ -30,14 +31,11 @@ bool spelled_default(const Arg& a, const Arg& b) {
 }
 
 void ProgramConstants::add(const std::vector<OpRecord>& ops) {
-  std::string base, key;
+  std::string key;
   for (const OpRecord& r : ops) {
-    base.clear();  // made for the first non-tensor input: most ops have none
     for (size_t i = 0; i < r.inputs.size(); ++i) {
       if (r.inputs[i].is_tensor()) continue;
-      if (base.empty()) base = site(r);
-      key = base;
-      key += std::to_string(i);
+      site_key(r, i, key);
       Site& s = sites_[key];
       if (s.steps == 0) {
         s.value = r.inputs[i].value;
@@ -51,17 +49,37 @@ void ProgramConstants::add(const std::vector<OpRecord>& ops) {
 }
 
 bool ProgramConstants::constant(const OpRecord& r, size_t input) const {
-  auto it = sites_.find(site(r) + std::to_string(input));
+  std::string key;
+  site_key(r, input, key);
+  auto it = sites_.find(key);
   return it != sites_.end() && !it->second.varies && it->second.steps >= 2;
 }
 
 bool ProgramConstants::settled(const OpRecord& r, size_t input) const {
-  auto it = sites_.find(site(r) + std::to_string(input));
+  std::string key;
+  site_key(r, input, key);
+  auto it = sites_.find(key);
   return it != sites_.end() && it->second.varies;
 }
 
-std::string ProgramConstants::site(const OpRecord& r) {
-  return std::to_string(r.rank) + '\x1f' + r.name() + '\x1f';
+void ProgramConstants::site_key(const OpRecord& r, size_t input, std::string& key) {
+  // rank \x1f op.call.direction \x1f input, written in place (OpRecord::name's spelling).
+  char digits[24];
+  key.clear();
+  key.reserve(r.op.size() + 48);
+  auto number = [&](int64_t v) {
+    const auto [end, ec] = std::to_chars(digits, digits + sizeof digits, v);
+    key.append(digits, end);
+  };
+  number(r.rank);
+  key += '\x1f';
+  key += r.op;
+  key += '.';
+  number(r.call);
+  key += '.';
+  key += to_string(r.dir);
+  key += '\x1f';
+  number(static_cast<int64_t>(input));
 }
 
 }  // namespace precprobe::analysis_detail

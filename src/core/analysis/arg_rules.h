@@ -43,7 +43,8 @@ class ProgramConstants {
     int64_t steps = 0, last_step = std::numeric_limits<int64_t>::min();
     bool varies = false;
   };
-  static std::string site(const OpRecord& r);  ///< the key's prefix; the input's index follows
+  /// The key of input `input` of r's site, into `key`: rank, name (op.call.direction), input.
+  static void site_key(const OpRecord& r, size_t input, std::string& key);
   std::unordered_map<std::string, Site> sites_;
 };
 

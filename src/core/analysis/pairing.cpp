@@ -17,6 +17,7 @@
 #include "pairing.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -111,7 +112,9 @@ class OpKeys {
           if (args == &r.inputs && is_wrapped_number(*x.tensor)) continue;
           key += '[';
           for (int64_t d : x.tensor->shape) {
-            key += std::to_string(d);
+            char digits[24];
+            const auto [end, ec] = std::to_chars(digits, digits + sizeof digits, d);
+            key.append(digits, end);
             key += ',';
           }
           key += ']';

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <limits>
 #include <string_view>
+#include <unordered_map>
 
 #include "precprobe/analysis.h"
 
@@ -81,6 +82,69 @@ bool one_of(const std::string& op, std::initializer_list<std::string_view> names
     if (o == n) return true;
   }
   return false;
+}
+
+enum class NoiseRule {
+  kNone,
+  kDot,
+  kAddDot,
+  kLinear,
+  kConv,
+  kConvBackward,
+  kSum,
+  kNorm,
+  kSoftmax,
+  kSoftmaxBackward,
+  kNllLoss,
+  kNormalization,
+  kProduct,
+  kSmooth
+};
+
+// Which of op_noise's rules an op follows, by one look-up of its name.
+NoiseRule noise_rule(std::string_view op) {
+  static const std::unordered_map<std::string_view, NoiseRule> kRules = [] {
+    std::unordered_map<std::string_view, NoiseRule> m;
+    auto add = [&m](NoiseRule r, std::initializer_list<std::string_view> names) {
+      for (std::string_view n : names) m.emplace(n, r);  // the first rule naming an op wins
+    };
+    add(NoiseRule::kDot,
+        {"aten::mm", "aten::bmm", "aten::matmul", "aten::dot", "aten::vdot", "aten::mv"});
+    add(NoiseRule::kAddDot, {"aten::addmm", "aten::baddbmm", "aten::addbmm", "aten::addmv"});
+    add(NoiseRule::kLinear, {"aten::linear"});
+    add(NoiseRule::kConv,
+        {"aten::convolution", "aten::_convolution", "aten::conv1d", "aten::conv2d", "aten::conv3d",
+         "aten::mkldnn_convolution", "aten::_slow_conv2d_forward", "aten::thnn_conv2d",
+         "aten::cudnn_convolution"});
+    add(NoiseRule::kConvBackward,
+        {"aten::convolution_backward", "aten::mkldnn_convolution_backward",
+         "aten::_slow_conv2d_backward", "aten::cudnn_convolution_backward"});
+    add(NoiseRule::kSum, {"aten::sum", "aten::nansum", "aten::mean", "aten::sum_to_size"});
+    add(NoiseRule::kNorm, {"aten::norm", "aten::linalg_vector_norm", "aten::frobenius_norm"});
+    add(NoiseRule::kSoftmax, {"aten::_softmax", "aten::softmax", "aten::_log_softmax",
+                              "aten::log_softmax", "aten::logsumexp"});
+    add(NoiseRule::kSoftmaxBackward,
+        {"aten::_softmax_backward_data", "aten::_log_softmax_backward_data"});
+    add(NoiseRule::kNllLoss,
+        {"aten::nll_loss", "aten::nll_loss_forward", "aten::nll_loss2d_forward",
+         "aten::cross_entropy_loss", "aten::nll_loss_nd", "aten::nll_loss2d"});
+    add(NoiseRule::kNormalization,
+        {"aten::native_batch_norm", "aten::batch_norm", "aten::_batch_norm_impl_index",
+         "aten::native_layer_norm", "aten::layer_norm", "aten::group_norm",
+         "aten::native_group_norm", "aten::_native_batch_norm_legit",
+         "aten::_native_batch_norm_legit_no_training", "aten::native_batch_norm_backward",
+         "aten::native_layer_norm_backward", "aten::batch_norm_backward",
+         "aten::native_group_norm_backward", "aten::cudnn_batch_norm",
+         "aten::cudnn_batch_norm_backward", "aten::miopen_batch_norm"});
+    add(NoiseRule::kProduct, {"aten::mul", "aten::mul_", "aten::addcmul", "aten::addcmul_",
+                              "aten::div", "aten::div_", "aten::addcdiv", "aten::addcdiv_"});
+    add(NoiseRule::kSmooth,
+        {"aten::exp", "aten::exp_", "aten::pow", "aten::pow_", "aten::sigmoid", "aten::tanh",
+         "aten::gelu", "aten::silu", "aten::elu", "aten::softplus", "aten::expm1", "aten::exp2"});
+    return m;
+  }();
+  auto it = kRules.find(op);
+  return it == kRules.end() ? NoiseRule::kNone : it->second;
 }
 
 }  // namespace
@@ -178,26 +242,23 @@ OpNoise op_noise(const OpRecord& a, const OpRecord& b) {
     }
   };
 
-  if (one_of(op,
-             {"aten::mm", "aten::bmm", "aten::matmul", "aten::dot", "aten::vdot", "aten::mv"})) {
+  const NoiseRule rule = noise_rule(op);
+  if (rule == NoiseRule::kDot) {
     dot(0, static_cast<double>(last_dim(input(0))), input(0), input(1), 0);
     rms_inputs({0, 1});
-  } else if (one_of(op, {"aten::addmm", "aten::baddbmm", "aten::addbmm", "aten::addmv"})) {
+  } else if (rule == NoiseRule::kAddDot) {
     dot(0, static_cast<double>(last_dim(input(1))), input(1), input(2), input(0).mag);
     rms_inputs({1, 2});
-  } else if (op == "aten::linear") {
+  } else if (rule == NoiseRule::kLinear) {
     dot(0, static_cast<double>(last_dim(input(0))), input(0), input(1), input(2).mag);
     rms_inputs({0, 1});
-  } else if (one_of(op, {"aten::convolution", "aten::_convolution", "aten::conv1d", "aten::conv2d",
-                         "aten::conv3d", "aten::mkldnn_convolution", "aten::_slow_conv2d_forward",
-                         "aten::thnn_conv2d", "aten::cudnn_convolution"})) {
+  } else if (rule == NoiseRule::kConv) {
     const Mag& w = input(1);
     const double terms =
         w.shape->empty() ? 1.0 : static_cast<double>(w.numel) / static_cast<double>(dim_size(w, 0));
     dot(0, terms, input(0), w, input(2).tensor ? input(2).mag : 0);
     rms_inputs({0, 1});
-  } else if (one_of(op, {"aten::convolution_backward", "aten::mkldnn_convolution_backward",
-                         "aten::_slow_conv2d_backward", "aten::cudnn_convolution_backward"})) {
+  } else if (rule == NoiseRule::kConvBackward) {
     // (grad_output, input, weight, ...) -> (grad_input, grad_weight, grad_bias)
     const Mag &go = input(0), &x = input(1), &w = input(2);
     const double per_channel =
@@ -213,7 +274,7 @@ OpNoise op_noise(const OpRecord& a, const OpRecord& b) {
       nz.outputs[2].scale = std::max(out[2].mag, per_channel * go.rms);
     }
     rms_inputs({0, 1, 2});
-  } else if (one_of(op, {"aten::sum", "aten::nansum", "aten::mean", "aten::sum_to_size"})) {
+  } else if (rule == NoiseRule::kSum) {
     const Mag& x = input(0);
     const double terms = n_out > 0 && out[0].numel > 0
                              ? static_cast<double>(x.numel) / static_cast<double>(out[0].numel)
@@ -223,15 +284,14 @@ OpNoise op_noise(const OpRecord& a, const OpRecord& b) {
       nz.outputs[0].scale = std::max(out[0].mag, (op == "aten::mean" ? 1.0 : terms) * x.rms);
     }
     rms_inputs({0});
-  } else if (one_of(op, {"aten::norm", "aten::linalg_vector_norm", "aten::frobenius_norm"})) {
+  } else if (rule == NoiseRule::kNorm) {
     const Mag& x = input(0);
     if (n_out > 0 && out[0].numel > 0)
       nz.outputs[0].terms =
           std::max(1.0, static_cast<double>(x.numel) / static_cast<double>(out[0].numel));
     rms_inputs({0});
     if (n_out > 0 && x.rms > 0) nz.input_kappa[0] = 1;
-  } else if (one_of(op, {"aten::_softmax", "aten::softmax", "aten::_log_softmax",
-                         "aten::log_softmax", "aten::logsumexp"})) {
+  } else if (rule == NoiseRule::kSoftmax) {
     // Reduction over `dim` (argument 1) of exp(x - max): |d softmax| <= 2 softmax |dx|, and
     // |d log_softmax| <= 2 |dx|: the input's absolute error passes twice.
     const Mag& x = input(0);
@@ -243,7 +303,7 @@ OpNoise op_noise(const OpRecord& a, const OpRecord& b) {
     if (n_in > 0)
       nz.input_kappa[0] =
           log ? 2 * std::max(1.0, x.mag / std::max(out_mag, 1e-300)) : 2 * std::max(1.0, x.mag);
-  } else if (one_of(op, {"aten::_softmax_backward_data", "aten::_log_softmax_backward_data"})) {
+  } else if (rule == NoiseRule::kSoftmaxBackward) {
     // (grad_output, output, dim, ...): grad_output minus softmax times its row sum.
     const Mag &go = input(0), &y = input(1);
     int64_t d = -1;
@@ -258,8 +318,7 @@ OpNoise op_noise(const OpRecord& a, const OpRecord& b) {
       nz.input_kappa[0] = 2;
       nz.input_kappa[1] = 2 * std::max(1.0, y.mag);
     }
-  } else if (one_of(op, {"aten::nll_loss", "aten::nll_loss_forward", "aten::nll_loss2d_forward",
-                         "aten::cross_entropy_loss", "aten::nll_loss_nd", "aten::nll_loss2d"})) {
+  } else if (rule == NoiseRule::kNllLoss) {
     // A mean over the batch of picked log-probabilities.
     const Mag& x = input(0);
     const double terms = static_cast<double>(dim_size(x, 0));
@@ -268,15 +327,7 @@ OpNoise op_noise(const OpRecord& a, const OpRecord& b) {
       ob.scale = std::max(ob.scale, x.mag);
     }
     if (n_in > 0) nz.input_kappa[0] = 1;
-  } else if (one_of(
-                 op,
-                 {"aten::native_batch_norm", "aten::batch_norm", "aten::_batch_norm_impl_index",
-                  "aten::native_layer_norm", "aten::layer_norm", "aten::group_norm",
-                  "aten::native_group_norm", "aten::_native_batch_norm_legit",
-                  "aten::_native_batch_norm_legit_no_training", "aten::native_batch_norm_backward",
-                  "aten::native_layer_norm_backward", "aten::batch_norm_backward",
-                  "aten::native_group_norm_backward", "aten::cudnn_batch_norm",
-                  "aten::cudnn_batch_norm_backward", "aten::miopen_batch_norm"})) {
+  } else if (rule == NoiseRule::kNormalization) {
     // Mean and variance are sums over the normalised elements (batch_norm: every element of
     // a channel; layer_norm: the normalised trailing dimensions); (x - mean) / std scales
     // the input's absolute error by 1 / std. std is estimated from the input's own
@@ -315,8 +366,7 @@ OpNoise op_noise(const OpRecord& a, const OpRecord& b) {
           cancel * std::max(1.0, out_mag > 0 ? in[i].mag / out_mag : 1.0) * (backward ? 2 : 1);
     }
     for (OutputBound& ob : nz.outputs) ob.terms *= cancel;
-  } else if (one_of(op, {"aten::mul", "aten::mul_", "aten::addcmul", "aten::addcmul_", "aten::div",
-                         "aten::div_", "aten::addcdiv", "aten::addcdiv_"})) {
+  } else if (rule == NoiseRule::kProduct) {
     // |d(xy)| <= |y||dx| + |x||dy|: each input's error counts |other| / |xy| times.
     double prod = 1;
     for (const Mag& m : in)
@@ -333,9 +383,7 @@ OpNoise op_noise(const OpRecord& a, const OpRecord& b) {
     if (divisor < n_in && in[divisor].tensor && in[divisor].min_abs > 0)
       nz.input_kappa[divisor] =
           std::max(nz.input_kappa[divisor], in[divisor].mag / in[divisor].min_abs);
-  } else if (one_of(op, {"aten::exp", "aten::exp_", "aten::pow", "aten::pow_", "aten::sigmoid",
-                         "aten::tanh", "aten::gelu", "aten::silu", "aten::elu", "aten::softplus",
-                         "aten::expm1", "aten::exp2"})) {
+  } else if (rule == NoiseRule::kSmooth) {
     // |d exp(x)| = exp(x) |dx|: the relative error of the output is the absolute one of x.
     for (size_t i = 0; i < n_in; ++i)
       nz.input_kappa[i] = std::max(nz.input_kappa[i], std::max(1.0, in[i].mag));

@@ -17,8 +17,8 @@
 #include "pairing.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
+#include <deque>
 #include <limits>
 #include <map>
 #include <optional>
@@ -90,39 +90,37 @@ class OpKeys {
     return true;
   }
 
+  // An op's key as numbers: its family's id, its direction, then for its inputs and for its
+  // outputs a marker and each tensor's rank and dimensions (the same ops share a key exactly
+  // when their op families, directions and shapes are the same).
   void add(const std::vector<OpRecord>& ops, std::vector<uint32_t>& keys,
            std::vector<Params>& params) {
-    std::string key;
     keys.reserve(ops.size());
     params.resize(ops.size());
     for (size_t k = 0; k < ops.size(); ++k) {
       const OpRecord& r = ops[k];
+      std::vector<int64_t>& key = key_;
       key.clear();
-      key += op_family(r.op);
-      key += '|';
-      key += to_string(r.dir);
+      key.push_back(family_id(op_family(r.op)));
+      key.push_back(r.dir == Direction::kBackward ? 1 : 0);
       uint32_t ordinal = 0;
       for (const auto* args : {&r.inputs, &r.outputs}) {
-        key += args == &r.inputs ? "|i" : "|o";
+        key.push_back(args == &r.inputs ? -1 : -2);
         for (const Arg& x : *args) {
           if (!x.is_tensor()) continue;
           // A 0-d input is a number wrapped as a tensor where Python passes one (x * 0.5 is
           // aten::mul.Tensor with a 0-d double in Python, aten::mul.Scalar in C++): it
           // leaves the key as a number does; compare_args compares its value.
           if (args == &r.inputs && is_wrapped_number(*x.tensor)) continue;
-          key += '[';
-          for (int64_t d : x.tensor->shape) {
-            char digits[24];
-            const auto [end, ec] = std::to_chars(digits, digits + sizeof digits, d);
-            key.append(digits, end);
-            key += ',';
-          }
-          key += ']';
+          const std::vector<int64_t>& shape = x.tensor->shape;
+          key.push_back(static_cast<int64_t>(shape.size()));
+          key.insert(key.end(), shape.begin(), shape.end());
           if (!x.tensor->param.empty()) params[k].emplace_back(ordinal, intern(x.tensor->param));
           ++ordinal;
         }
       }
-      keys.push_back(intern(key));
+      keys.push_back(
+          key_ids_.try_emplace(key, static_cast<uint32_t>(key_ids_.size())).first->second);
     }
   }
 
@@ -161,12 +159,30 @@ class OpKeys {
     return f;
   }
 
-  // Keys and parameter names share one table: a key always holds '|', a name never does.
+  // Parameter names and the constants' texts (a text always starts with '|', a name never
+  // does), each compared only with its own kind.
   uint32_t intern(const std::string& s) {
     return ids_.try_emplace(s, static_cast<uint32_t>(ids_.size())).first->second;  // no node if in
   }
+  uint32_t family_id(std::string_view family) {
+    auto it = family_ids_.find(family);
+    if (it != family_ids_.end()) return it->second;
+    const std::string& kept = families_.emplace_back(family);  // a view of it is the key
+    return family_ids_.emplace(kept, static_cast<uint32_t>(family_ids_.size())).first->second;
+  }
+  struct KeyHash {
+    size_t operator()(const std::vector<int64_t>& v) const noexcept {
+      uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a over the numbers
+      for (int64_t x : v) h = (h ^ static_cast<uint64_t>(x)) * 0x100000001b3ULL;
+      return static_cast<size_t>(h ^ (h >> 29));
+    }
+  };
 
   std::unordered_map<std::string, uint32_t> ids_;
+  std::deque<std::string> families_;
+  std::unordered_map<std::string_view, uint32_t> family_ids_;
+  std::unordered_map<std::vector<int64_t>, uint32_t, KeyHash> key_ids_;
+  std::vector<int64_t> key_;  // add()'s, reused
   std::vector<uint32_t> key_a_, key_b_;
   std::vector<Constants> consts_a_, consts_b_;
   std::vector<Params> params_a_, params_b_;

@@ -261,7 +261,7 @@ class StreamCursor {
   // The records of a binary frame (records_binary.h); false when `take` asked to stop.
   template <class Take>
   bool read_binary(Take& take) {
-    BinaryOpDecoder decoder;
+    BinaryOpDecoder& decoder = decoder_;
     if (!decoder.open(content_, &error_)) {
       bad_record("bad frame");
       return true;
@@ -290,6 +290,7 @@ class StreamCursor {
   std::function<bool(const FrameDigest&)> gate_;
   std::string content_, error_;
   R record_;
+  BinaryOpDecoder decoder_;  // read_binary's, its string table kept from frame to frame
   bool grad_recorded_ = false, by_steps_ = false, by_pass_ = false, done_ = false;
 };
 

@@ -205,6 +205,20 @@ class Body {
       p_ += 2;
       return true;
     }
+    if (end_ - p_ >= 10) {  // every byte of the longest number there: no check per byte
+      const auto* q = reinterpret_cast<const uint8_t*>(p_);
+      uint64_t r = 0;
+      for (int i = 0; i < 10; ++i) {
+        r |= static_cast<uint64_t>(q[i] & 0x7f) << (7 * i);
+        if ((q[i] & 0x80) == 0) {
+          if (i == 9 && q[i] > 1) return fail("a number overflows 64 bits");
+          v = r;
+          p_ += i + 1;
+          return true;
+        }
+      }
+      return fail("a number is longer than 10 bytes");
+    }
     v = 0;
     const char* p = p_;
     const size_t left = static_cast<size_t>(end_ - p);
@@ -243,14 +257,29 @@ class Body {
     if (!same(out, s)) out.assign(s.data(), s.size());
     return true;
   }
-  // Most strings compared are a few bytes long (dtype, device): no call for those.
+  // Most strings compared are a few bytes long (dtype, device, op): no call for those, and
+  // from 4 bytes on two overlapping words compared instead of each byte.
   static __attribute__((always_inline)) bool same(const std::string& a, std::string_view b) {
     const size_t n = b.size();
     if (a.size() != n) return false;
-    if (n > 16) return std::memcmp(a.data(), b.data(), n) == 0;
+    const char* x = a.data();
+    const char* y = b.data();
+    if (n > 16) return std::memcmp(x, y, n) == 0;
+    if (n >= 8)
+      return word<uint64_t>(x) == word<uint64_t>(y) &&
+             word<uint64_t>(x + n - 8) == word<uint64_t>(y + n - 8);
+    if (n >= 4)
+      return word<uint32_t>(x) == word<uint32_t>(y) &&
+             word<uint32_t>(x + n - 4) == word<uint32_t>(y + n - 4);
     for (size_t i = 0; i < n; ++i)
-      if (a[i] != b[i]) return false;
+      if (x[i] != y[i]) return false;
     return true;
+  }
+  template <class W>
+  static __attribute__((always_inline)) W word(const char* p) {
+    W w;
+    std::memcpy(&w, p, sizeof w);
+    return w;
   }
   // A count of items of at least one byte each, no more than `limit`.
   bool count(size_t& n, size_t limit, const char* what) {

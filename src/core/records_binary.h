@@ -59,7 +59,8 @@ class BinaryOpDecoder {
   enum class Next { kRecord, kBad, kEnd };
 
   /// Starts on `content` (kept by reference: it must outlive the decoding). False with
-  /// *error set when it is not a binary frame of a version this reader knows.
+  /// *error set when it is not a binary frame of a version this reader knows. One decoder
+  /// may read frame after frame: its string table's storage is kept.
   bool open(std::string_view content, std::string* error);
   /// kRecord: `out` holds the next record (rank 0). kBad: a record did not decode (*error
   /// says why) and was passed over; call again. kEnd: the frame is done; with *error set, the

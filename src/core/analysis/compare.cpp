@@ -37,6 +37,7 @@ using analysis_detail::compare_pair;
 using analysis_detail::compare_place;
 using analysis_detail::ConstantsUse;
 using analysis_detail::earlier;
+using analysis_detail::equals;
 using analysis_detail::InputOrigin;
 using analysis_detail::Origins;
 using analysis_detail::PairVerdict;
@@ -88,8 +89,8 @@ void excuse_after_flip(const std::optional<analysis_detail::FlipTracker::Source>
   if (flip->seq == seq) ++res.flip_ops;
   // The rounding model's verdict, or a difference traced to ops of one run only (or to the
   // start): a moved element explains both.
-  const bool traced =
-      v.oc.cause == "data" || v.oc.cause == "one_run_ops" || v.oc.cause == "before_step";
+  const bool traced = equals(v.oc.cause, "data") || equals(v.oc.cause, "one_run_ops") ||
+                      equals(v.oc.cause, "before_step");
   if (!v.divergent || !(v.beyond_rounding_only || traced)) return;
   v.divergent = false;
   v.oc.classification = "noise";
@@ -135,9 +136,9 @@ std::vector<ModuleCompare> modules_compared(const std::vector<OpCompare>& ops,
     ModuleCompare m;  // the op alone
     m.module = o.module;
     m.ops = 1;
-    m.match = o.classification == "match";
-    m.noise = o.classification == "noise";
-    m.divergent = o.classification == "divergent";
+    m.match = equals(o.classification, "match");
+    m.noise = equals(o.classification, "noise");
+    m.divergent = equals(o.classification, "divergent");
     if (m.divergent) m.first_divergent = o;
     if (std::isfinite(o.ratio)) m.max_ratio = std::max(0.0, o.ratio);
     add_module(out, index, std::move(m));
@@ -223,9 +224,9 @@ GroupResult compare_group(const GroupKey& key, const std::vector<OpRecord>& a,
     v.oc.param = param_of[static_cast<size_t>(i)];
     excuse_after_flip(flips.observe(a[i], v.oc), a[i].seq, v, res);
     res.warnings += v.oc.warning ? 1 : 0;
-    if (v.oc.classification == "match") {
+    if (equals(v.oc.classification, "match")) {
       ++res.match_ops;
-    } else if (v.oc.classification == "noise") {
+    } else if (equals(v.oc.classification, "noise")) {
       ++res.noise_ops;
       if (!v.oc.excused && !std::isnan(v.oc.ratio) &&
           (!res.max_noise || v.oc.ratio > res.max_noise->ratio))
@@ -233,7 +234,8 @@ GroupResult compare_group(const GroupKey& key, const std::vector<OpRecord>& a,
     } else {
       ++res.divergent_ops;
     }
-    const bool held = v.divergent && (v.oc.cause == "data" || v.oc.cause == "one_run_ops");
+    const bool held =
+        v.divergent && (equals(v.oc.cause, "data") || equals(v.oc.cause, "one_run_ops"));
     for (uint32_t p :
          reconcile.compared_op(static_cast<size_t>(i), static_cast<size_t>(j), a, b, origins, v.oc,
                                held ? static_cast<int64_t>(pending.size()) : -1, opt))
@@ -287,7 +289,8 @@ GroupResult compare_group(const GroupKey& key, const std::vector<OpRecord>& a,
   } else {
     const bool warned = opt.keep_ops == KeepOps::kWarned;
     for (OpCompare& o : ops)
-      if (o.classification == "divergent" || (warned && o.warning)) res.ops.push_back(std::move(o));
+      if (equals(o.classification, "divergent") || (warned && o.warning))
+        res.ops.push_back(std::move(o));
   }
   return g;
 }

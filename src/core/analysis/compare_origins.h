@@ -218,7 +218,7 @@ class Reconciler {
       if (pending_id >= 0) merge(src, {static_cast<uint32_t>(pending_id)});
       bool outputs_differ = false;
       for (const ArgCompare& ac : oc.args)
-        outputs_differ = outputs_differ || (ac.io == "output" && !ac.exact);
+        outputs_differ = outputs_differ || (equals(ac.io, "output") && !ac.exact);
       if (outputs_differ) {
         taint_a_[i] = src;
         taint_b_[j] = std::move(src);

@@ -117,7 +117,7 @@ PairVerdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareO
   // diverges only where its outputs differ; the notes say what differed.
   bool same_outputs = true, have_output = false;
   for (const ArgCompare& ac : oc.args) {
-    if (ac.io != "output") continue;
+    if (!equals(ac.io, "output")) continue;
     have_output = true;
     same_outputs = same_outputs && ac.exact;
   }
@@ -132,7 +132,7 @@ PairVerdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareO
   if (is_random_op(a.op)) {
     const bool fill = is_fill_random(a.op);
     bool inputs_equal = true;
-    for (size_t k = 0; k < oc.args.size() && oc.args[k].io == "input"; ++k) {
+    for (size_t k = 0; k < oc.args.size() && equals(oc.args[k].io, "input"); ++k) {
       const ArgCompare& ac = oc.args[k];
       const bool defaulted = !ac.tensor && k < a.inputs.size() && k < b.inputs.size() &&
                              spelled_default(a.inputs[k], b.inputs[k]);
@@ -156,7 +156,7 @@ PairVerdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareO
   double inherited = 0;
   bool constant_differs = false, one_run_made = false;
   const bool fill_random = is_fill_random(a.op);
-  for (size_t i = 0; i < oc.args.size() && oc.args[i].io == "input"; ++i) {
+  for (size_t i = 0; i < oc.args.size() && equals(oc.args[i].io, "input"); ++i) {
     const ArgCompare& ac = oc.args[i];
     if (ac.exact || i >= n_in || (!ac.tensor && spelled_default(a.inputs[i], b.inputs[i])) ||
         (fill_random && ac.tensor))
@@ -206,7 +206,7 @@ PairVerdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareO
   bool have = false;
   for (size_t k = 0; k < oc.args.size(); ++k) {
     const ArgCompare& ac = oc.args[k];
-    if (ac.io != "output") continue;
+    if (!equals(ac.io, "output")) continue;
     const size_t out_index = static_cast<size_t>(ac.index);
     if (out_index >= nz.outputs.size()) continue;
     const OutputBound& ob = nz.outputs[out_index];

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "align.h"
@@ -16,6 +17,12 @@
 #include "precprobe/records.h"
 
 namespace precprobe::analysis_detail {
+
+/// Whether `field` (a comparison's classification, cause or io) is `value`: the lengths
+/// first, and no strlen of the literal (a fifth of compare's string compares).
+inline bool equals(const std::string& field, std::string_view value) noexcept {
+  return std::string_view(field) == value;
+}
 
 inline constexpr double kCompareInf = std::numeric_limits<double>::infinity();
 

@@ -261,14 +261,13 @@ class StreamCursor {
   // The records of a binary frame (records_binary.h); false when `take` asked to stop.
   template <class Take>
   bool read_binary(Take& take) {
-    BinaryOpDecoder& decoder = decoder_;
-    if (!decoder.open(content_, &error_)) {
+    if (!decoder_.open(content_, &error_)) {
       bad_record("bad frame");
       return true;
     }
     for (;;) {
       error_.clear();
-      switch (decoder.next(record_, &error_)) {
+      switch (decoder_.next(record_, &error_)) {
         case BinaryOpDecoder::Next::kRecord:
           if (!take()) return false;
           break;

@@ -243,7 +243,6 @@ class StreamedCompare {
       };
     };
     OpCursor ca(a, read_a.filter, passing(0)), cb(b, read_b.filter, passing(1));
-    OpCursor* cursor[2] = {&ca, &cb};
     cursor_[0] = &ca;
     cursor_[1] = &cb;
     bool more[2] = {true, true};
@@ -252,7 +251,7 @@ class StreamedCompare {
     while (more[0] || more[1]) {
       const int side = !more[0] ? 1 : !more[1] ? 0 : behind();
       frame.clear();
-      more[side] = cursor[side]->next(frame);
+      more[side] = cursor_[side]->next(frame);
       if (!take(side, frame) || retry_) return std::nullopt;
       peak = std::max(peak, sa_.groups.size() + sb_.groups.size() + held_a_.size() +
                                 held_b_.size() + results_.size());
@@ -394,20 +393,19 @@ class StreamedCompare {
     } else if (in_b) {
       results_[{1, key}] = analysis_detail::one_run_group(key, ib->second, "b");
     }
-    if (in_a) let_go(0, held_a_, ia);
-    if (in_b) let_go(1, held_b_, ib);
+    if (in_a) let_go(0, ia);
+    if (in_b) let_go(1, ib);
     settle(key);
   }
 
   // A judged group's records go back to their run's cursor to be decoded into again, and its
   // vector to the run's spares: streaming allocates nothing per record once the groups in
   // flight are as many as they will be.
-  void let_go(int side, std::map<GroupKey, std::vector<OpRecord>>& held,
-              std::map<GroupKey, std::vector<OpRecord>>::iterator it) {
+  void let_go(int side, std::map<GroupKey, std::vector<OpRecord>>::iterator it) {
     cursor_[side]->recycle(it->second);
     Side& s = side == 0 ? sa_ : sb_;
     if (s.spare.size() < kMaxSpareGroups) s.spare.push_back(std::move(it->second));
-    held.erase(it);
+    (side == 0 ? held_a_ : held_b_).erase(it);
   }
   static constexpr size_t kMaxSpareGroups = 64;
 
@@ -445,7 +443,7 @@ class StreamedCompare {
   std::set<RankStep> passed_[2];  // the steps of each run passed over as identical
   bool retry_ = false;
   uint64_t progressed_ = 0;
-  OpCursor* cursor_[2] = {nullptr, nullptr};  // run()'s, while it runs
+  OpCursor* cursor_[2] = {nullptr, nullptr};  // run()'s cursors of A and B, while it runs
 };
 
 }  // namespace

@@ -23,39 +23,58 @@ constexpr uint64_t kRequiresGrad = 1, kHasHash = 2, kHasParam = 4, kHasListIndex
                    kHasRange = 32, kWideMean = 64, kWideNorm = 128;
 
 // ---- writing ----
+//
+// A record is written through a raw pointer into room reserved beforehand (Room): the bytes
+// are those of one append() per field, without a capacity check per byte.
 
-void put_varint(std::string& out, uint64_t v) {
-  char buf[10];
-  int n = 0;
-  while (v >= 0x80) {
-    buf[n++] = static_cast<char>((v & 0x7f) | 0x80);
-    v >>= 7;
-  }
-  buf[n++] = static_cast<char>(v);
-  out.append(buf, static_cast<size_t>(n));
-}
 uint64_t zigzag(int64_t v) {
   return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63);
 }
-void put_signed(std::string& out, int64_t v) { put_varint(out, zigzag(v)); }
+constexpr size_t kMaxVarint = 10;
+
+char* put_varint(char* p, uint64_t v) {
+  while (v >= 0x80) {
+    *p++ = static_cast<char>((v & 0x7f) | 0x80);
+    v >>= 7;
+  }
+  *p++ = static_cast<char>(v);
+  return p;
+}
+char* put_signed(char* p, int64_t v) { return put_varint(p, zigzag(v)); }
 
 template <class T>
-void put_le(std::string& out, T v) {
-  char buf[sizeof(T)];
-  std::memcpy(buf, &v, sizeof(T));  // little-endian hosts only (x86-64, aarch64)
-  out.append(buf, sizeof(T));
+char* put_le(char* p, T v) {
+  std::memcpy(p, &v, sizeof(T));  // little-endian hosts only (x86-64, aarch64)
+  return p + sizeof(T);
+}
+
+// `n` more bytes of `out` to write through a pointer; done() keeps what was written.
+class Room {
+ public:
+  Room(std::string& out, size_t n) : out_(out), start_(out.size()) {
+    out_.resize(start_ + n);
+    p = out_.data() + start_;
+  }
+  void done() { out_.resize(static_cast<size_t>(p - out_.data())); }
+  char* p;
+
+ private:
+  std::string& out_;
+  size_t start_;
+};
+
+void put_varint(std::string& out, uint64_t v) {
+  Room r(out, kMaxVarint);
+  r.p = put_varint(r.p, v);
+  r.done();
 }
 
 // Whether a statistic stored as float32 loses what the JSON text keeps (TextOut::float32):
 // a value whose float rounding is not finite stays a double there.
 bool wide(double v) { return !std::isfinite(static_cast<float>(v)) && std::isfinite(v); }
 
-void put_stat32(std::string& out, double v, bool is_wide) {
-  if (is_wide) {
-    put_le(out, v);
-  } else {
-    put_le(out, static_cast<float>(v));
-  }
+char* put_stat32(char* p, double v, bool is_wide) {
+  return is_wide ? put_le(p, v) : put_le(p, static_cast<float>(v));
 }
 
 void put_entry(std::string& frame, Tag tag, std::string_view bytes) {
@@ -89,12 +108,23 @@ std::string_view canonical_value(const std::string& v, std::string& scratch) {
 }  // namespace
 
 uint64_t BinaryOpEncoder::string_id(std::string_view s, std::string& frame) {
-  auto [it, inserted] = strings_.try_emplace(std::string(s), next_id_);
-  if (inserted) {
-    put_entry(frame, kTagString, s);
-    ++next_id_;
-  }
-  return it->second;
+  auto found = strings_.find(s);
+  if (found != strings_.end()) return found->second;
+  const std::string& kept = texts_.emplace_back(s);
+  strings_.emplace(kept, next_id_);
+  put_entry(frame, kTagString, s);
+  return next_id_++;
+}
+
+uint64_t BinaryOpEncoder::common_id(std::string_view s, std::string& frame) {
+  for (const Recent& r : recent_)
+    if (r.used && r.text.size() == s.size() && std::memcmp(r.text.data(), s.data(), s.size()) == 0)
+      return r.id;
+  Recent& r = recent_[recent_next_++ % recent_.size()];
+  r.used = true;
+  r.text.assign(s);
+  r.id = string_id(s, frame);
+  return r.id;
 }
 
 uint64_t BinaryOpEncoder::value_id(const std::string& value, std::string& frame) {
@@ -106,78 +136,103 @@ uint64_t BinaryOpEncoder::value_id(const std::string& value, std::string& frame)
 }
 
 void BinaryOpEncoder::arg(const Arg& a, std::string& frame) {
-  std::string& b = body_;
   if (!a.tensor) {
-    b.push_back(static_cast<char>(kValueArg));
-    put_varint(b, value_id(a.value, frame));
+    const uint64_t id = value_id(a.value, frame);
+    Room w(body_, 1 + kMaxVarint);
+    *w.p++ = static_cast<char>(kValueArg);
+    w.p = put_varint(w.p, id);
+    w.done();
     return;
   }
   const TensorStats& t = *a.tensor;
-  b.push_back(static_cast<char>(kTensorArg));
+  // The strings first: a new one is defined in the frame before the record.
+  const uint64_t dtype = common_id(t.dtype, frame), device = common_id(t.device, frame);
+  const uint64_t param = t.param.empty() ? 0 : string_id(t.param, frame);
   const bool wide_mean = wide(t.mean), wide_norm = wide(t.norm);
-  uint64_t flags = (t.requires_grad ? kRequiresGrad : 0) | (t.hash ? kHasHash : 0) |
-                   (t.param.empty() ? 0 : kHasParam) | (t.list_index >= 0 ? kHasListIndex : 0) |
-                   (t.hist.empty() ? 0 : kHasHist) | (t.has_range ? kHasRange : 0) |
-                   (wide_mean ? kWideMean : 0) | (wide_norm ? kWideNorm : 0);
-  put_varint(b, flags);
-  put_varint(b, string_id(t.dtype, frame));
-  put_varint(b, string_id(t.device, frame));
-  put_varint(b, t.shape.size());
-  for (int64_t d : t.shape) put_signed(b, d);
-  for (int64_t c : {t.numel, t.nan, t.pinf, t.ninf, t.zero, t.neg, t.pos}) put_signed(b, c);
-  put_le(b, t.min);
-  put_le(b, t.max);
-  put_stat32(b, t.mean, wide_mean);
-  put_stat32(b, t.norm, wide_norm);
-  if (t.hash) put_le(b, *t.hash);
-  if (!t.param.empty()) put_varint(b, string_id(t.param, frame));
-  if (t.list_index >= 0) put_signed(b, t.list_index);
+  const uint64_t flags = (t.requires_grad ? kRequiresGrad : 0) | (t.hash ? kHasHash : 0) |
+                         (t.param.empty() ? 0 : kHasParam) |
+                         (t.list_index >= 0 ? kHasListIndex : 0) | (t.hist.empty() ? 0 : kHasHist) |
+                         (t.has_range ? kHasRange : 0) | (wide_mean ? kWideMean : 0) |
+                         (wide_norm ? kWideNorm : 0);
+  // kind, flags, dtype, device, rank, the shape, 7 counts, 4 statistics, hash, param,
+  // list index, the histogram's and the range's sizes and pairs.
+  Room w(body_,
+         1 + kMaxVarint * (4 + t.shape.size() + 7 + 4 + 2 * (t.hist.size() + t.range.size())) +
+             4 * sizeof(double) + sizeof(uint64_t));
+  char* p = w.p;
+  *p++ = static_cast<char>(kTensorArg);
+  p = put_varint(p, flags);
+  p = put_varint(p, dtype);
+  p = put_varint(p, device);
+  p = put_varint(p, t.shape.size());
+  for (int64_t d : t.shape) p = put_signed(p, d);
+  for (int64_t c : {t.numel, t.nan, t.pinf, t.ninf, t.zero, t.neg, t.pos}) p = put_signed(p, c);
+  p = put_le(p, t.min);
+  p = put_le(p, t.max);
+  p = put_stat32(p, t.mean, wide_mean);
+  p = put_stat32(p, t.norm, wide_norm);
+  if (t.hash) p = put_le(p, *t.hash);
+  if (!t.param.empty()) p = put_varint(p, param);
+  if (t.list_index >= 0) p = put_signed(p, t.list_index);
   if (!t.hist.empty()) {
-    put_varint(b, t.hist.size());
+    p = put_varint(p, t.hist.size());
     for (const auto& [value, count] : t.hist) {
-      put_signed(b, value);
-      put_signed(b, count);
+      p = put_signed(p, value);
+      p = put_signed(p, count);
     }
   }
   if (t.has_range) {
-    put_varint(b, t.range.size());
+    p = put_varint(p, t.range.size());
     for (const auto& [e, count] : t.range) {
-      put_signed(b, e);
-      put_signed(b, count);
+      p = put_signed(p, e);
+      p = put_signed(p, count);
     }
   }
+  w.p = p;
+  w.done();
 }
 
 void BinaryOpEncoder::append(const OpRecord& r, std::string& frame) {
   if (frame.empty()) {
     strings_.clear();
+    texts_.clear();
     values_.clear();
+    for (Recent& c : recent_) c.used = false;
     next_id_ = 0;
     frame.append(kBinaryOpsMagic);
     frame.push_back(static_cast<char>(kBinaryOpsVersion));
   }
-  std::string& b = body_;
-  b.clear();
+  body_.clear();
+  const uint64_t op = string_id(r.op, frame);
+  const uint64_t overload = r.overload.empty() ? 0 : common_id(r.overload, frame);
+  const uint64_t scope = r.scope.empty() ? 0 : string_id(r.scope, frame);
+  const uint64_t node = r.node.empty() ? 0 : string_id(r.node, frame);
   const uint64_t flags = (r.dir == Direction::kBackward ? kBackward : 0) |
                          (r.grad == false ? kGradOff : 0) | (r.background ? kBackground : 0) |
                          (r.overload.empty() ? 0 : kHasOverload) |
                          (r.scope.empty() ? 0 : kHasScope) | (r.node.empty() ? 0 : kHasNode);
-  put_varint(b, flags);
-  put_signed(b, r.step);
-  put_signed(b, r.seq);
-  put_varint(b, string_id(r.op, frame));
-  if (!r.overload.empty()) put_varint(b, string_id(r.overload, frame));
-  put_signed(b, r.call);
-  put_varint(b, r.thread);
-  put_signed(b, r.depth);
-  put_signed(b, r.seqnr);
-  if (!r.scope.empty()) put_varint(b, string_id(r.scope, frame));
-  if (!r.node.empty()) put_varint(b, string_id(r.node, frame));
+  {
+    Room w(body_, kMaxVarint * 11);
+    char* p = w.p;
+    p = put_varint(p, flags);
+    p = put_signed(p, r.step);
+    p = put_signed(p, r.seq);
+    p = put_varint(p, op);
+    if (!r.overload.empty()) p = put_varint(p, overload);
+    p = put_signed(p, r.call);
+    p = put_varint(p, r.thread);
+    p = put_signed(p, r.depth);
+    p = put_signed(p, r.seqnr);
+    if (!r.scope.empty()) p = put_varint(p, scope);
+    if (!r.node.empty()) p = put_varint(p, node);
+    w.p = p;
+    w.done();
+  }
   for (const std::vector<Arg>* args : {&r.inputs, &r.outputs}) {
-    put_varint(b, args->size());
+    put_varint(body_, args->size());
     for (const Arg& a : *args) arg(a, frame);
   }
-  put_entry(frame, kTagRecord, b);
+  put_entry(frame, kTagRecord, body_);
 }
 
 // ---- reading ----

@@ -15,7 +15,9 @@
 // checked, and a record that does not decode is skipped, counted, and the frame read on.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -44,11 +46,22 @@ class BinaryOpEncoder {
 
  private:
   uint64_t string_id(std::string_view s, std::string& frame);
+  /// string_id() of a string most records repeat (a dtype, a device, an overload): a few
+  /// recent ones are compared before the table is looked up.
+  uint64_t common_id(std::string_view s, std::string& frame);
   uint64_t value_id(const std::string& value, std::string& frame);
   void arg(const Arg& a, std::string& frame);
 
-  std::unordered_map<std::string, uint64_t> strings_;  // this frame's table
-  std::unordered_map<std::string, uint64_t> values_;   // Arg::value -> id of its canonical text
+  struct Recent {
+    bool used = false;
+    std::string text;
+    uint64_t id = 0;
+  };
+  std::unordered_map<std::string_view, uint64_t> strings_;  // this frame's table
+  std::deque<std::string> texts_;                           // the keys of strings_
+  std::array<Recent, 8> recent_;
+  size_t recent_next_ = 0;
+  std::unordered_map<std::string, uint64_t> values_;  // Arg::value -> id of its canonical text
   std::string body_, canonical_;
   uint64_t next_id_ = 0;
 };

@@ -108,6 +108,11 @@ class DumpWriter {
   bool submit(ScalerRecord&& r) noexcept;
   bool submit(GradRecord&& r) noexcept;
   bool submit(ScalarRecord&& r) noexcept;
+  /// Moves up to `max` argument vectors of op records already written onto `into`: their
+  /// Args keep their storage (strings, shapes), so a producer that assigns into them instead
+  /// of building new ones allocates nothing per record. Spares are kept only once this has
+  /// been called, and at most a few thousand. Any thread; never throws.
+  void take_spare_args(std::vector<std::vector<Arg>>& into, size_t max) noexcept;
 
   /// Ask the writer thread to close the current frame of every stream. With `wait`, return
   /// only when everything submitted before the call is on disk (write(2) done).

@@ -154,6 +154,13 @@ struct DumpWriter::Impl {
   std::vector<OpWatchHit> hits;
   std::vector<OpWatchHit> fresh_hits;  // writer thread: of the record being written
 
+  // Argument vectors of written op records, for take_spare_args() (kept once it was called).
+  static constexpr size_t kMaxSpareArgs = 4096;
+  std::atomic<bool> spares_wanted{false};
+  std::mutex spare_mu;
+  std::vector<std::vector<Arg>> spare_args;  // under spare_mu
+  std::vector<std::vector<Arg>> kept_args;   // writer thread: of this batch
+
   std::mutex close_mu;
   bool closed = false;
   std::mutex meta_mu;
@@ -179,6 +186,10 @@ struct DumpWriter::Impl {
   void watch(const OpRecord& r);
   void run() noexcept;
   void process(Item& item);
+  // The argument vectors of `item` (an op record just written) kept for take_spare_args();
+  // published at the end of each batch and before a flush completes.
+  void keep_spares(Item& item) noexcept;
+  void publish_spares() noexcept;
   void encode(StreamKind kind, const Item& item);
   void end_frame(size_t i);
   void end_all_frames(bool sync);
@@ -267,9 +278,12 @@ void DumpWriter::Impl::run() noexcept {
       last = stopping;  // close() admits nothing after setting it: this batch is the last
     }
     cv_space.notify_all();
+    const bool spares = spares_wanted.load(std::memory_order_relaxed);
     for (Item& item : batch) {
       try {
+        if (spares && std::holds_alternative<FlushRequest>(item)) publish_spares();
         process(item);
+        if (spares) keep_spares(item);
       } catch (const std::exception& e) {  // bad_alloc while encoding: stop, don't terminate
         fail(std::string("out of memory in the writer thread: ") + e.what());
         if (auto* f = std::get_if<FlushRequest>(&item)) {
@@ -281,6 +295,7 @@ void DumpWriter::Impl::run() noexcept {
         }
       }
     }
+    publish_spares();
     batch.clear();
     end_aged_frames(Clock::now());
   }
@@ -289,6 +304,30 @@ void DumpWriter::Impl::run() noexcept {
   thread_done = true;
   flush_done = flush_requested;
   cv_flushed.notify_all();
+}
+
+void DumpWriter::Impl::keep_spares(Item& item) noexcept {
+  auto* r = std::get_if<OpRecord>(&item);
+  if (r == nullptr) return;
+  try {
+    for (std::vector<Arg>* args : {&r->inputs, &r->outputs})
+      if (args->capacity() != 0 && kept_args.size() < kMaxSpareArgs)
+        kept_args.push_back(std::move(*args));
+  } catch (...) {  // bad_alloc: freed with the batch
+  }
+}
+
+void DumpWriter::Impl::publish_spares() noexcept {
+  if (kept_args.empty()) return;
+  std::lock_guard<std::mutex> lock(spare_mu);
+  try {
+    while (!kept_args.empty() && spare_args.size() < kMaxSpareArgs) {
+      spare_args.push_back(std::move(kept_args.back()));
+      kept_args.pop_back();
+    }
+  } catch (...) {
+  }
+  kept_args.clear();
 }
 
 void DumpWriter::Impl::process(Item& item) {
@@ -482,6 +521,19 @@ bool DumpWriter::submit(OpRecord&& r) noexcept { return impl_->submit(std::move(
 bool DumpWriter::submit(ScalerRecord&& r) noexcept { return impl_->submit(std::move(r)); }
 bool DumpWriter::submit(GradRecord&& r) noexcept { return impl_->submit(std::move(r)); }
 bool DumpWriter::submit(ScalarRecord&& r) noexcept { return impl_->submit(std::move(r)); }
+
+void DumpWriter::take_spare_args(std::vector<std::vector<Arg>>& into, size_t max) noexcept {
+  Impl& m = *impl_;
+  m.spares_wanted.store(true, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(m.spare_mu);
+  try {
+    for (; max > 0 && !m.spare_args.empty(); --max) {
+      into.push_back(std::move(m.spare_args.back()));
+      m.spare_args.pop_back();
+    }
+  } catch (...) {  // bad_alloc: the producer builds its own
+  }
+}
 
 void DumpWriter::flush(bool wait) noexcept { impl_->request_flush(wait); }
 

@@ -170,6 +170,54 @@ TEST_CASE("kDrop with a full queue drops and counts exactly the overflow", "[dum
   for (int i = 0; i < 8; ++i) CHECK(ops[i].seq == i);  // the first ones are kept
 }
 
+TEST_CASE("argument vectors of written records come back as spares, only when asked",
+          "[dump_writer]") {
+  TempDir dir("spares");
+  std::mt19937_64 rng(7);
+  std::vector<OpRecord> expected;
+  DumpWriter w(options(dir / "rank0"));
+  auto submit = [&](OpRecord r) {
+    expected.push_back(r);
+    REQUIRE(w.submit(std::move(r)));
+  };
+  for (int i = 0; i < 50; ++i) submit(test::sample_op(rng, 0, i));
+  w.flush(true);
+  // None kept before a producer asked for them.
+  std::vector<std::vector<Arg>> spares;
+  w.take_spare_args(spares, 1000);
+  CHECK(spares.empty());
+  for (int i = 50; i < 150; ++i) submit(test::sample_op(rng, 0, i));
+  w.flush(true);
+  w.take_spare_args(spares, 64);
+  REQUIRE(spares.size() == 64);  // at most as many as asked
+  size_t held = 0;
+  for (const auto& v : spares) held += v.size();
+  CHECK(held > 64);  // the Args come with the vectors (inputs hold three each)
+  w.take_spare_args(spares, 1000);
+  CHECK(spares.size() == 200);  // both vectors of the 100 records written since
+  // Records built in them, as a producer does (every field assigned), read as fresh ones.
+  for (int i = 150; i < 250; ++i) {
+    OpRecord fresh = test::sample_op(rng, 1, i);
+    if (i % 7 == 0) fresh.inputs.resize(1);  // fewer arguments than the spare held
+    OpRecord r = fresh;
+    r.inputs = std::move(spares.back());
+    spares.pop_back();
+    r.outputs = std::move(spares.back());
+    spares.pop_back();
+    r.inputs = fresh.inputs;  // assigned into the spare's Args
+    r.outputs = fresh.outputs;
+    expected.push_back(fresh);
+    REQUIRE(w.submit(std::move(r)));
+  }
+  w.close();
+  const std::vector<OpRecord> ops = DumpReader(dir / "rank0").ops();
+  REQUIRE(ops.size() == expected.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    INFO("record " << i);
+    CHECK(test::diff(expected[i], ops[i]) == "");  // (written, read)
+  }
+}
+
 TEST_CASE("frames end every flush_every_records and at flush()", "[dump_writer]") {
   TempDir dir("frames");
   WriterOptions o = options(dir / "r");

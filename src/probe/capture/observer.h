@@ -197,6 +197,11 @@ class Observer {
   DebuggerOptions options_;
   NameMatcher list_;
   DumpWriter* writer_;
+  // emit()'s argument vectors of written records (DumpWriter::take_spare_args), taken a
+  // batch at a time; emits are serialised by the engine. Declared before engine_, whose
+  // destruction emits what is left.
+  static constexpr size_t kSpareArgsBatch = 128;
+  std::vector<std::vector<Arg>> spare_args_;
   std::string rank_dir_;
   std::unique_ptr<StatsEngine> engine_;
   uint64_t generation_;

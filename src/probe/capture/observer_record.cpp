@@ -92,19 +92,33 @@ void Observer::emit(PendingOp& op) {
     return;
   }
   OpRecord r = std::move(op.header);
-  auto convert = [](const ArgRefs& from, std::vector<Arg>& to) {
-    to.reserve(from.size());
-    for (const ArgRef& a : from) {
-      Arg x;
+  // Each argument built where it stays, in the argument vectors of records already written
+  // when the writer has some (their strings and shapes are assigned, not allocated): its
+  // statistics copied once from the slot, nothing moved after.
+  auto convert = [this](const ArgRefs& from, std::vector<Arg>& to) {
+    if (spare_args_.empty()) writer_->take_spare_args(spare_args_, kSpareArgsBatch);
+    if (!spare_args_.empty()) {
+      to = std::move(spare_args_.back());
+      spare_args_.pop_back();
+    }
+    to.resize(from.size());
+    for (size_t i = 0; i < from.size(); ++i) {
+      const ArgRef& a = from[i];
+      Arg& x = to[i];
       if (a.is_tensor) {
-        x.tensor = stats_of(*a.slot);
-        x.tensor->param = a.param ? *a.param : std::string();
-        x.tensor->list_index = a.list_index;
-        x.tensor->requires_grad = a.requires_grad;
+        TensorStats& t = stats_of(*a.slot, x.tensor);
+        if (a.param != nullptr) {
+          t.param = *a.param;
+        } else {
+          t.param.clear();
+        }
+        t.list_index = a.list_index;
+        t.requires_grad = a.requires_grad;
+        x.value.clear();
       } else {
+        x.tensor.reset();
         x.value = ivalue_to_json(a.value);
       }
-      to.push_back(std::move(x));
     }
   };
   convert(op.in, r.inputs);

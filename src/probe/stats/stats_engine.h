@@ -143,12 +143,13 @@ inline std::shared_ptr<Slot> make_slot() {
   return std::allocate_shared<Slot>(PoolAllocator<Slot>());
 }
 
-/// The statistics a finished slot stands for (its base's, with its own shape).
-inline TensorStats stats_of(const Slot& s) {
-  if (!s.base) return s.stats;
-  TensorStats out = s.base->stats;
-  out.shape = s.stats.shape;
-  return out;
+/// The statistics a finished slot stands for (its base's, with its own shape), copied once
+/// into `out` (assigned when it holds statistics already: their storage is reused).
+inline TensorStats& stats_of(const Slot& s, std::optional<TensorStats>& out) {
+  const TensorStats& from = s.base ? s.base->stats : s.stats;
+  TensorStats& t = out ? (*out = from) : out.emplace(from);
+  if (s.base) t.shape = s.stats.shape;
+  return t;
 }
 
 /// How StatsEngine::capture() treats a tensor.

@@ -111,7 +111,7 @@ class DumpWriter {
   /// Moves up to `max` argument vectors of op records already written onto `into`: their
   /// Args keep their storage (strings, shapes), so a producer that assigns into them instead
   /// of building new ones allocates nothing per record. Spares are kept only once this has
-  /// been called, and at most a few thousand. Any thread; never throws.
+  /// been called, and at most 1024. Any thread; never throws.
   void take_spare_args(std::vector<std::vector<Arg>>& into, size_t max) noexcept;
 
   /// Ask the writer thread to close the current frame of every stream. With `wait`, return

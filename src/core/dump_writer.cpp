@@ -155,8 +155,9 @@ struct DumpWriter::Impl {
   std::vector<OpWatchHit> fresh_hits;  // writer thread: of the record being written
 
   // Argument vectors of written op records, for take_spare_args() (kept once it was called).
-  static constexpr size_t kMaxSpareArgs = 4096;
+  static constexpr size_t kMaxSpareArgs = 1024;
   std::atomic<bool> spares_wanted{false};
+  std::atomic<size_t> spare_count{0};  // spare_args.size(), read without the lock
   std::mutex spare_mu;
   std::vector<std::vector<Arg>> spare_args;  // under spare_mu
   std::vector<std::vector<Arg>> kept_args;   // writer thread: of this batch
@@ -327,6 +328,7 @@ void DumpWriter::Impl::publish_spares() noexcept {
     }
   } catch (...) {
   }
+  spare_count.store(spare_args.size(), std::memory_order_relaxed);
   kept_args.clear();
 }
 
@@ -525,6 +527,7 @@ bool DumpWriter::submit(ScalarRecord&& r) noexcept { return impl_->submit(std::m
 void DumpWriter::take_spare_args(std::vector<std::vector<Arg>>& into, size_t max) noexcept {
   Impl& m = *impl_;
   m.spares_wanted.store(true, std::memory_order_relaxed);
+  if (m.spare_count.load(std::memory_order_relaxed) == 0) return;  // no lock taken for none
   std::lock_guard<std::mutex> lock(m.spare_mu);
   try {
     for (; max > 0 && !m.spare_args.empty(); --max) {
@@ -533,6 +536,7 @@ void DumpWriter::take_spare_args(std::vector<std::vector<Arg>>& into, size_t max
     }
   } catch (...) {  // bad_alloc: the producer builds its own
   }
+  m.spare_count.store(m.spare_args.size(), std::memory_order_relaxed);
 }
 
 void DumpWriter::flush(bool wait) noexcept { impl_->request_flush(wait); }

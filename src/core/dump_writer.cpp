@@ -311,9 +311,11 @@ void DumpWriter::Impl::keep_spares(Item& item) noexcept {
   auto* r = std::get_if<OpRecord>(&item);
   if (r == nullptr) return;
   try {
+    // Not past what publish_spares() can take: a vector kept beyond it would only be freed.
+    const size_t room =
+        kMaxSpareArgs - std::min(kMaxSpareArgs, spare_count.load(std::memory_order_relaxed));
     for (std::vector<Arg>* args : {&r->inputs, &r->outputs})
-      if (args->capacity() != 0 && kept_args.size() < kMaxSpareArgs)
-        kept_args.push_back(std::move(*args));
+      if (args->capacity() != 0 && kept_args.size() < room) kept_args.push_back(std::move(*args));
   } catch (...) {  // bad_alloc: freed with the batch
   }
 }

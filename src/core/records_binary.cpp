@@ -1,6 +1,7 @@
 // The binary op records of ops.bin.zst (records_binary.h; docs/dump-format.md).
 #include "records_binary.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -48,25 +49,26 @@ char* put_le(char* p, T v) {
   return p + sizeof(T);
 }
 
-// `n` more bytes of `out` to write through a pointer; done() keeps what was written.
+// `n` more bytes to write through a pointer, after the `len` bytes written so far of `buf`.
+// The buffer's size only grows (zero-filled once, when it grows), so reserving room for a
+// record's fields costs no fill and no shrink per record; `len` says what is written.
 class Room {
  public:
-  Room(std::string& out, size_t n) : out_(out), start_(out.size()) {
-    out_.resize(start_ + n);
-    p = out_.data() + start_;
+  Room(std::string& buf, size_t& len, size_t n) : buf_(buf), len_(len) {
+    if (buf_.size() < len_ + n) buf_.resize(std::max(len_ + n, 2 * buf_.size()));
+    p = buf_.data() + len_;
   }
-  void done() { out_.resize(static_cast<size_t>(p - out_.data())); }
+  void done() { len_ = static_cast<size_t>(p - buf_.data()); }
   char* p;
 
  private:
-  std::string& out_;
-  size_t start_;
+  std::string& buf_;
+  size_t& len_;
 };
 
 void put_varint(std::string& out, uint64_t v) {
-  Room r(out, kMaxVarint);
-  r.p = put_varint(r.p, v);
-  r.done();
+  char bytes[kMaxVarint];
+  out.append(bytes, static_cast<size_t>(put_varint(bytes, v) - bytes));
 }
 
 // Whether a statistic stored as float32 loses what the JSON text keeps (TextOut::float32):
@@ -138,7 +140,7 @@ uint64_t BinaryOpEncoder::value_id(const std::string& value, std::string& frame)
 void BinaryOpEncoder::arg(const Arg& a, std::string& frame) {
   if (!a.tensor) {
     const uint64_t id = value_id(a.value, frame);
-    Room w(body_, 1 + kMaxVarint);
+    Room w(body_, body_len_, 1 + kMaxVarint);
     *w.p++ = static_cast<char>(kValueArg);
     w.p = put_varint(w.p, id);
     w.done();
@@ -156,7 +158,7 @@ void BinaryOpEncoder::arg(const Arg& a, std::string& frame) {
                          (wide_norm ? kWideNorm : 0);
   // kind, flags, dtype, device, rank, the shape, 7 counts, 4 statistics, hash, param,
   // list index, the histogram's and the range's sizes and pairs.
-  Room w(body_,
+  Room w(body_, body_len_,
          1 + kMaxVarint * (4 + t.shape.size() + 7 + 4 + 2 * (t.hist.size() + t.range.size())) +
              4 * sizeof(double) + sizeof(uint64_t));
   char* p = w.p;
@@ -202,7 +204,7 @@ void BinaryOpEncoder::append(const OpRecord& r, std::string& frame) {
     frame.append(kBinaryOpsMagic);
     frame.push_back(static_cast<char>(kBinaryOpsVersion));
   }
-  body_.clear();
+  body_len_ = 0;
   const uint64_t op = string_id(r.op, frame);
   const uint64_t overload = r.overload.empty() ? 0 : common_id(r.overload, frame);
   const uint64_t scope = r.scope.empty() ? 0 : string_id(r.scope, frame);
@@ -212,7 +214,7 @@ void BinaryOpEncoder::append(const OpRecord& r, std::string& frame) {
                          (r.overload.empty() ? 0 : kHasOverload) |
                          (r.scope.empty() ? 0 : kHasScope) | (r.node.empty() ? 0 : kHasNode);
   {
-    Room w(body_, kMaxVarint * 11);
+    Room w(body_, body_len_, kMaxVarint * 11);
     char* p = w.p;
     p = put_varint(p, flags);
     p = put_signed(p, r.step);
@@ -229,10 +231,14 @@ void BinaryOpEncoder::append(const OpRecord& r, std::string& frame) {
     w.done();
   }
   for (const std::vector<Arg>* args : {&r.inputs, &r.outputs}) {
-    put_varint(body_, args->size());
+    {
+      Room w(body_, body_len_, kMaxVarint);
+      w.p = put_varint(w.p, args->size());
+      w.done();
+    }
     for (const Arg& a : *args) arg(a, frame);
   }
-  put_entry(frame, kTagRecord, body_);
+  put_entry(frame, kTagRecord, std::string_view(body_.data(), body_len_));
 }
 
 // ---- reading ----

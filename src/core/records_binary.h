@@ -62,7 +62,8 @@ class BinaryOpEncoder {
   std::array<Recent, 8> recent_;
   size_t recent_next_ = 0;
   std::unordered_map<std::string, uint64_t> values_;  // Arg::value -> id of its canonical text
-  std::string body_, canonical_;
+  std::string body_, canonical_;  // body_: a record's bytes, its first body_len_
+  size_t body_len_ = 0;
   uint64_t next_id_ = 0;
 };
 

@@ -432,6 +432,12 @@ void StatsEngine::clear_cache() {
   {
     std::lock_guard<std::mutex> lk(mu_);
     old.swap(cache_);
+    // As many buckets as the step that ended needed: growing them from one, step after
+    // step, rehashed the map some ten times a step (~200 instructions a record, callgrind).
+    try {
+      cache_.reserve(old.size());
+    } catch (...) {  // fewer buckets: it grows as before
+    }
     cached_storages_.store(0, std::memory_order_release);
     ++epoch_;
     if (!cfg_.carry) return;

@@ -526,6 +526,8 @@ struct OpNoise {
   std::vector<double> input_kappa;  ///< how many times that relative error may pass on
 };
 OpNoise op_noise(const OpRecord& a, const OpRecord& b);
+/// The same into `out`, whose storage is reused (every field is written).
+void op_noise(const OpRecord& a, const OpRecord& b, OpNoise& out);
 
 /// msprobe's statistics comparison of one tensor (sets diffs, rel_pct and warning).
 void compare_stats(const TensorStats& n, const TensorStats& b, ArgCompare& out);

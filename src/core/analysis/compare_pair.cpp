@@ -148,7 +148,9 @@ PairVerdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareO
   }
   // Noise model: the error each output carries beyond what its inputs brought, against
   // the rounding the op may make (docs/cli.md, "Noise model").
-  const OpNoise nz = op_noise(a, b);
+  thread_local OpNoise noise;  // its vectors' storage, pair after pair
+  op_noise(a, b, noise);
+  const OpNoise& nz = noise;
   const size_t n_in = std::min(a.inputs.size(), b.inputs.size());
   double u_op = 0;
   for (const OutputBound& ob : nz.outputs) u_op = std::max(u_op, ob.u);

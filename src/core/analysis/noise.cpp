@@ -188,10 +188,19 @@ std::optional<double> numeric_value(const std::string& json) {
 
 OpNoise op_noise(const OpRecord& a, const OpRecord& b) {
   OpNoise nz;
+  op_noise(a, b, nz);
+  return nz;
+}
+
+void op_noise(const OpRecord& a, const OpRecord& b, OpNoise& nz) {
   const std::string& op = a.op;
   const size_t n_in = std::max(a.inputs.size(), b.inputs.size());
   const size_t n_out = std::max(a.outputs.size(), b.outputs.size());
-  std::vector<Mag> in(n_in), out(n_out);
+  // The magnitudes of this call only (op_noise is not re-entered): storage kept per thread,
+  // as `nz`'s is by a caller that passes the same one again (compare judges every pair).
+  thread_local std::vector<Mag> in, out;
+  in.assign(n_in, Mag{});
+  out.assign(n_out, Mag{});
   for (size_t i = 0; i < n_in; ++i)
     in[i] = mag_of(i < a.inputs.size() ? &a.inputs[i] : nullptr,
                    i < b.inputs.size() ? &b.inputs[i] : nullptr);
@@ -209,13 +218,13 @@ OpNoise op_noise(const OpRecord& a, const OpRecord& b) {
   // Storage of the statistics: mean and norm are written as float32 (one rounding each).
   const double u_stats = std::ldexp(1.0, -23);
 
-  nz.outputs.resize(n_out);
+  nz.outputs.assign(n_out, OutputBound{});
   for (size_t k = 0; k < n_out; ++k) {
     OutputBound& ob = nz.outputs[k];
     ob.u = out[k].tensor ? out[k].u : (u_inputs > 0 ? u_inputs : std::ldexp(1.0, -53));
     ob.scale = out[k].mag;
   }
-  nz.input_scale.resize(n_in);
+  nz.input_scale.assign(n_in, 0.0);
   nz.input_kappa.assign(n_in, 1.0);
   // Default (element-wise and data movement): each error is measured against the largest
   // |x| of its tensor; an input's error passes into the output through a function whose
@@ -418,7 +427,6 @@ OpNoise op_noise(const OpRecord& a, const OpRecord& b) {
     ob.bound += rounded_inputs;
     if (out[k].tensor && ob.scale > 0) ob.bound += u_stats * out[k].mag / ob.scale;
   }
-  return nz;
 }
 
 }  // namespace precprobe

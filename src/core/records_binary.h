@@ -85,6 +85,7 @@ class BinaryOpDecoder {
   std::string_view content_;
   size_t pos_ = 0;
   std::vector<std::string_view> strings_;
+  std::vector<uint8_t> value_checked_;  // strings_ used as values: checked once a frame
 };
 
 }  // namespace precprobe

@@ -413,3 +413,51 @@ TEST_CASE("records decoded into recycled ones read as fresh ones", "[records_bin
     }
   }
 }
+
+TEST_CASE("a value whose text is not the JSON text a writer gives it is a bad record",
+          "[records_binary]") {
+  // The writer stores each value as canonical_value() makes it: JSON text without surrounding
+  // blanks. A frame with any other text (the fuzzer made "\t1") would read as a record that
+  // does not read back as itself, through either codec: it is counted and passed over.
+  OpRecord r;
+  r.op = "aten::add";
+  r.inputs.push_back(value("12345"));
+  r.outputs.push_back(value("[1,2]"));
+  BinaryOpEncoder enc;
+  std::string frame;
+  enc.append(r, frame);
+  const std::string entry = std::string("\x01\x05", 2) + "12345";
+  const size_t at = frame.find(entry);
+  REQUIRE(at != std::string::npos);
+  const std::vector<OpRecord> good = decode_all(frame);
+  REQUIRE(good.size() == 1);
+  CHECK(good[0].inputs[0].value == "12345");
+  CHECK(json_line(good[0]) == json_line(via_json(r)));
+  for (const std::string& text : {std::string("\t12345"), std::string("12345 "), std::string("x1"),
+                                  std::string(""), std::string("\"open")}) {
+    CAPTURE(text);
+    std::string changed = frame;
+    changed.replace(at, entry.size(),
+                    std::string(1, '\x01') + static_cast<char>(text.size()) + text);
+    int bad = 0;
+    std::string end_error;
+    CHECK(decode_all(changed, &bad, &end_error).empty());
+    CHECK(bad == 1);
+    CHECK(end_error.empty());
+    BinaryOpDecoder d;
+    std::string error;
+    REQUIRE(d.open(changed, &error));
+    OpRecord back;
+    CHECK(d.next(back, &error) == BinaryOpDecoder::Next::kBad);
+    CHECK(error.find("not JSON text without surrounding blanks") != std::string::npos);
+  }
+  // The same string as a name (an op, a dtype) is not a value: read as it is.
+  OpRecord named = r;
+  named.op = "\t12345";
+  std::string frame2;
+  BinaryOpEncoder enc2;
+  enc2.append(named, frame2);
+  const std::vector<OpRecord> back = decode_all(frame2);
+  REQUIRE(back.size() == 1);
+  CHECK(back[0].op == "\t12345");
+}

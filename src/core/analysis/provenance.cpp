@@ -1,7 +1,9 @@
 // Provenance (provenance.h): which earlier op of a group made each tensor an op reads.
 #include "provenance.h"
 
+#include <algorithm>
 #include <cstring>
+#include <utility>
 
 namespace precprobe::analysis_detail {
 namespace {
@@ -29,25 +31,38 @@ bool same_stats(const TensorStats& x, const TensorStats& y) {
 }
 
 Provenance::Provenance(const std::vector<OpRecord>& ops) : ops_(ops) {
+  size_t n = 0;
+  for (const OpRecord& r : ops) n += r.outputs.size();
+  made_.reserve(n);
   for (size_t k = 0; k < ops.size(); ++k) {
     if (ops[k].outputs_uninitialized()) continue;  // its values say nothing
     for (const Arg& o : ops[k].outputs) {
-      if (o.is_tensor()) made_.emplace(stats_digest(*o.tensor), Made{k, &*o.tensor});
+      if (o.is_tensor()) made_.push_back(Made{stats_digest(*o.tensor), k, &*o.tensor});
     }
   }
+  // Pushed in op order: a stable sort by digest keeps each digest's ops in order.
+  std::stable_sort(made_.begin(), made_.end(),
+                   [](const Made& x, const Made& y) { return x.digest < y.digest; });
 }
 
 int64_t Provenance::producer(size_t op, size_t input) const {
   const std::vector<Arg>& in = ops_[op].inputs;
   if (input >= in.size() || !in[input].is_tensor()) return -1;
   const TensorStats& t = *in[input].tensor;
-  int64_t best = -1;
-  const auto [lo, hi] = made_.equal_range(stats_digest(t));
-  for (auto it = lo; it != hi; ++it) {
-    const auto k = static_cast<int64_t>(it->second.op);
-    if (it->second.op < op && k > best && same_stats(*it->second.stats, t)) best = k;
+  const uint64_t digest = stats_digest(t);
+  // The ops before `op` with an output of this digest, latest first: the first with the
+  // same statistics is the latest that made it.
+  auto it = std::lower_bound(made_.begin(), made_.end(), std::make_pair(digest, op),
+                             [](const Made& m, const std::pair<uint64_t, size_t>& key) {
+                               return m.digest < key.first ||
+                                      (m.digest == key.first && m.op < key.second);
+                             });
+  while (it != made_.begin()) {
+    --it;
+    if (it->digest != digest) break;
+    if (same_stats(*it->stats, t)) return static_cast<int64_t>(it->op);
   }
-  return best;
+  return -1;
 }
 
 }  // namespace precprobe::analysis_detail

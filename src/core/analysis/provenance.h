@@ -10,7 +10,6 @@
 #pragma once
 
 #include <cstdint>
-#include <unordered_map>
 #include <vector>
 
 #include "precprobe/records.h"
@@ -34,11 +33,12 @@ class Provenance {
 
  private:
   struct Made {
+    uint64_t digest;
     size_t op;
     const TensorStats* stats;
   };
   const std::vector<OpRecord>& ops_;
-  std::unordered_multimap<uint64_t, Made> made_;
+  std::vector<Made> made_;  // by digest, then op: one allocation a group, not one an output
 };
 
 }  // namespace precprobe::analysis_detail

@@ -41,21 +41,19 @@ char* put_le(char* p, T v) {
   return p + sizeof(T);
 }
 
-// `n` more bytes to write through a pointer, after the `len` bytes written so far of `buf`.
-// The buffer's size only grows (zero-filled once, when it grows), so reserving room for a
-// record's fields costs no fill and no shrink per record; `len` says what is written.
+// `n` more bytes of `out` to write through a pointer; done() keeps what was written.
 class Room {
  public:
-  Room(std::string& buf, size_t& len, size_t n) : buf_(buf), len_(len) {
-    if (buf_.size() < len_ + n) buf_.resize(std::max(len_ + n, 2 * buf_.size()));
-    p = buf_.data() + len_;
+  Room(WrittenBytes& out, size_t n) : out_(out) {
+    if (out_.bytes.size() < out_.size + n)
+      out_.bytes.resize(std::max(out_.size + n, 2 * out_.bytes.size()));
+    p = out_.bytes.data() + out_.size;
   }
-  void done() { len_ = static_cast<size_t>(p - buf_.data()); }
+  void done() { out_.size = static_cast<size_t>(p - out_.bytes.data()); }
   char* p;
 
  private:
-  std::string& buf_;
-  size_t& len_;
+  WrittenBytes& out_;
 };
 
 void put_varint(std::string& out, uint64_t v) {
@@ -130,7 +128,7 @@ uint64_t BinaryOpEncoder::value_id(const std::string& value, std::string& frame)
 void BinaryOpEncoder::arg(const Arg& a, std::string& frame) {
   if (!a.tensor) {
     const uint64_t id = value_id(a.value, frame);
-    Room w(body_, body_len_, 1 + kMaxVarint);
+    Room w(body_, 1 + kMaxVarint);
     *w.p++ = static_cast<char>(kValueArg);
     w.p = put_varint(w.p, id);
     w.done();
@@ -148,7 +146,7 @@ void BinaryOpEncoder::arg(const Arg& a, std::string& frame) {
                          (wide_norm ? kWideNorm : 0);
   // kind, flags, dtype, device, rank, the shape, 7 counts, 4 statistics, hash, param,
   // list index, the histogram's and the range's sizes and pairs.
-  Room w(body_, body_len_,
+  Room w(body_,
          1 + kMaxVarint * (4 + t.shape.size() + 7 + 4 + 2 * (t.hist.size() + t.range.size())) +
              4 * sizeof(double) + sizeof(uint64_t));
   char* p = w.p;
@@ -194,7 +192,7 @@ void BinaryOpEncoder::append(const OpRecord& r, std::string& frame) {
     frame.append(kBinaryOpsMagic);
     frame.push_back(static_cast<char>(kBinaryOpsVersion));
   }
-  body_len_ = 0;
+  body_.size = 0;
   const uint64_t op = string_id(r.op, frame);
   const uint64_t overload = r.overload.empty() ? 0 : common_id(r.overload, frame);
   const uint64_t scope = r.scope.empty() ? 0 : string_id(r.scope, frame);
@@ -204,7 +202,7 @@ void BinaryOpEncoder::append(const OpRecord& r, std::string& frame) {
                          (r.overload.empty() ? 0 : kHasOverload) |
                          (r.scope.empty() ? 0 : kHasScope) | (r.node.empty() ? 0 : kHasNode);
   {
-    Room w(body_, body_len_, kMaxVarint * 11);
+    Room w(body_, kMaxVarint * 11);
     char* p = w.p;
     p = put_varint(p, flags);
     p = put_signed(p, r.step);
@@ -222,13 +220,13 @@ void BinaryOpEncoder::append(const OpRecord& r, std::string& frame) {
   }
   for (const std::vector<Arg>* args : {&r.inputs, &r.outputs}) {
     {
-      Room w(body_, body_len_, kMaxVarint);
+      Room w(body_, kMaxVarint);
       w.p = put_varint(w.p, args->size());
       w.done();
     }
     for (const Arg& a : *args) arg(a, frame);
   }
-  put_entry(frame, kTagRecord, std::string_view(body_.data(), body_len_));
+  put_entry(frame, kTagRecord, std::string_view(body_.bytes.data(), body_.size));
 }
 
 }  // namespace precprobe

@@ -40,6 +40,13 @@ inline bool is_binary_ops_frame(std::string_view content) noexcept {
 /// Encodes op records into the frames of one stream. append() starts a new frame (the magic,
 /// an empty string table) whenever `frame` is empty, as FrameWriter leaves it after each
 /// end_frame(). One per stream, owned by the writer thread.
+/// Bytes written through a pointer (records_binary.cpp's Room): the first `size` of `bytes`,
+/// whose own size only grows, so reserving room for a record fills and shrinks nothing.
+struct WrittenBytes {
+  std::string bytes;
+  size_t size = 0;
+};
+
 class BinaryOpEncoder {
  public:
   void append(const OpRecord& r, std::string& frame);
@@ -62,8 +69,8 @@ class BinaryOpEncoder {
   std::array<Recent, 8> recent_;
   size_t recent_next_ = 0;
   std::unordered_map<std::string, uint64_t> values_;  // Arg::value -> id of its canonical text
-  std::string body_, canonical_;  // body_: a record's bytes, its first body_len_
-  size_t body_len_ = 0;
+  WrittenBytes body_;                                 // a record's bytes
+  std::string canonical_;
   uint64_t next_id_ = 0;
 };
 
@@ -85,7 +92,7 @@ class BinaryOpDecoder {
   std::string_view content_;
   size_t pos_ = 0;
   std::vector<std::string_view> strings_;
-  std::vector<uint8_t> value_checked_;  // strings_ used as values: checked once a frame
+  std::vector<uint8_t> value_checked_;  // by index of strings_: checked as a value's text
 };
 
 }  // namespace precprobe

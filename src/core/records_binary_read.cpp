@@ -82,8 +82,7 @@ class Body {
   bool byte(uint8_t& v) { return fixed(v); }
   bool string(std::string& out) {
     uint64_t id = 0;
-    if (!varint(id)) return false;
-    if (id >= strings_.size()) return fail("a string index beyond the frame's table");
+    if (!index(id)) return false;
     const std::string_view s = strings_[id];
     // Records repeat their neighbours' strings (dtype, device, op): no copy when it is there.
     if (!same(out, s)) out.assign(s.data(), s.size());
@@ -94,15 +93,18 @@ class Body {
   // writer wrote, and would not read back as itself.
   bool value(std::string& out) {
     uint64_t id = 0;
-    if (!varint(id)) return false;
-    if (id >= strings_.size()) return fail("a string index beyond the frame's table");
+    if (!index(id)) return false;
     const std::string_view s = strings_[id];
-    if (value_checked_.size() < strings_.size()) value_checked_.resize(strings_.size(), 0);
     uint8_t& checked = value_checked_[id];
     if (checked == 0) checked = canonical_value_text(s) ? 1 : 2;
     if (checked != 1) return fail("a value that is not JSON text without surrounding blanks");
     if (!same(out, s)) out.assign(s.data(), s.size());
     return true;
+  }
+  // The index of a string of the frame's table.
+  __attribute__((always_inline)) bool index(uint64_t& id) {
+    if (!varint(id)) return false;
+    return id < strings_.size() || fail("a string index beyond the frame's table");
   }
   // Most strings compared are a few bytes long (dtype, device, op): no call for those, and
   // from 4 bytes on two overlapping words compared instead of each byte.
@@ -357,6 +359,7 @@ BinaryOpDecoder::Next BinaryOpDecoder::next(OpRecord& out, std::string* error) {
         return Next::kEnd;
       }
       strings_.push_back(bytes);
+      value_checked_.push_back(0);
       continue;
     }
     Body body(bytes, strings_, value_checked_);

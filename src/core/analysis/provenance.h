@@ -37,6 +37,9 @@ class Provenance {
     size_t op;
     const TensorStats* stats;
   };
+  static bool by_digest_then_op(const Made& x, const Made& y) {
+    return x.digest < y.digest || (x.digest == y.digest && x.op < y.op);
+  }
   const std::vector<OpRecord>& ops_;
   std::vector<Made> made_;  // by digest, then op: one allocation a group, not one an output
 };

@@ -6,8 +6,8 @@
 #   2. the library's code under ASan+UBSan (LeakSanitizer on; LibTorch is not instrumented):
 #      every test of the core, of the probe and of the reliability drivers;
 #   3. the torch-free core's readers fuzzed (clang, libFuzzer, ASan+UBSan, bounded runs);
-#   4. under TSan: the core's tests that run threads (the writer's producers), and the op
-#      capture (observer, statistics worker, writer) from several threads;
+#   4. under TSan: the core's tests that run threads (the writer's producers, compare's
+#      judges), and the op capture (observer, statistics worker, writer) from several threads;
 #   5. LibTorch 2.6 in a Debian trixie root (scripts/test-trixie.sh), Release: the probe's
 #      tests, the reliability drivers, pytest, and a cross-version compare of the example
 #      trained under both. The root is made (mmdebstrap; downloads) in the background while
@@ -86,7 +86,7 @@ CXX=clang++ TARGETS="$fuzzers" BUILD_DIR=build-fuzz scripts/build.sh -DPRECPROBE
   -DPRECPROBE_BUILD_BENCH=OFF -DPRECPROBE_BUILD_TOOLS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
 (cd build-fuzz && ctest --output-on-failure -j "$jobs" -L fuzz)
 
-stage "TSan: the writer and the op capture (observer, statistics worker, writer) from several threads"
+stage "TSan: the writer, compare's judging threads and the op capture (observer, statistics worker, writer) from several threads"
 # gcc's TSan (clang 14 crashes on LibTorch's precompiled header). LibTorch is not
 # instrumented, so only races in our code and the tensor refcounts it inlines are seen.
 # -O1 -g1 as for ASan.
@@ -100,7 +100,7 @@ capture_tests="debugger|debugger_values|stats_engine|arg_shapes|loader_threads|r
 # tests/sanitizers/tsan.supp: false positives from LibTorch's uninstrumented refcounts.
 (cd build-tsan && TSAN_OPTIONS="suppressions=$PWD/../tests/sanitizers/tsan.supp" \
   ctest --output-on-failure -j "$jobs" \
-  -R "^test_(dump_writer|name_matcher|$capture_tests):|^test_reliability:ops from several threads" \
+  -R "^test_(dump_writer|name_matcher|compare_stream|$capture_tests):|^test_reliability:ops from several threads" \
   -E "killed with SIGKILL")
 
 [[ "${PRECPROBE_SKIP_TRIXIE:-0}" == "1" ]] && exit 0

@@ -4,12 +4,16 @@
 // text so that two builds can be shown to give the same answer.
 //
 //   read_commands summary|overflow|compare DIR [DIR_B] [--repeat N] [--no-digests] [--step S]
+//                 [--threads T]
 //
 // --no-digests decodes every frame (ReadOptions::digests off): the results' digests must be
-// the same as with them. --step S: compare that step only (compare --step).
+// the same as with them. --step S: compare that step only (compare --step). --threads T:
+// compare's judging threads, the reading one included (CompareOptions::threads; 0, the
+// default, one a core, as `precprobe compare` runs).
 //
-// Single-threaded (pin it with taskset to measure one core). Records counted are the op
-// records read (for compare: both dumps').
+// summary and overflow are single-threaded, and so is compare with --threads 1 (pin it with
+// taskset to measure one core); CPU time is the process's, over every thread. Records
+// counted are the op records read (for compare: both dumps').
 #include <precprobe/core.h>
 #include <sys/resource.h>
 #include <time.h>
@@ -56,7 +60,7 @@ int main(int argc, char** argv) {
   if (argc < 3) {
     std::fprintf(stderr,
                  "usage: read_commands summary|overflow|compare DIR [DIR_B] [--repeat N] "
-                 "[--no-digests] [--step S]\n");
+                 "[--no-digests] [--step S] [--threads T]\n");
     return 2;
   }
   const std::string cmd = argv[1];
@@ -65,6 +69,7 @@ int main(int argc, char** argv) {
   int repeat = 3;
   ReadOptions read;
   std::optional<int64_t> step;
+  unsigned threads = 0;
   for (int i = 3; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--repeat" && i + 1 < argc) {
@@ -73,6 +78,8 @@ int main(int argc, char** argv) {
       read.digests = false;
     } else if (arg == "--step" && i + 1 < argc) {
       step = std::atoll(argv[++i]);
+    } else if (arg == "--threads" && i + 1 < argc) {
+      threads = static_cast<unsigned>(std::atoi(argv[++i]));
     } else {
       b = arg;
     }
@@ -103,6 +110,7 @@ int main(int argc, char** argv) {
       o.first = true;
       o.keep_ops = KeepOps::kDivergent;  // as `precprobe compare --first` runs it
       o.step = step;
+      o.threads = threads;
       text = compare_dumps(ra, rb, o).to_json().dump();
       n = op_records(ra) + op_records(rb);
     } else {

@@ -433,6 +433,10 @@ struct CompareOptions {
   /// and comparisons of Myers' search, about 0.1 s): past it the alignment settles for a
   /// common subsequence that may leave some equal ops unpaired (aligned_approximately).
   size_t max_align_cost = size_t{1} << 26;
+  /// Threads that judge the runs' (step, rank) groups while they are read, the reading one
+  /// included (0: one a core, at most 4; 1: the reading thread alone). The result is the
+  /// same whatever the number.
+  unsigned threads = 0;
 };
 
 struct CompareResult {

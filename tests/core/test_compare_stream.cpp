@@ -202,6 +202,17 @@ TEST_CASE("compare streamed side by side equals compare in memory", "[compare][d
       CHECK(analysis_detail::compare_streamed() == streamed + 1);
       CAPTURE(nlohmann::json::diff(s, m).dump());
       CHECK(s == m);
+      // Judged by the reading thread alone, and by three threads in all (the default is
+      // one a core): the same JSON.
+      for (unsigned threads : {1u, 3u}) {
+        CAPTURE(threads);
+        CompareOptions t = opt;
+        t.threads = threads;
+        const nlohmann::json st = compare_json(dir.path() / "a", dir.path() / "b", t, true);
+        CHECK(analysis_detail::compare_streamed() == streamed + (threads == 1 ? 2 : 3));
+        CAPTURE(nlohmann::json::diff(st, m).dump());
+        CHECK(st == m);
+      }
       if (opt.keep_ops == KeepOps::kAll && !opt.step && !opt.rank && !opt.ranks) {
         // Not two empty results: what each plan planted is found.
         CHECK(s["matched"].get<int64_t>() > (pairs[i].a.steps > 1 ? 100 : 7));
@@ -266,10 +277,19 @@ TEST_CASE("compare streamed holds the groups in flight, not the runs", "[compare
   CompareOptions first;
   first.first = true;
   first.keep_ops = KeepOps::kDivergent;
+  first.threads = 1;
   const nlohmann::json s = compare_json(dir.path() / "a", dir.path() / "b", first, true);
   CHECK(s["matched"] == 200 * 8);
   CHECK(analysis_detail::compare_streamed_peak() <= 6);
   CHECK(s["divergent"].empty());
+  // Judging threads hold the groups they judge, those waiting for them and the results
+  // waiting for an earlier group's: a few more, whatever the scheduler does.
+  for (unsigned threads : {2u, 4u}) {
+    CAPTURE(threads);
+    first.threads = threads;
+    CHECK(compare_json(dir.path() / "a", dir.path() / "b", first, true) == s);
+    CHECK(analysis_detail::compare_streamed_peak() <= 10 + 8 * threads);
+  }
   // A constant that differs in every step: every verdict waits for the whole run (the
   // answer depends on every step), so the groups stay; the result is the same.
   b.eps = 1e-6;

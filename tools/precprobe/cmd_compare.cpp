@@ -26,6 +26,7 @@ struct CompareArgs {
   std::vector<int> ranks;  // --ranks R1 R2: two ranks of one run (or of A and B)
   double rtol = 0;
   double noise_factor = 10;
+  unsigned threads = 0;
   double inherited_weight = 10;
   std::string by = "op";
 };
@@ -416,6 +417,11 @@ void add_compare_command(CLI::App& app, int& exit_code) {
          "op: per op (default); module: also per module (" + std::string(kModuleRule) + ")")
       ->capture_default_str()
       ->check(CLI::IsMember({"op", "module"}));
+  cmd->add_option("--threads", args->threads,
+                  "threads that judge the runs while they are read, the reading one included "
+                  "(0: one a core, at most 4); the result is the same whatever the number")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 256));
   cmd->add_flag("--all", args->all, "statistics mode: print every tensor, not only warnings");
   cmd->add_flag("--json", args->json, "print the result as JSON");
   cmd->footer(
@@ -456,6 +462,7 @@ void add_compare_command(CLI::App& app, int& exit_code) {
     opt.rtol = args->rtol;
     opt.noise_factor = args->noise_factor;
     opt.inherited_weight = args->inherited_weight;
+    opt.threads = args->threads;
     opt.by_module = args->by == "module";
     // What is printed is kept; the other ops are counted (memory for the ops printed only).
     opt.keep_ops = args->first || args->exact ? KeepOps::kDivergent

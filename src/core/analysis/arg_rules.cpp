@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <mutex>
 
 namespace precprobe::analysis_detail {
 
@@ -32,6 +33,7 @@ bool spelled_default(const Arg& a, const Arg& b) {
 
 void ProgramConstants::add(const std::vector<OpRecord>& ops) {
   std::string key;
+  const std::unique_lock<std::shared_mutex> lock(mutex_);
   for (const OpRecord& r : ops) {
     for (size_t i = 0; i < r.inputs.size(); ++i) {
       if (r.inputs[i].is_tensor()) continue;
@@ -51,6 +53,7 @@ void ProgramConstants::add(const std::vector<OpRecord>& ops) {
 bool ProgramConstants::constant(const OpRecord& r, size_t input) const {
   std::string key;
   site_key(r, input, key);
+  const std::shared_lock<std::shared_mutex> lock(mutex_);
   auto it = sites_.find(key);
   return it != sites_.end() && !it->second.varies && it->second.steps >= 2;
 }
@@ -58,6 +61,7 @@ bool ProgramConstants::constant(const OpRecord& r, size_t input) const {
 bool ProgramConstants::settled(const OpRecord& r, size_t input) const {
   std::string key;
   site_key(r, input, key);
+  const std::shared_lock<std::shared_mutex> lock(mutex_);
   auto it = sites_.find(key);
   return it != sites_.end() && it->second.varies;
 }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <shared_mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -27,6 +28,8 @@ bool spelled_default(const Arg& a, const Arg& b);
 /// different program (a port's eps, a multiplier, a kernel size), a divergence whatever its
 /// size; a number that changes from step to step (a clipping coefficient, a learning rate
 /// computed from an earlier item()) is data, judged by the noise model.
+///
+/// Thread-safe: compare's judges ask while the reading thread adds (compare_judges.h).
 class ProgramConstants {
  public:
   /// Adds one (step, rank) group's ops.
@@ -45,6 +48,7 @@ class ProgramConstants {
   };
   /// The key of input `input` of r's site, into `key`: rank, name (op.call.direction), input.
   static void site_key(const OpRecord& r, size_t input, std::string& key);
+  mutable std::shared_mutex mutex_;  // over sites_
   std::unordered_map<std::string, Site> sites_;
 };
 

@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "compare_group.h"
+#include "compare_judges.h"
 #include "loss_scale.h"
 #include "modules.h"
 #include "op_cursor.h"
@@ -245,6 +246,7 @@ class StreamedCompare {
     OpCursor ca(a, read_a.filter, passing(0)), cb(b, read_b.filter, passing(1));
     cursor_[0] = &ca;
     cursor_[1] = &cb;
+    judges_.emplace(opt_.threads, opt_, const_a_, const_b_);
     bool more[2] = {true, true};
     std::vector<OpRecord> frame;
     size_t peak = 0;
@@ -252,10 +254,15 @@ class StreamedCompare {
       const int side = !more[0] ? 1 : !more[1] ? 0 : behind();
       frame.clear();
       more[side] = cursor_[side]->next(frame);
-      if (!take(side, frame) || retry_) return std::nullopt;
+      if (!take(side, frame)) return stopped();
       peak = std::max(peak, sa_.groups.size() + sb_.groups.size() + held_a_.size() +
                                 held_b_.size() + results_.size());
+      // A group judged slowly (its thread descheduled) holds back the results after it:
+      // past four groups in flight a judging thread, reading waits for the judges.
+      collect(/*wait=*/judging_ + results_.size() > 4 * judges_->threads(), /*final=*/false);
+      if (retry_) return stopped();
     }
+    collect(/*wait=*/true, /*final=*/false);
     last_peak = peak;
     // Groups whose records did not all arrive (a truncated stream, a bad line), then those
     // waiting for every group's constants: judged now that every group is known.
@@ -267,7 +274,8 @@ class StreamedCompare {
     for (const auto* m : {&held_a_, &held_b_})
       for (const auto& kv : *m) held.insert(kv.first);
     for (const GroupKey& key : held) judge(key, /*final=*/true);
-    if (retry_) return std::nullopt;
+    collect(/*wait=*/true, /*final=*/true);
+    if (retry_) return stopped();
     // What is left is in compare's order: A's groups after the last one added, then B's only.
     for (auto& kv : results_) merge_.add(std::move(kv.second));
     return merge_.finish(sa_.background, sb_.background);
@@ -371,24 +379,20 @@ class StreamedCompare {
     }
   }
 
-  // Judges a held group. Not final: a verdict that more groups' constants could change is
-  // left for the end (the group stays held).
+  // Judges a held group: one of both runs goes to the judges (collect() takes its result),
+  // one of one run is judged here. Not final: a verdict that more groups' constants could
+  // change is left for the end (the group stays held).
   void judge(const GroupKey& key, bool final) {
     auto ia = held_a_.find(key), ib = held_b_.find(key);
     const bool in_a = ia != held_a_.end(), in_b = ib != held_b_.end();
     if (in_a && in_b) {
-      analysis_detail::ConstantsUse use;
-      GroupResult g = analysis_detail::compare_group(
-          key, ia->second, ib->second, opt_, loss_scale(sa_, sb_, key),
-          analysis_detail::order_of(sa_.orders, key.second), const_a_, const_b_, &use,
-          first_step_of(keys_a_, key));
-      if (use.asked && !passed_[0].empty()) {
-        retry_ = true;  // the steps passed over would have answered too
-        return;
-      }
-      if (use.unsettled && !final) return;
-      results_[{0, key}] = std::move(g);
-    } else if (in_a) {
+      ++judging_;
+      judges_->submit({key, &ia->second, &ib->second, loss_scale(sa_, sb_, key),
+                       analysis_detail::order_of(sa_.orders, key.second),
+                       first_step_of(keys_a_, key)});
+      return;
+    }
+    if (in_a) {
       results_[{0, key}] = analysis_detail::one_run_group(key, ia->second, "a");
     } else if (in_b) {
       results_[{1, key}] = analysis_detail::one_run_group(key, ib->second, "b");
@@ -396,6 +400,26 @@ class StreamedCompare {
     if (in_a) let_go(0, ia);
     if (in_b) let_go(1, ib);
     settle(key);
+  }
+
+  // Nothing streamed is the result: the judges stop (a second StreamedCompare may follow).
+  std::nullopt_t stopped() {
+    judges_.reset();
+    return std::nullopt;
+  }
+
+  // Takes the judges' verdicts on groups of both runs (`wait`: on every group submitted).
+  void collect(bool wait, bool final) {
+    for (analysis_detail::JudgedGroup& d : judges_->take(wait)) {
+      --judging_;
+      if (d.error) std::rethrow_exception(d.error);
+      if (d.use.asked && !passed_[0].empty()) retry_ = true;  // the steps passed over would
+      if (retry_ || (d.use.unsettled && !final)) continue;    // have answered too
+      results_[{0, d.key}] = std::move(d.result);
+      let_go(0, held_a_.find(d.key));
+      let_go(1, held_b_.find(d.key));
+      settle(d.key);
+    }
   }
 
   // A judged group's records go back to their run's cursor to be decoded into again, and its
@@ -444,6 +468,9 @@ class StreamedCompare {
   bool retry_ = false;
   uint64_t progressed_ = 0;
   OpCursor* cursor_[2] = {nullptr, nullptr};  // run()'s cursors of A and B, while it runs
+  // Last: stopped before the groups and constants it reads are destroyed.
+  std::optional<analysis_detail::GroupJudges> judges_;
+  size_t judging_ = 0;  // groups submitted to judges_, their verdicts not yet taken
 };
 
 }  // namespace

@@ -257,9 +257,7 @@ class StreamedCompare {
       if (!take(side, frame)) return stopped();
       peak = std::max(peak, sa_.groups.size() + sb_.groups.size() + held_a_.size() +
                                 held_b_.size() + results_.size());
-      // A group judged slowly (its thread descheduled) holds back the results after it:
-      // past four groups in flight a judging thread, reading waits for the judges.
-      collect(/*wait=*/judging_ + results_.size() > 4 * judges_->threads(), /*final=*/false);
+      collect(/*wait=*/held_back(), /*final=*/false);
       if (retry_) return stopped();
     }
     collect(/*wait=*/true, /*final=*/false);
@@ -386,7 +384,7 @@ class StreamedCompare {
     auto ia = held_a_.find(key), ib = held_b_.find(key);
     const bool in_a = ia != held_a_.end(), in_b = ib != held_b_.end();
     if (in_a && in_b) {
-      ++judging_;
+      judging_.insert(key);
       judges_->submit({key, &ia->second, &ib->second, loss_scale(sa_, sb_, key),
                        analysis_detail::order_of(sa_.orders, key.second),
                        first_step_of(keys_a_, key)});
@@ -402,6 +400,15 @@ class StreamedCompare {
     settle(key);
   }
 
+  // Whether reading waits for the judges: the next group of A to add up is being judged
+  // (its thread descheduled, say) and holds back the results judged after it, past four
+  // groups in flight a judging thread. Results waiting for a group left for the end, or B's
+  // groups of one run only, are not held back by a judge: reading goes on.
+  bool held_back() const {
+    return next_a_ < keys_a_.size() && judging_.count(keys_a_[next_a_]) > 0 &&
+           judging_.size() + results_.size() > 4 * judges_->threads();
+  }
+
   // Nothing streamed is the result: the judges stop (a second StreamedCompare may follow).
   std::nullopt_t stopped() {
     judges_.reset();
@@ -411,7 +418,7 @@ class StreamedCompare {
   // Takes the judges' verdicts on groups of both runs (`wait`: on every group submitted).
   void collect(bool wait, bool final) {
     for (analysis_detail::JudgedGroup& d : judges_->take(wait)) {
-      --judging_;
+      judging_.erase(d.key);
       if (d.error) std::rethrow_exception(d.error);
       if (d.use.asked && !passed_[0].empty()) retry_ = true;  // the steps passed over would
       if (retry_ || (d.use.unsettled && !final)) continue;    // have answered too
@@ -470,7 +477,7 @@ class StreamedCompare {
   OpCursor* cursor_[2] = {nullptr, nullptr};  // run()'s cursors of A and B, while it runs
   // Last: stopped before the groups and constants it reads are destroyed.
   std::optional<analysis_detail::GroupJudges> judges_;
-  size_t judging_ = 0;  // groups submitted to judges_, their verdicts not yet taken
+  std::set<GroupKey> judging_;  // groups submitted to judges_, their verdicts not yet taken
 };
 
 }  // namespace

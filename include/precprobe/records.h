@@ -116,6 +116,8 @@ struct OpRecord {
 
   /// msprobe-style name: "aten::addmm.3.forward".
   std::string name() const;
+  /// The same name, assigned to `out` (whose storage it keeps: a reader of many records).
+  void name_into(std::string& out) const;
   /// True when the op's outputs are uninitialized memory (aten::empty, empty_like,
   /// empty_strided, empty_permuted, empty_quantized, new_empty, new_empty_strided,
   /// _empty_affine_quantized, _empty_per_channel_affine_quantized): their values say nothing

@@ -32,6 +32,12 @@ double TensorStats::abs_max() const noexcept {
 
 std::string OpRecord::name() const {
   std::string s;
+  name_into(s);
+  return s;
+}
+
+void OpRecord::name_into(std::string& s) const {
+  s.clear();
   s.reserve(op.size() + 20);
   s.append(op);
   s.push_back('.');
@@ -39,7 +45,6 @@ std::string OpRecord::name() const {
   s.append(call_text.data(), call_text.size());
   s.push_back('.');
   s.append(to_string(dir));
-  return s;
 }
 
 namespace {

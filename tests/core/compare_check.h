@@ -1,7 +1,8 @@
-// compare_dumps computed three ways, which must agree (the house method): the runs written
+// compare_dumps computed four ways, which must agree (the house method): the runs written
 // by the real DumpWriter and read back side by side (streamed group by group,
-// compare_read.cpp), read back with digests off (both held in memory), and the records read
-// back compared as DumpData.
+// compare_read.cpp), read back with digests off (both held in memory), the records read
+// back compared as DumpData, and the DumpData compared on a thread that judged nothing
+// before (compare_group judges into storage its thread keeps from group to group).
 // The compare tests call test::compare_checked on DumpData: every case they check is checked
 // on the streamed path too.
 #pragma once
@@ -10,6 +11,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "analysis/compare_group.h"
 #include "core/temp_dir.h"
@@ -67,13 +69,26 @@ inline void write_dump_data(const std::filesystem::path& root, const DumpData& d
 inline CompareResult compare_checked(const DumpData& a, const DumpData& b,
                                      const CompareOptions& opt = {}) {
   CompareResult mem = precprobe::compare_dumps(a, b, opt);
-  TempDir dir("compare_check");
-  write_dump_data(dir.path() / "a", a);
-  write_dump_data(dir.path() / "b", b);
   auto json_of = [](CompareResult r) {
     r.path_a = r.path_b = "";
     return r.to_json();
   };
+  // This thread judged every case before this one into the storage it keeps; a new thread
+  // judges into none. Kept comparisons are moved out of that storage, so the storage reused
+  // is that of the comparisons a result leaves out: the divergent ones only are kept here.
+  for (KeepOps keep : {opt.keep_ops, KeepOps::kDivergent}) {
+    CompareOptions o = opt;
+    o.keep_ops = keep;
+    const CompareResult on_this = precprobe::compare_dumps(a, b, o);
+    CompareResult fresh;
+    std::thread([&] { fresh = precprobe::compare_dumps(a, b, o); }).join();
+    const nlohmann::json j_this = json_of(on_this), j_fresh = json_of(fresh);
+    CAPTURE(nlohmann::json::diff(j_fresh, j_this).dump());
+    CHECK(j_fresh == j_this);
+  }
+  TempDir dir("compare_check");
+  write_dump_data(dir.path() / "a", a);
+  write_dump_data(dir.path() / "b", b);
   const uint64_t streamed_before = analysis_detail::compare_streamed();
   DumpReader sa((dir.path() / "a").string()), sb((dir.path() / "b").string());
   const nlohmann::json streamed = json_of(precprobe::compare_dumps(sa, sb, opt));

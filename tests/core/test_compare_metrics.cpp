@@ -3,6 +3,7 @@
 // comments, in float64.
 #include <cmath>
 
+#include "analysis/compare_parts.h"
 #include "analysis_fixtures.h"
 #include "core/compare_check.h"
 #include "precprobe_catch.h"
@@ -526,4 +527,73 @@ TEST_CASE("compare: ops downstream of a near-tie flip are excused, the others ar
   CHECK(g.excused_ops == 0);
   REQUIRE(g.found);
   CHECK(g.first->seq_a == 1);
+}
+
+TEST_CASE("compare: a comparison reset into the storage of an earlier one is a default one",
+          "[analysis][compare]") {
+  // compare_group judges each pair into the storage of a comparison its thread judged before
+  // (analysis_detail::reset_keeping_storage): every field must start as a new one's.
+  OpCompare oc;
+  oc.step = 3;
+  oc.rank = 1;
+  oc.seq_a = oc.seq_b = 7;
+  oc.name = oc.name_b = oc.op = oc.direction = oc.scope = "x";
+  oc.args.resize(4);
+  for (ArgCompare& ac : oc.args) {
+    ac.io = ac.dtype_n = ac.dtype_b = ac.note = "y";
+    ac.index = 2;
+    ac.tensor = ac.exact = false;
+    ac.shape_n = ac.shape_b = {2, 3};
+    ac.max = ac.min = ac.mean = ac.norm = StatDiff{1, 2, 3, 4};
+    ac.warning = true;
+    ac.error = ac.abs_error = 5;
+  }
+  oc.warning = oc.excused = true;
+  oc.exact = false;
+  oc.input_error = oc.output_error = oc.score = oc.error = oc.inherited = oc.bound = oc.ratio = 6;
+  oc.terms = 9;
+  oc.classification = oc.module = oc.after_flip = oc.cause = oc.param = "z";
+  oc.after_flip_seq = 4;
+  oc.loss_scale = 8;
+  oc.made_by_a = oc.made_by_b = {"w"};
+  analysis_detail::reset_keeping_storage(oc, 2);
+  OpCompare fresh;
+  fresh.args.resize(2);
+  CHECK(oc.to_json() == fresh.to_json());
+  CHECK(oc.args.size() == 2);
+  for (const ArgCompare& ac : oc.args) {
+    CHECK(ac.io.empty());
+    CHECK(ac.index == 0);
+    CHECK(ac.tensor);
+    CHECK(ac.exact);
+    CHECK_FALSE(ac.warning);
+    CHECK(ac.dtype_n.empty());
+    CHECK(ac.dtype_b.empty());
+    CHECK(ac.note.empty());
+    CHECK(ac.shape_n.empty());
+    CHECK(ac.shape_b.empty());
+    CHECK(ac.error == 0);
+    CHECK(ac.abs_error == 0);
+    for (const StatDiff* d : {&ac.max, &ac.min, &ac.mean, &ac.norm})
+      CHECK((d->n == 0 && d->b == 0 && d->diff == 0 && d->rel_pct == 0));
+  }
+  CHECK(oc.step == 0);
+  CHECK(oc.rank == 0);
+  CHECK(oc.seq_a == 0);
+  CHECK(oc.seq_b == 0);
+  for (const std::string* s : {&oc.name, &oc.name_b, &oc.op, &oc.direction, &oc.scope, &oc.module,
+                               &oc.after_flip, &oc.cause, &oc.param})
+    CHECK(s->empty());
+  CHECK(oc.classification == "match");
+  CHECK_FALSE(oc.warning);
+  CHECK_FALSE(oc.excused);
+  CHECK(oc.exact);
+  for (double x :
+       {oc.input_error, oc.output_error, oc.score, oc.error, oc.inherited, oc.bound, oc.ratio})
+    CHECK(x == 0);
+  CHECK(oc.terms == 1);
+  CHECK(oc.after_flip_seq == -1);
+  CHECK(oc.loss_scale == 1);
+  CHECK(oc.made_by_a.empty());
+  CHECK(oc.made_by_b.empty());
 }

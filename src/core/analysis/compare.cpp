@@ -119,15 +119,16 @@ void add_module(std::vector<ModuleCompare>& modules, std::map<std::string, size_
     to.first_divergent = std::move(m.first_divergent);
 }
 
-// Per module in order of first appearance among `ops` (--by module), with the places of ops
-// of one run only found divergent (`places`): the same verdicts as --first.
-std::vector<ModuleCompare> modules_compared(const std::vector<OpCompare>& ops,
+// Per module in order of first appearance among the first `n_ops` of `ops` (--by module),
+// with the places of ops of one run only found divergent (`places`): the same verdicts as
+// --first.
+std::vector<ModuleCompare> modules_compared(const std::vector<PairVerdict>& ops, size_t n_ops,
                                             const std::vector<OpCompare>& places) {
   std::vector<ModuleCompare> out;
   std::map<std::string, size_t> index;
   std::vector<const OpCompare*> all;
-  all.reserve(ops.size() + places.size());
-  for (const OpCompare& o : ops) all.push_back(&o);
+  all.reserve(n_ops + places.size());
+  for (size_t k = 0; k < n_ops; ++k) all.push_back(&ops[k].oc);
   for (const OpCompare& o : places) all.push_back(&o);
   std::stable_sort(all.begin(), all.end(),
                    [](const OpCompare* x, const OpCompare* y) { return x->seq_a < y->seq_a; });
@@ -167,8 +168,14 @@ GroupResult compare_group(const GroupKey& key, const std::vector<OpRecord>& a,
   const GroupPairing paired = pair_ops(a, b, opt.max_align_cost);
   add_sequence_diffs(a, b, paired.pairs, res.sequence_diffs);
   Origins origins(a, b, paired.pairs, first_step);
-  std::vector<OpCompare> divergent, ops;
-  ops.reserve(paired.pairs.size());
+  std::vector<OpCompare> divergent;
+  // The verdicts of the compared pairs, the first n_ops of `ops`: storage the thread keeps
+  // from group to group (their strings, arguments and shapes), so that judging a pair
+  // allocates only what outgrows the comparison it is judged into. What the result keeps is
+  // moved out of it; at most kKeptComparisons are kept.
+  constexpr size_t kKeptComparisons = 4096;
+  thread_local std::vector<PairVerdict> ops;
+  size_t n_ops = 0;
   // Inexact ops: their positions in A and in `ops` (most ops of two runs are inexact: no
   // copies of them).
   std::vector<size_t> divergent_at, inexact_at, inexact_op;
@@ -217,8 +224,10 @@ GroupResult compare_group(const GroupKey& key, const std::vector<OpRecord>& a,
     close_place(at);
     const std::vector<InputOrigin> in_origins =
         origins.of(static_cast<size_t>(i), static_cast<size_t>(j));
-    PairVerdict v = compare_pair(a[i], b[j], opt, loss_scale, &const_a, &const_b, use,
-                                 Upstream{&in_origins, seen_error});
+    if (n_ops == ops.size()) ops.emplace_back();
+    PairVerdict& v = ops[n_ops];
+    compare_pair(a[i], b[j], opt, loss_scale, &const_a, &const_b, use,
+                 Upstream{&in_origins, seen_error}, v);
     if (std::isfinite(v.oc.error)) seen_error = std::max(seen_error, v.oc.error);
     v.oc.module = module_of[static_cast<size_t>(i)];
     v.oc.param = param_of[static_cast<size_t>(i)];
@@ -240,17 +249,17 @@ GroupResult compare_group(const GroupKey& key, const std::vector<OpRecord>& a,
          reconcile.compared_op(static_cast<size_t>(i), static_cast<size_t>(j), a, b, origins, v.oc,
                                held ? static_cast<int64_t>(pending.size()) : -1, opt))
       if (pending[p].reconciled_at.empty()) pending[p].reconciled_at = a[i].name();
-    if (held) pending.push_back({ops.size(), divergent.size(), {}});
+    if (held) pending.push_back({n_ops, divergent.size(), {}});
     if (v.divergent) {
       divergent.push_back(v.oc);
       divergent_at.push_back(static_cast<size_t>(i));
     }
     if (!v.oc.exact) {
-      inexact_op.push_back(ops.size());
+      inexact_op.push_back(n_ops);
       inexact_at.push_back(static_cast<size_t>(i));
     }
     ++res.matched;
-    ops.push_back(std::move(v.oc));
+    ++n_ops;
   }
   close_place(paired.pairs.size());
   if (std::any_of(pending.begin(), pending.end(),
@@ -258,7 +267,7 @@ GroupResult compare_group(const GroupKey& key, const std::vector<OpRecord>& a,
     std::vector<bool> drop(divergent.size(), false);
     for (const Pending& p : pending) {
       if (p.reconciled_at.empty()) continue;
-      OpCompare& o = ops[p.op];
+      OpCompare& o = ops[p.op].oc;
       o.classification = "noise";
       o.cause = "reconciled";
       for (ArgCompare& ac : o.args)
@@ -279,19 +288,19 @@ GroupResult compare_group(const GroupKey& key, const std::vector<OpRecord>& a,
     divergent_at.resize(kept);
   }
   g.first_divergent = group_first(a, divergent_at, [&](size_t k) { return divergent[k]; });
-  g.first_inexact = group_first(a, inexact_at, [&](size_t k) { return ops[inexact_op[k]]; });
+  g.first_inexact = group_first(a, inexact_at, [&](size_t k) { return ops[inexact_op[k]].oc; });
   res.aligned_by_lcs = paired.by == PairedBy::kContent ? 1 : 0;
   res.aligned_by_thread = paired.by == PairedBy::kThread ? 1 : 0;
   res.aligned_approximately = paired.approximate ? 1 : 0;
-  if (opt.by_module) res.modules = modules_compared(ops, res.divergent_places);
-  if (opt.keep_ops == KeepOps::kAll) {
-    res.ops = std::move(ops);
-  } else {
-    const bool warned = opt.keep_ops == KeepOps::kWarned;
-    for (OpCompare& o : ops)
-      if (equals(o.classification, "divergent") || (warned && o.warning))
-        res.ops.push_back(std::move(o));
+  if (opt.by_module) res.modules = modules_compared(ops, n_ops, res.divergent_places);
+  const bool all = opt.keep_ops == KeepOps::kAll, warned = opt.keep_ops == KeepOps::kWarned;
+  if (all) res.ops.reserve(n_ops);
+  for (size_t k = 0; k < n_ops; ++k) {
+    OpCompare& o = ops[k].oc;
+    if (all || equals(o.classification, "divergent") || (warned && o.warning))
+      res.ops.push_back(std::move(o));
   }
+  if (ops.size() > kKeptComparisons) ops.resize(kKeptComparisons);
   return g;
 }
 

@@ -149,12 +149,12 @@ std::optional<std::string> spelled_otherwise(const OpRecord& a, const OpRecord& 
 // different string, integer or list, or a missing argument). Numbers that differ get a
 // relative error and are judged by the noise model in compare_pair.
 double compare_args(const OpRecord& ra, const OpRecord& rb, bool inputs, OpCompare& oc,
-                    bool& value_differs) {
+                    size_t first, bool& value_differs) {
   const std::vector<Arg>& a = inputs ? ra.inputs : ra.outputs;
   const std::vector<Arg>& b = inputs ? rb.inputs : rb.outputs;
   double worst = 0;
   for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
-    ArgCompare ac;
+    ArgCompare& ac = oc.args.at(first + i);
     ac.io = inputs ? "input" : "output";
     ac.index = static_cast<int>(i);
     const bool differs = i >= a.size() || i >= b.size() || a[i].is_tensor() != b[i].is_tensor() ||
@@ -218,7 +218,6 @@ double compare_args(const OpRecord& ra, const OpRecord& rb, bool inputs, OpCompa
     }
     oc.warning = oc.warning || ac.warning;
     oc.exact = oc.exact && ac.exact;
-    oc.args.push_back(std::move(ac));
   }
   return worst;
 }

@@ -2,6 +2,7 @@
 // differences made by ops of one run only, random draws (docs/cli.md).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <iterator>
 
 #include "compare_parts.h"
@@ -16,11 +17,55 @@ void identify(const OpRecord& a, const OpRecord& b, OpCompare& oc) {
   oc.rank = a.rank;
   oc.seq_a = a.seq;
   oc.seq_b = b.seq;
-  oc.name = a.name();
-  oc.name_b = b.name();
+  a.name_into(oc.name);
+  b.name_into(oc.name_b);
   oc.op = a.op;
-  oc.direction = std::string(to_string(a.dir));
+  oc.direction.assign(to_string(a.dir));
   oc.scope = a.scope;
+}
+
+// Every field is reset by name: a field added to these structs must be added here (the
+// sizes below say when one was).
+#if defined(__GLIBCXX__) && UINTPTR_MAX == UINT64_MAX
+static_assert(sizeof(ArgCompare) == 344, "a field added to ArgCompare: reset it below");
+static_assert(sizeof(OpCompare) == 528, "a field added to OpCompare: reset it below");
+#endif
+
+void reset_keeping_storage(ArgCompare& ac) {
+  ac.io.clear();
+  ac.index = 0;
+  ac.tensor = true;
+  ac.dtype_n.clear();
+  ac.dtype_b.clear();
+  ac.shape_n.clear();
+  ac.shape_b.clear();
+  ac.max = ac.min = ac.mean = ac.norm = StatDiff{};
+  ac.warning = false;
+  ac.error = ac.abs_error = 0;
+  ac.exact = true;
+  ac.note.clear();
+}
+
+void reset_keeping_storage(OpCompare& oc, size_t args) {
+  oc.step = 0;
+  oc.rank = 0;
+  oc.seq_a = oc.seq_b = 0;
+  for (std::string* s : {&oc.name, &oc.name_b, &oc.op, &oc.direction, &oc.scope, &oc.module,
+                         &oc.after_flip, &oc.cause, &oc.param})
+    s->clear();
+  oc.args.resize(args);
+  for (ArgCompare& ac : oc.args) reset_keeping_storage(ac);
+  oc.warning = false;
+  oc.input_error = oc.output_error = oc.score = 0;
+  oc.exact = true;
+  oc.error = oc.inherited = oc.bound = oc.ratio = 0;
+  oc.terms = 1;
+  oc.classification = "match";
+  oc.after_flip_seq = -1;
+  oc.excused = false;
+  oc.loss_scale = 1;
+  oc.made_by_a.clear();
+  oc.made_by_b.clear();
 }
 
 // x / scale with 0 / 0 = 0 and x / 0 = infinity.
@@ -76,9 +121,10 @@ bool is_selection_op(const std::string& op) {
 // |x| at its largest over a tensor's finite values.
 double magnitude(const TensorStats& t) { return std::max(std::fabs(t.min), std::fabs(t.max)); }
 
-PairVerdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareOptions& opt,
-                         double loss_scale, const ProgramConstants* const_a,
-                         const ProgramConstants* const_b, ConstantsUse* use, const Upstream& up) {
+void compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareOptions& opt,
+                  double loss_scale, const ProgramConstants* const_a,
+                  const ProgramConstants* const_b, ConstantsUse* use, const Upstream& up,
+                  PairVerdict& v) {
   // Gradients of a loss scaled by a GradScaler (fp16/bf16 AMP) against a run that scales
   // it otherwise (an fp32 reference): compared as gradients of the same loss.
   analysis_detail::ScaledArgs scaled;
@@ -86,15 +132,15 @@ PairVerdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareO
   const OpRecord a_copy =
       rescale ? analysis_detail::unscaled(a_in, b, loss_scale, scaled) : OpRecord{};
   const OpRecord& a = rescale ? a_copy : a_in;
-  PairVerdict v;
+  v.divergent = v.beyond_rounding_only = false;
   OpCompare& oc = v.oc;
+  const size_t n_inputs = std::max(a.inputs.size(), b.inputs.size());
+  reset_keeping_storage(oc, n_inputs + std::max(a.outputs.size(), b.outputs.size()));
   identify(a, b, oc);
   if (!scaled.empty()) oc.loss_scale = loss_scale;
   bool in_value = false, out_value = false;
-  oc.args.reserve(std::max(a.inputs.size(), b.inputs.size()) +
-                  std::max(a.outputs.size(), b.outputs.size()));
-  oc.input_error = compare_args(a, b, /*inputs=*/true, oc, in_value);
-  oc.output_error = compare_args(a, b, /*inputs=*/false, oc, out_value);
+  oc.input_error = compare_args(a, b, /*inputs=*/true, oc, 0, in_value);
+  oc.output_error = compare_args(a, b, /*inputs=*/false, oc, n_inputs, out_value);
   analysis_detail::note_unscaled(scaled, loss_scale, oc.args);
   // Error the op added; inf - inf (both sides already broken) is inherited, not added.
   oc.score = std::isinf(oc.output_error) && std::isinf(oc.input_error)
@@ -105,11 +151,11 @@ PairVerdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareO
     oc.warning = false;
     oc.score = 0;
     oc.classification = "match";
-    return v;
+    return;
   }
   if (oc.exact) {
     oc.classification = "match";
-    return v;
+    return;
   }
   // The same outputs: whatever differs in the arguments (a memory_format a port spells
   // otherwise, Contiguous against Preserve for backward's ones_like; an input whose
@@ -124,7 +170,7 @@ PairVerdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareO
   if (have_output && same_outputs) {
     oc.classification = "noise";
     oc.score = 0;
-    return v;
+    return;
   }
   // A random op whose inputs are the same (a fill's tensor is only its shape) and whose
   // outputs differ drew other numbers: the generators' states differ, which no rounding
@@ -143,7 +189,7 @@ PairVerdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareO
       oc.cause = "draws";
       oc.ratio = kCompareInf;
       v.divergent = true;
-      return v;
+      return;
     }
   }
   // Noise model: the error each output carries beyond what its inputs brought, against
@@ -250,7 +296,6 @@ PairVerdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareO
     if (ia && ib && xa && xb && ia->zero == ib->zero && xa->zero != xb->zero) oc.cause = "draws";
   }
   oc.classification = v.divergent ? "divergent" : "noise";
-  return v;
 }
 
 }  // namespace precprobe::analysis_detail

@@ -28,12 +28,19 @@ inline constexpr double kCompareInf = std::numeric_limits<double>::infinity();
 
 // ---- compare_args.cpp
 
-/// Two paired ops' inputs (or outputs) against each other, appended to oc.args; returns the
-/// largest tensor error and sets `value_differs` when a non-tensor argument differs in a way
-/// rounding cannot explain. An argument spelled otherwise (dimensions counted from the end,
-/// a reshape's -1, a default on one side) is the same argument.
-double compare_args(const OpRecord& a, const OpRecord& b, bool inputs, OpCompare& oc,
+/// Two paired ops' inputs (or outputs) against each other, into oc.args[first...] (oc.args
+/// already sized: their count is the longer side's); returns the largest tensor error and
+/// sets `value_differs` when a non-tensor argument differs in a way rounding cannot explain.
+/// An argument spelled otherwise (dimensions counted from the end, a reshape's -1, a default
+/// on one side) is the same argument.
+double compare_args(const OpRecord& a, const OpRecord& b, bool inputs, OpCompare& oc, size_t first,
                     bool& value_differs);
+
+/// `ac` as a default ArgCompare, and `oc` as a default OpCompare whose arguments are `args`
+/// default ones, keeping the storage of their strings and vectors: a comparison judged into
+/// one judged before allocates only what outgrows it (compare_group keeps them a thread).
+void reset_keeping_storage(ArgCompare& ac);
+void reset_keeping_storage(OpCompare& oc, size_t args);
 
 // ---- compare_pair.cpp
 
@@ -65,11 +72,12 @@ void identify(const OpRecord& a, const OpRecord& b, OpCompare& oc);
 double relative(double x, double scale);
 /// |x| at its largest over a tensor's finite values.
 double magnitude(const TensorStats& t);
-/// A paired op judged (docs/cli.md, "Noise model", "Differences made by ops of one run only").
-PairVerdict compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareOptions& opt,
-                         double loss_scale, const ProgramConstants* const_a,
-                         const ProgramConstants* const_b, ConstantsUse* use,
-                         const Upstream& up = {});
+/// A paired op judged (docs/cli.md, "Noise model", "Differences made by ops of one run only"),
+/// into `v`, whatever it held (its storage is kept: reset_keeping_storage).
+void compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareOptions& opt,
+                  double loss_scale, const ProgramConstants* const_a,
+                  const ProgramConstants* const_b, ConstantsUse* use, const Upstream& up,
+                  PairVerdict& v);
 
 // ---- compare_place.cpp
 

@@ -2,6 +2,11 @@
 // columns and warning rule (compare_stats). Expected values are computed by hand in the
 // comments, in float64.
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <random>
 
 #include "analysis/compare_parts.h"
 #include "analysis_fixtures.h"
@@ -596,4 +601,69 @@ TEST_CASE("compare: a comparison reset into the storage of an earlier one is a d
   CHECK(oc.loss_scale == 1);
   CHECK(oc.made_by_a.empty());
   CHECK(oc.made_by_b.empty());
+}
+
+TEST_CASE("numeric_value reads a number as the C library's strtod does", "[analysis][noise]") {
+  // Differential: every text strtod reads whole, numeric_value reads as the same double
+  // (bit for bit); every other text is no number.
+  auto strtod_whole = [](const std::string& s) -> std::optional<double> {
+    if (s.empty() || !(s[0] == '-' || (s[0] >= '0' && s[0] <= '9'))) return std::nullopt;
+    char* end = nullptr;
+    const double v = std::strtod(s.c_str(), &end);
+    if (end != s.c_str() + s.size()) return std::nullopt;
+    return v;
+  };
+  auto same = [](std::optional<double> x, std::optional<double> y) {
+    if (x.has_value() != y.has_value()) return false;
+    if (!x) return true;
+    if (std::isnan(*x) || std::isnan(*y)) return std::isnan(*x) && std::isnan(*y);
+    return std::memcmp(&*x, &*y, sizeof(double)) == 0;
+  };
+  std::vector<std::string> texts{"0",
+                                 "-0",
+                                 "1",
+                                 "1.0",
+                                 "1.",
+                                 "-3",
+                                 "1e-7",
+                                 "2.5E+3",
+                                 "1e400",
+                                 "-1e400",
+                                 "1e-400",
+                                 "4.9e-324",
+                                 "2.2250738585072011e-308",
+                                 "0.1",
+                                 "-inf",
+                                 "-nan",
+                                 "1e",
+                                 "1e+",
+                                 "--1",
+                                 "1 ",
+                                 " 1",
+                                 "+1",
+                                 "\"1\"",
+                                 "[1]",
+                                 "true",
+                                 "null",
+                                 "",
+                                 "1.5x",
+                                 "123456789012345678901234567890",
+                                 "9007199254740993"};
+  std::mt19937_64 gen(7);
+  std::uniform_real_distribution<double> exponent(-300, 300), mantissa(-1, 1);
+  for (int k = 0; k < 2000; ++k) {
+    const double v = mantissa(gen) * std::pow(10.0, exponent(gen));
+    for (int digits : {6, 9, 17}) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+      texts.emplace_back(buf);
+    }
+  }
+  for (const std::string& t : texts) {
+    CAPTURE(t);
+    CHECK(same(numeric_value(t), strtod_whole(t)));
+  }
+  CHECK(numeric_value("1e400") == std::numeric_limits<double>::infinity());
+  CHECK(*numeric_value("0.5") == 0.5);
+  CHECK_FALSE(numeric_value("+1"));
 }

@@ -96,13 +96,14 @@ bool is_fill_random(const std::string& op) {
       "aten::rand",       "aten::randint",     "aten::randperm",     "aten::normal"};
   return kFillRandom.contains(op);
 }
-bool is_random_op(const std::string& op) {
+// Random ops whose draw is applied to an input.
+bool is_applied_random(const std::string& op) {
   static const OpNames kAppliedRandom{"aten::dropout",        "aten::dropout_",
                                       "aten::native_dropout", "aten::feature_dropout",
                                       "aten::alpha_dropout",  "aten::feature_alpha_dropout",
                                       "aten::bernoulli",      "aten::multinomial",
                                       "aten::poisson",        "aten::rrelu_with_noise"};
-  return is_fill_random(op) || kAppliedRandom.contains(op);
+  return kAppliedRandom.contains(op);
 }
 
 // Ops whose outputs are parts of their input, values unchanged.
@@ -175,8 +176,10 @@ void compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareOptions&
   // A random op whose inputs are the same (a fill's tensor is only its shape) and whose
   // outputs differ drew other numbers: the generators' states differ, which no rounding
   // explains and no later op should be blamed for.
-  if (is_random_op(a.op)) {
-    const bool fill = is_fill_random(a.op);
+  const bool fill_random = is_fill_random(a.op);
+  const bool random = fill_random || is_applied_random(a.op);
+  if (random) {
+    const bool fill = fill_random;
     bool inputs_equal = true;
     for (size_t k = 0; k < oc.args.size() && equals(oc.args[k].io, "input"); ++k) {
       const ArgCompare& ac = oc.args[k];
@@ -203,7 +206,6 @@ void compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareOptions&
   if (!(u_op > 0)) u_op = std::ldexp(1.0, -24);
   double inherited = 0;
   bool constant_differs = false, one_run_made = false;
-  const bool fill_random = is_fill_random(a.op);
   for (size_t i = 0; i < oc.args.size() && equals(oc.args[i].io, "input"); ++i) {
     const ArgCompare& ac = oc.args[i];
     if (ac.exact || i >= n_in || (!ac.tensor && spelled_default(a.inputs[i], b.inputs[i])) ||
@@ -281,12 +283,12 @@ void compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareOptions&
   // An op that hands on part of its input (a chunk, a row, a gather) computes nothing: a
   // difference of its input that the input's statistics barely show may be all in the part
   // it hands on, so the part's difference is inherited whatever its size.
-  const bool selects = is_selection_op(a.op) && inherited > 0;
+  const bool selects = inherited > 0 && is_selection_op(a.op);
   const bool beyond_noise = !selects && oc.ratio > opt.noise_factor && added > opt.rtol;
   v.divergent = in_value || out_value || constant_differs || beyond_noise || one_run_made;
   v.beyond_rounding_only =
       beyond_noise && !in_value && !out_value && !constant_differs && !one_run_made;
-  if (v.divergent && oc.cause.empty() && is_random_op(a.op)) {
+  if (v.divergent && oc.cause.empty() && random) {
     // Dropout's masks: another count of zeros from the same count in the input.
     auto first = [](const std::vector<Arg>& args) -> const TensorStats* {
       return args.empty() || !args[0].is_tensor() ? nullptr : &*args[0].tensor;

@@ -9,6 +9,7 @@
 // sum_k |x_k| <= sqrt(n) * ||x_row||_2 ~= n * rms (Cauchy-Schwarz) and
 // sum_k |a_k||b_k| <= ||a_row|| ||b_col|| ~= n * rms(a) * rms(b).
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <string_view>
@@ -180,9 +181,15 @@ std::optional<double> numeric_value(const std::string& json) {
   if (json.empty()) return std::nullopt;
   const char c = json[0];
   if (!(c == '-' || (c >= '0' && c <= '9'))) return std::nullopt;
-  char* end = nullptr;
-  const double v = std::strtod(json.c_str(), &end);
-  if (end != json.c_str() + json.size()) return std::nullopt;
+  // from_chars: strtod's correctly rounded value without its locale (callgrind: a fifth of
+  // the instructions). Out of range (1e400, 1e-400), it leaves v alone: strtod says what
+  // such a number reads as (±inf, or the nearest subnormal or 0), as before.
+  const char* const last = json.data() + json.size();
+  double v = 0;
+  const auto [end, ec] = std::from_chars(json.data(), last, v);
+  if (end != last) return std::nullopt;
+  if (ec == std::errc::result_out_of_range) return std::strtod(json.c_str(), nullptr);
+  if (ec != std::errc()) return std::nullopt;
   return v;
 }
 

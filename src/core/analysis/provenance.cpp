@@ -30,8 +30,14 @@ bool same_stats(const TensorStats& x, const TensorStats& y) {
 }
 
 Provenance::Provenance(const std::vector<OpRecord>& ops) : ops_(ops) {
-  size_t n = 0;
-  for (const OpRecord& r : ops) n += r.outputs.size();
+  size_t n = 0, inputs = 0;
+  first_input_.reserve(ops.size());
+  for (const OpRecord& r : ops) {
+    n += r.outputs.size();
+    first_input_.push_back(inputs);
+    inputs += r.inputs.size();
+  }
+  found_.assign(inputs, kNotSearched);
   made_.reserve(n);
   for (size_t k = 0; k < ops.size(); ++k) {
     if (ops[k].outputs_uninitialized()) continue;  // its values say nothing
@@ -44,8 +50,15 @@ Provenance::Provenance(const std::vector<OpRecord>& ops) : ops_(ops) {
 }
 
 int64_t Provenance::producer(size_t op, size_t input) const {
+  if (input >= ops_[op].inputs.size()) return -1;
+  int64_t& found = found_[first_input_[op] + input];
+  if (found == kNotSearched) found = search(op, input);
+  return found;
+}
+
+int64_t Provenance::search(size_t op, size_t input) const {
   const std::vector<Arg>& in = ops_[op].inputs;
-  if (input >= in.size() || !in[input].is_tensor()) return -1;
+  if (!in[input].is_tensor()) return -1;
   const TensorStats& t = *in[input].tensor;
   const uint64_t digest = stats_digest(t);
   // The ops before `op` with an output of this digest, latest first: the first with the

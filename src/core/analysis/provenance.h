@@ -28,7 +28,8 @@ class Provenance {
 
   /// The index in `ops` of the op that made input `input` of op `op`: the latest op before it
   /// with an output of the same statistics; -1 when none did (made before the step, or by
-  /// an op not recorded).
+  /// an op not recorded). Each is searched once and kept: compare asks for each input of a
+  /// compared op twice (compare_origins.h: Origins, Reconciler).
   int64_t producer(size_t op, size_t input) const;
 
  private:
@@ -40,8 +41,13 @@ class Provenance {
   static bool by_digest_then_op(const Made& x, const Made& y) {
     return x.digest < y.digest || (x.digest == y.digest && x.op < y.op);
   }
+  int64_t search(size_t op, size_t input) const;
+  static constexpr int64_t kNotSearched = -2;
+
   const std::vector<OpRecord>& ops_;
   std::vector<Made> made_;  // by digest, then op: one allocation a group, not one an output
+  std::vector<size_t> first_input_;     // by op: where its inputs start in found_
+  mutable std::vector<int64_t> found_;  // by input of every op: producer(), or kNotSearched
 };
 
 }  // namespace precprobe::analysis_detail

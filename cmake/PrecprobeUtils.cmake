@@ -46,7 +46,7 @@ endfunction()
 
 # Everything a precprobe target (library, test, tool, bench) gets.
 function(precprobe_target target)
-  target_compile_features(${target} PUBLIC cxx_std_17)
+  target_compile_features(${target} PUBLIC cxx_std_${PRECPROBE_CXX_STANDARD})
   precprobe_set_warnings(${target})
   precprobe_enable_sanitizers(${target})
 endfunction()

@@ -25,7 +25,7 @@ pkgs=(build-essential cmake ninja-build git pkg-config ccache ca-certificates
 marker="$root/.precprobe-root-complete"
 want="$(printf '%s\n' "${pkgs[@]}")"
 if [[ ! -f "$marker" ]] || [[ "$(cat "$marker")" != "$want" ]]; then
-  scripts/trixie-root.sh --remove "$root"
+  scripts/debian-root.sh --remove "$root"
   # The placeholder sits at the same path outside and inside the root: apt links to it from
   # inside the chroot when it hands it to dpkg.
   placeholder=/var/cache/precprobe/placeholder
@@ -53,8 +53,8 @@ if [[ "${ROOT_ONLY:-}" == 1 ]]; then
   exit 0
 fi
 
-trap 'scripts/trixie-root.sh --umount "$root"' EXIT
-scripts/trixie-root.sh --mount "$root" "$repo"
+trap 'scripts/debian-root.sh --umount "$root"' EXIT
+scripts/debian-root.sh --mount "$root" "$repo"
 
 # The probe library and the CLI: the library is every translation unit that includes LibTorch;
 # executables linking libtorch_cuda.so are not built (cuDNN, one of its dependencies, is absent).

@@ -40,8 +40,8 @@ esac
 [[ -f .gpu-bundle/env.sh ]] || scripts/gpu-bundle.sh
 ROOT="$root" ROOT_ONLY=1 scripts/build-cuda-trixie.sh
 
-trap 'scripts/trixie-root.sh --umount "$root"' EXIT
-scripts/trixie-root.sh --mount "$root" "$repo"
+trap 'scripts/debian-root.sh --umount "$root"' EXIT
+scripts/debian-root.sh --mount "$root" "$repo"
 
 rc=0
 chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \

@@ -21,7 +21,31 @@ if(PRECPROBE_WITH_TORCH AND PRECPROBE_INSTALL)
                                    ${_launcher}
                    --test-command ${_fp_build}/consumer ${_fp_build}/dump)
   set_tests_properties(consumer.find_package.build PROPERTIES
-                       FIXTURES_REQUIRED precprobe_installed TIMEOUT 900)
+                       FIXTURES_REQUIRED precprobe_installed FIXTURES_SETUP consumer_release_dump
+                       TIMEOUT 900)
+
+  # A Debug build of a program that vendors precprobe (CMake's Debug: no NDEBUG, -O0 -g, the
+  # default of many IDE projects) writes the dump the Release build writes: the same op
+  # records, inputs included, bit for bit. The probe's sources are compiled here a second
+  # time, at -O0 in unity batches (the cheapest compile of them).
+  set(_dbg_build "${PROJECT_BINARY_DIR}/consumer/add_subdirectory_debug")
+  add_test(NAME consumer.debug.build
+           COMMAND ${CMAKE_COMMAND} -E env CCACHE_BASEDIR=${PROJECT_SOURCE_DIR}
+                   ${CMAKE_CTEST_COMMAND} --build-and-test
+                   ${CMAKE_CURRENT_LIST_DIR}/add_subdirectory ${_dbg_build}
+                   --build-generator "${CMAKE_GENERATOR}" --build-target consumer
+                   --build-options -DPRECPROBE_SOURCE_DIR=${PROJECT_SOURCE_DIR}
+                                   -DCMAKE_BUILD_TYPE=Debug -DPRECPROBE_UNITY_BUILD=ON
+                                   -DPRECPROBE_BUILD_TOOLS=OFF ${_launcher}
+                   --test-command ${_dbg_build}/consumer ${_dbg_build}/dump)
+  set_tests_properties(consumer.debug.build PROPERTIES FIXTURES_SETUP consumer_debug_dump
+                       TIMEOUT 1800 LABELS consumer_debug)
+  if(TARGET precprobe_cli)
+    add_test(NAME consumer.debug.same_dump
+             COMMAND precprobe_cli compare --exact ${_fp_build}/dump ${_dbg_build}/dump)
+    set_tests_properties(consumer.debug.same_dump PROPERTIES
+                         FIXTURES_REQUIRED "consumer_release_dump;consumer_debug_dump")
+  endif()
 
   # The vendored tree's CMake, targets, include paths and link: configured in full, the
   # torch-free consumer built and run (a core-only build of the subproject, in unity batches

@@ -2,6 +2,7 @@
 #include "cli_common.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (in <fmt/format.h> before fmt 11)
 #include <unistd.h>
 
 #include <algorithm>

@@ -1,5 +1,6 @@
 // `precprobe overflow DIR`: the op that produced the first NaN/Inf, and how far it spread.
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (in <fmt/format.h> before fmt 11)
 
 #include <CLI/CLI.hpp>
 #include <iostream>

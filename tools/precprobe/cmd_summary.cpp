@@ -1,5 +1,6 @@
 // `precprobe summary DIR`: what a dump holds.
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (in <fmt/format.h> before fmt 11)
 
 #include <CLI/CLI.hpp>
 #include <iostream>

@@ -4,6 +4,7 @@
 #include "precprobe/checklist.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (in <fmt/format.h> before fmt 11)
 
 #include <algorithm>
 #include <cmath>

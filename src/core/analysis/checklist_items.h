@@ -4,6 +4,7 @@
 #pragma once
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (in <fmt/format.h> before fmt 11)
 
 #include <algorithm>
 #include <cstdint>

@@ -5,6 +5,7 @@
 // loss is meant to decrease. Without a logged loss, the output of the loss op of each
 // training step. Rules and thresholds: docs/checklist.md.
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (in <fmt/format.h> before fmt 11)
 
 #include <algorithm>
 #include <cctype>

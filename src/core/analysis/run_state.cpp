@@ -3,6 +3,7 @@
 #include "run_state.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (in <fmt/format.h> before fmt 11)
 
 #include <algorithm>
 #include <fstream>

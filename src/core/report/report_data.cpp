@@ -3,6 +3,7 @@
 // overflow origin, compare) are the CLI's own functions, their to_json() embedded as is
 // (report/report_analysis.cpp).
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (in <fmt/format.h> before fmt 11)
 
 #include <algorithm>
 #include <cmath>

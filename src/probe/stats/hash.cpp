@@ -13,16 +13,16 @@
 
 namespace precprobe {
 
-uint64_t tensor_hash(const at::Tensor& t) { return detail::hash_tensor(t); }
+uint64_t tensor_hash(const at::Tensor& t) { return detail::logical_order_hash(t); }
 
 uint64_t module_hash(const torch::nn::Module& m) {
   // "p:" / "b:" keep a parameter and a buffer of the same name apart.
   std::vector<std::pair<std::string, uint64_t>> entries;
   for (const auto& item : m.named_parameters(/*recurse=*/true)) {
-    entries.emplace_back("p:" + item.key(), detail::hash_tensor(item.value()));
+    entries.emplace_back("p:" + item.key(), detail::logical_order_hash(item.value()));
   }
   for (const auto& item : m.named_buffers(/*recurse=*/true)) {
-    entries.emplace_back("b:" + item.key(), detail::hash_tensor(item.value()));
+    entries.emplace_back("b:" + item.key(), detail::logical_order_hash(item.value()));
   }
   std::sort(entries.begin(), entries.end());
   detail::TensorHasher hasher;

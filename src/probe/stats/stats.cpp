@@ -473,14 +473,14 @@ void summarize(const at::Tensor& t, TensorStats& out, bool with_hash, bool with_
     out.hist.clear();
     fill_header(t, out);
     if (!t.defined() || t.is_meta()) {
-      if (with_hash) out.hash = hash_tensor(t);
+      if (with_hash) out.hash = detail::logical_order_hash(t);
       return;
     }
     if (!readable_on_cpu(t)) {
       if (t.layout() == c10::kStrided && !t.is_quantized() && !t.is_nested()) {
         summarize_with_aten(t, out, with_hash, with_range);  // CUDA and other devices
       } else if (with_hash) {
-        out.hash = hash_tensor(t);
+        out.hash = detail::logical_order_hash(t);
       }
       return;
     }
@@ -489,7 +489,7 @@ void summarize(const at::Tensor& t, TensorStats& out, bool with_hash, bool with_
     if (with_range && t.numel() == 0 &&
         (at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type())))
       out.has_range = true;                     // recorded: no finite non-zero element
-    if (with_hash) out.hash = hasher.digest();  // as hash_tensor(t), header only if unread
+    if (with_hash) out.hash = hasher.digest();  // as logical_order_hash(t)
     if (c10::isIntegralType(t.scalar_type(), /*includeBool=*/false)) add_histogram(t, out);
   } catch (const std::exception& e) {
     report_error(std::string("precprobe: statistics of a ") + out.dtype +
@@ -499,7 +499,7 @@ void summarize(const at::Tensor& t, TensorStats& out, bool with_hash, bool with_
   }
 }
 
-uint64_t hash_tensor(const at::Tensor& t) {
+uint64_t logical_order_hash(const at::Tensor& t) {
   TensorHasher hasher;
   if (!t.defined() || t.is_meta() || t.layout() != c10::kStrided || t.is_quantized() ||
       t.is_nested()) {
@@ -507,7 +507,7 @@ uint64_t hash_tensor(const at::Tensor& t) {
     hasher.header(dtype_name(t), t.defined() ? t.sizes() : c10::IntArrayRef{});
     return hasher.digest();
   }
-  if (!t.device().is_cpu()) return hash_tensor(t.detach().cpu());
+  if (!t.device().is_cpu()) return detail::logical_order_hash(t.detach().cpu());
   run_cpu(t, nullptr, &hasher, false);
   return hasher.digest();
 }

@@ -60,7 +60,7 @@ void summarize_with_aten(const at::Tensor& t, TensorStats& out, bool with_hash,
 bool has_non_finite(const at::Tensor& t) noexcept;
 
 /// The logical-order hash of precprobe::tensor_hash (see precprobe/hash.h).
-uint64_t hash_tensor(const at::Tensor& t);
+uint64_t logical_order_hash(const at::Tensor& t);
 
 /// Identifies a tensor's values cheaply, to cache statistics per tensor.
 ///

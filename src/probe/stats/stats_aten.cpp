@@ -110,7 +110,7 @@ void summarize_with_aten(const at::Tensor& t, TensorStats& out, bool with_hash, 
   out.hist.clear();
   fill_header(t, out);
   if (!t.defined() || t.numel() == 0 || t.layout() != c10::kStrided || t.is_meta()) {
-    if (with_hash) out.hash = hash_tensor(t);
+    if (with_hash) out.hash = detail::logical_order_hash(t);
     return;
   }
   at::NoGradGuard no_grad;
@@ -142,7 +142,7 @@ void summarize_with_aten(const at::Tensor& t, TensorStats& out, bool with_hash, 
   }
   if (with_range && (at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type())))
     range_with_aten(t, out);
-  if (with_hash) out.hash = hash_tensor(t);
+  if (with_hash) out.hash = detail::logical_order_hash(t);
 }
 
 TensorKey make_key(const at::Tensor& t) noexcept {

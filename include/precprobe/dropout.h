@@ -1,7 +1,9 @@
 // Forcing dropout to p = 0 while a guard lives, for every dropout LibTorch can run:
 // torch::nn::Dropout, Dropout2d, Dropout3d, AlphaDropout, FeatureAlphaDropout, the
 // functional forms (torch::dropout, torch::nn::functional::dropout*, in-place variants) and
-// at::native_dropout, including calls from code that never heard of precprobe. With dropout
+// at::native_dropout, the attention ops' `dropout_p` (scaled_dot_product_attention and its
+// fused kernels, nn.MultiheadAttention), the recurrent ops' `dropout` between layers (LSTM,
+// GRU, RNN, cuDNN's), including calls from code that never heard of precprobe. With dropout
 // gone, two seeded runs differ only where arithmetic differs, which is what precprobe looks
 // for.
 //
@@ -11,7 +13,7 @@
 //     auto y = model->forward(x);           // every dropout inside runs with p = 0
 //
 // How: a boxed kernel on LibTorch's dispatch key TESTING_ONLY_GenericMode (above Autograd)
-// rewrites the argument `p` to 0 and redispatches; the guard includes that key in this
+// rewrites the dropout probability to 0 and redispatches; the guard includes that key in this
 // thread's dispatch key set. The kernels are registered once per process, at the first
 // guard (not by static registration, which a static library's linker may drop). If another
 // library already registered a kernel or fallback on that key, the first guard throws
@@ -26,6 +28,9 @@
 // must be destroyed on the thread that created it (it cannot be copied or moved). Guards
 // nest: each thread counts its live guards; dropout comes back when the last one is gone.
 #pragma once
+
+#include <string>
+#include <vector>
 
 namespace precprobe {
 
@@ -46,6 +51,10 @@ class DropoutGuard {
   static bool active();
   /// The number of DropoutGuards alive on this thread.
   static int depth();
+  /// The ops whose dropout probability the guard sets to 0 in the running LibTorch, as
+  /// "aten::name.overload": every op that applies a dropout in its forward (a float `p` in
+  /// a *dropout* op, `dropout_p` of the attention ops, `dropout` of the recurrent ones).
+  static std::vector<std::string> guarded_ops();
 };
 
 }  // namespace precprobe

@@ -51,7 +51,11 @@ std::string major_minor(const std::string& version) {
 }
 
 /// Raises ImportError when this module and the torch package would not share one LibTorch.
-py::dict check_torch(const py::module_& torch) {
+/// pybind11's ABI keys are compared where torch exports them (up to 2.8); pybind11 3 (torch
+/// 2.9 on) exports none, and a torch.Tensor crosses through torch's own caster
+/// (THPVariable), which needs no pybind11 internals shared: the LibTorch version, the C++
+/// ABI and one libtorch_cpu.so in the process are what must match there.
+py::dict check_torch(const py::object& torch) {
   py::dict abi;
   const std::string ours = TORCH_VERSION;
   const std::string theirs = py::str(torch.attr("__version__"));
@@ -106,6 +110,8 @@ PYBIND11_MODULE(_precprobe, m) {
   m.doc() = "precprobe's LibTorch core for Python (use the precprobe package, not this module)";
   py::module_ torch = py::module_::import("torch");
   m.attr("_abi") = pp::check_torch(torch);
+  // The same check on any object shaped like the torch module (tests/python/test_import.py).
+  m.def("_check_torch", &pp::check_torch, py::arg("torch"));
   m.attr("__version__") = PRECPROBE_VERSION_STRING;
 
   static py::exception<precprobe::Error> error(m, "Error", PyExc_RuntimeError);

@@ -14,7 +14,7 @@ if(PRECPROBE_WITH_TORCH AND TARGET precprobe::precprobe)
 endif()
 
 # The pairs compared: tests/ports/test_ports.py, pytest on the built Python module and CLI; also
-# in scripts/trixie-suite.sh's selection (LibTorch 2.6: Python's Adam updates exp_avg with
+# in scripts/libtorch2-suite.sh's selection (LibTorch 2.6: Python's Adam updates exp_avg with
 # lerp_, its multi-head attention projects q, k, v otherwise than LibTorch's C++).
 if(TARGET precprobe_python AND TARGET precprobe_cli AND TARGET port_cnn)
   add_test(NAME ports.pairs

@@ -8,6 +8,7 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -138,6 +139,76 @@ TEST_CASE("while a guard lives attention's dropout_p is 0, in the fused kernel t
   CHECK_FALSE(at::allclose(at::scaled_dot_product_attention(q, k, v, {}, kP), exact, 1e-6, 1e-6));
 }
 #endif
+
+TEST_CASE("while a guard lives an LSTM's dropout between layers is 0, forward and backward",
+          "[dropout]") {
+  torch::manual_seed(11);
+  torch::nn::LSTM dropping(torch::nn::LSTMOptions(6, 8).num_layers(3).dropout(kP));
+  torch::nn::LSTM exact(torch::nn::LSTMOptions(6, 8).num_layers(3).dropout(0.0));
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < exact->parameters().size(); ++i)
+      exact->parameters()[i].copy_(dropping->parameters()[i]);
+  }
+  const auto x = torch::randn({5, 2, 6});
+  auto want = std::get<0>(exact->forward(x));
+  want.sum().backward();
+  {
+    precprobe::DropoutGuard guard;
+    auto got = std::get<0>(dropping->forward(x));
+    got.sum().backward();
+    CHECK(bitwise_equal(got, want));
+    for (size_t i = 0; i < exact->parameters().size(); ++i)
+      CHECK(bitwise_equal(dropping->parameters()[i].grad(), exact->parameters()[i].grad()));
+  }
+  // Without the guard the same LSTM drops between its layers: the test can tell.
+  CHECK_FALSE(bitwise_equal(std::get<0>(dropping->forward(x)), want));
+}
+
+// Every aten op of the running LibTorch that takes a dropout probability, read from the
+// dispatcher's schemas here; each one is guarded, or named below with why it is not. A
+// LibTorch that adds an op taking `p`, `dropout_p` or `dropout` fails this test until the
+// op is understood.
+TEST_CASE("the guard covers every op of this LibTorch that applies a dropout", "[dropout]") {
+  const std::vector<std::string> guarded = precprobe::DropoutGuard::guarded_ops();
+  const std::set<std::string> covered(guarded.begin(), guarded.end());
+  // `p` that is not a dropout probability.
+  const std::set<std::string> other_p = {"cdist", "_cdist_forward", "_cdist_backward", "pdist",
+                                         "_pdist_forward", "_pdist_backward", "pairwise_distance",
+                                         "triplet_margin_loss", "bernoulli", "bernoulli_",
+                                         "geometric", "geometric_"};
+  // Take a dropout probability without applying one in a forward pass.
+  const std::set<std::string> not_applied = {"_fused_sdp_choice", "_cudnn_init_dropout_state",
+                                             "_fill_mem_eff_dropout_mask_"};
+  auto& dispatcher = c10::Dispatcher::singleton();
+  int seen = 0;
+  for (const auto& op : dispatcher.getAllOpNames()) {
+    if (op.name.rfind("aten::", 0) != 0) continue;
+    const auto handle = dispatcher.findSchema(op);
+    if (!handle) continue;
+    bool takes_probability = false;
+    for (const auto& arg : handle->schema().arguments())
+      takes_probability |= arg.type()->kind() == c10::TypeKind::FloatType &&
+                           (arg.name() == "p" || arg.name() == "dropout_p" ||
+                            arg.name() == "dropout");
+    if (!takes_probability) continue;
+    const std::string base = op.name.substr(6);
+    const std::string full = op.name + (op.overload_name.empty() ? "" : "." + op.overload_name);
+    const bool backward = base.size() > 9 && base.compare(base.size() - 9, 9, "_backward") == 0;
+    INFO(full);
+    if (other_p.count(base) || not_applied.count(base) || backward) {
+      CHECK(covered.count(full) == 0);
+    } else {
+      CHECK(covered.count(full) == 1);
+      ++seen;
+    }
+  }
+  // dropout, feature_/alpha_ variants and their in-place forms, native_dropout, lstm, gru, ...
+  CHECK(seen >= 20);
+  CHECK(covered.count("aten::dropout") == 1);
+  CHECK(covered.count("aten::lstm.input") == 1);
+  CHECK(static_cast<int>(covered.size()) == seen);
+}
 
 TEST_CASE("after the guard, dropout is random again with scale 1/(1-p)", "[dropout]") {
   { precprobe::DropoutGuard guard; }

@@ -22,8 +22,8 @@ if(TARGET precprobe_python AND TARGET precprobe_cli)
   endif()
   # PyTorch's OpInfo database through the debugger, every sample (tests/python/opinfo_sweep.py;
   # the bounded sweep runs inside python:pytest). Hours on a small machine: labelled slow, so
-  # that `ctest -LE slow` (scripts/test.sh, scripts/trixie-suite.sh) leaves it out, and not
-  # named python:* (trixie-suite.sh selects ^python:). Run it with `ctest -L sweep`.
+  # that `ctest -LE slow` (scripts/test.sh, scripts/libtorch2-suite.sh) leaves it out, and not
+  # named python:* (libtorch2-suite.sh selects ^python:). Run it with `ctest -L sweep`.
   add_test(NAME opinfo.full
            COMMAND ${PRECPROBE_PYTHON_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/opinfo_sweep.py --full
                    --expect-known --json ${PROJECT_BINARY_DIR}/opinfo_full.json

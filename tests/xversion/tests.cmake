@@ -1,7 +1,7 @@
 # Across LibTorch versions: the Fashion-MNIST example trained 30 steps with this build's
 # LibTorch is compared with the same run recorded under another LibTorch. scripts/test.sh
-# records one with the host's 1.13 and hands it to the LibTorch 2.6 stage
-# (scripts/test-trixie.sh) as PRECPROBE_XVERSION_DUMP; without it there is no such test.
+# records one with the host's 1.13 and hands it to the LibTorch 2.x stage
+# (scripts/test-libtorch2.sh) as PRECPROBE_XVERSION_DUMP; without it there is no such test.
 set(PRECPROBE_XVERSION_DUMP "" CACHE PATH
     "A dump of `train_fashion_mnist --steps 30` made with another LibTorch (tests/xversion)")
 # Aligned ops: since compare pairs ops by content (op, direction, every input and output

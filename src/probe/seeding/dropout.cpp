@@ -6,7 +6,6 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
 
-#include <iterator>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -21,38 +20,62 @@ namespace {
 // p = 0 and its backward is the identity. No stock LibTorch kernel uses it.
 constexpr auto kKey = c10::DispatchKey::TESTING_ONLY_GenericMode;
 
-// Every aten op with a dropout probability argument named "p". Composite ops
-// (dropout, feature_dropout, ...) are caught before they decompose, so the kernels they
-// would call never see a non-zero p either.
-constexpr const char* kDropoutOps[] = {
-    "dropout",       "dropout_",       "feature_dropout",       "feature_dropout_",
-    "alpha_dropout", "alpha_dropout_", "feature_alpha_dropout", "feature_alpha_dropout_",
-    "native_dropout"};
-
-// LibTorch 2.x's attention ops, whose dropout is an argument "dropout_p" applied inside the
-// kernel (the fused CPU and CUDA kernels never call aten::dropout: Python's
-// nn.MultiheadAttention and TransformerEncoderLayer train through them). Registered where the
-// running LibTorch has them.
-constexpr const char* kAttentionOps[] = {"scaled_dot_product_attention",
-                                         "_scaled_dot_product_attention_math",
-                                         "_scaled_dot_product_flash_attention",
-                                         "_scaled_dot_product_flash_attention_for_cpu",
-                                         "_scaled_dot_product_efficient_attention",
-                                         "_scaled_dot_product_cudnn_attention",
-                                         "_scaled_dot_product_fused_attention_overrideable"};
-
-bool has_op(const char* name) {
-  return c10::Dispatcher::singleton()
-      .findSchema(c10::OperatorName(std::string("aten::") + name, ""))
-      .has_value();
+// The ops whose dropout probability the guard sets to 0: every aten op (every overload) of the
+// running LibTorch that applies a dropout in a forward pass, found by its schema, so that
+// ops a newer LibTorch adds are covered without a list to keep:
+//  - a float `p` in an op named *dropout* (dropout, feature_/alpha_ variants, native_dropout,
+//    _fused_dropout; `p` elsewhere is a norm's order or a Bernoulli probability);
+//  - a float `dropout_p`: the attention ops (scaled_dot_product_attention and its fused CPU,
+//    flash, efficient, cuDNN and overrideable kernels, which apply it inside the kernel and
+//    never call aten::dropout: Python's nn.MultiheadAttention trains through them);
+//  - a float `dropout`: the recurrent ops (lstm, gru, rnn_tanh, rnn_relu, their cuDNN, MIOpen,
+//    MPS and quantized kernels: dropout between layers).
+// Backward ops are left alone (autograd hands them the p their forward ran with, 0 under the
+// guard), and so are the ops that take a dropout probability without applying it:
+// _fused_sdp_choice (picks a kernel), _cudnn_init_dropout_state, _fill_mem_eff_dropout_mask_.
+// Composite ops are caught before they decompose, so the kernels they would call never see a
+// non-zero p either.
+bool applies_dropout(const c10::FunctionSchema& schema) {
+  const std::string& name = schema.name();
+  if (name.rfind("aten::", 0) != 0) return false;
+  const auto ends_with = [&](const char* tail) {
+    const size_t n = std::char_traits<char>::length(tail);
+    return name.size() >= n && name.compare(name.size() - n, n, tail) == 0;
+  };
+  if (ends_with("_backward") || name == "aten::_fused_sdp_choice" ||
+      name == "aten::_cudnn_init_dropout_state" || name == "aten::_fill_mem_eff_dropout_mask_")
+    return false;
+  const bool dropout_name = name.find("dropout") != std::string::npos;
+  for (const auto& arg : schema.arguments()) {
+    if (arg.type()->kind() != c10::TypeKind::FloatType) continue;
+    if ((arg.name() == "p" && dropout_name) || arg.name() == "dropout_p" ||
+        arg.name() == "dropout")
+      return true;
+  }
+  return false;
 }
 
-// The ops whose dropout probability the guard sets to 0, in the running LibTorch.
-std::vector<const char*> guarded_ops() {
-  std::vector<const char*> ops(std::begin(kDropoutOps), std::end(kDropoutOps));
-  for (const char* name : kAttentionOps)
-    if (has_op(name)) ops.push_back(name);
-  return ops;
+bool is_dropout_probability(const c10::Argument& arg) {
+  return arg.type()->kind() == c10::TypeKind::FloatType &&
+         (arg.name() == "p" || arg.name() == "dropout_p" || arg.name() == "dropout");
+}
+
+// "name" or "name.overload", as torch::Library::impl takes them.
+std::string qualified(const c10::OperatorName& op) {
+  std::string name = op.name.substr(std::char_traits<char>::length("aten::"));
+  if (!op.overload_name.empty()) name += "." + op.overload_name;
+  return name;
+}
+
+// The ops the guard covers in the running LibTorch, in the dispatcher's order.
+std::vector<c10::OperatorName> guarded_op_names() {
+  std::vector<c10::OperatorName> out;
+  auto& dispatcher = c10::Dispatcher::singleton();
+  for (const auto& name : dispatcher.getAllOpNames()) {
+    const auto op = dispatcher.findSchema(name);
+    if (op && applies_dropout(op->schema())) out.push_back(name);
+  }
+  return out;
 }
 
 thread_local int t_depth = 0;
@@ -64,9 +87,7 @@ void zero_p(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::S
   const auto& args = op.schema().arguments();
   const size_t base = stack->size() - args.size();
   for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i].name() == "p" || args[i].name() == "dropout_p") {
-      (*stack)[base + i] = c10::IValue(0.0);
-    }
+    if (is_dropout_probability(args[i])) (*stack)[base + i] = c10::IValue(0.0);
   }
   op.redispatchBoxed(ks & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, kKey), stack);
 }
@@ -88,12 +109,12 @@ void check_key_is_free() {
         "TESTING_ONLY_GenericMode; precprobe needs that key to force dropout to p=0. Set "
         "keep_dropout or remove the other registration.");
   }
-  for (const char* name : guarded_ops()) {
-    auto op = dispatcher.findOp(c10::OperatorName(std::string("aten::") + name, ""));
+  for (const auto& name : guarded_op_names()) {
+    auto op = dispatcher.findOp(name);
     if (op && op->hasKernelForDispatchKey(kKey)) {
-      throw Error(std::string("DropoutGuard: another library already registered a kernel "
-                              "for aten::") +
-                  name + " on dispatch key TESTING_ONLY_GenericMode; precprobe needs that key.");
+      throw Error("DropoutGuard: another library already registered a kernel for aten::" +
+                  qualified(name) +
+                  " on dispatch key TESTING_ONLY_GenericMode; precprobe needs that key.");
     }
   }
 }
@@ -108,8 +129,9 @@ std::unique_ptr<Registration> make_registration() {
     reg->fallthrough->fallback(torch::CppFunction::makeFallthrough());
     reg->kernels =
         std::make_unique<torch::Library>(torch::Library::IMPL, "aten", kKey, __FILE__, __LINE__);
-    for (const char* name : guarded_ops()) {
-      reg->kernels->impl(name, torch::CppFunction::makeFromBoxedFunction<&zero_p>());
+    for (const auto& name : guarded_op_names()) {
+      reg->kernels->impl(qualified(name).c_str(),
+                         torch::CppFunction::makeFromBoxedFunction<&zero_p>());
     }
   } catch (const c10::Error& e) {
     throw Error(std::string("DropoutGuard: registering the p=0 kernels on dispatch key "
@@ -163,5 +185,11 @@ bool DropoutGuard::active() {
 }
 
 int DropoutGuard::depth() { return t_depth; }
+
+std::vector<std::string> DropoutGuard::guarded_ops() {
+  std::vector<std::string> out;
+  for (const auto& name : guarded_op_names()) out.push_back("aten::" + qualified(name));
+  return out;
+}
 
 }  // namespace precprobe

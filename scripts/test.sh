@@ -8,14 +8,17 @@
 #   3. the torch-free core's readers fuzzed (clang, libFuzzer, ASan+UBSan, bounded runs);
 #   4. under TSan: the core's tests that run threads (the writer's producers, compare's
 #      judges), and the op capture (observer, statistics worker, writer) from several threads;
-#   5. LibTorch 2.6 in a Debian trixie root (scripts/test-trixie.sh), Release: the probe's
-#      tests, the reliability drivers, pytest, and a cross-version compare of the example
-#      trained under both. The root is made (mmdebstrap; downloads) in the background while
-#      stages 1-4 compile.
+#   5. LibTorch 2.14 in a Debian sid root (scripts/test-libtorch2.sh; GCC 16, C++20, fmt 11,
+#      pybind11 3, Python 3.14, torchvision 0.27), Release: the probe's tests, the reliability
+#      drivers, the find_package consumer, pytest with its bounded OpInfo sweep, the port
+#      pairs, and a cross-version compare of the example trained under 1.13 and 2.14. The
+#      root is made (mmdebstrap; downloads) in the background while stages 1-4 compile.
 # Stages 2-5 build only what they run, the core, the probe and the CLI in unity batches
 # (PRECPROBE_UNITY_BUILD); every stage compiles from nothing on a fresh clone.
-#   PRECPROBE_QUICK=1        only stage 1
-#   PRECPROBE_SKIP_TRIXIE=1  no LibTorch 2.6 stage (it needs root and ~1.5 GB of packages)
+#   PRECPROBE_QUICK=1            only stage 1
+#   PRECPROBE_LIBTORCH2=SUITES   the Debian releases of stage 5, in order (default "sid";
+#                                "sid trixie" adds LibTorch 2.6; "" leaves stage 5 out: it
+#                                needs root and ~2 GB of packages a release)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
@@ -38,11 +41,16 @@ timings() {
 trap timings EXIT
 scripts/install-deps.sh
 jobs="$(nproc)"
-trixie_root="${PRECPROBE_TRIXIE_ROOT:-/var/cache/precprobe/trixie-root}"
+read -r -a suites <<<"${PRECPROBE_LIBTORCH2-sid}"
+[[ "${PRECPROBE_QUICK:-0}" == "1" ]] && suites=()
+# The roots are made one after the other in the background (downloads) while stages 1-4
+# compile.
 root_pid=""
-if [[ "${PRECPROBE_QUICK:-0}" != "1" && "${PRECPROBE_SKIP_TRIXIE:-0}" != "1" ]]; then
+if (( ${#suites[@]} )); then
   mkdir -p build-logs
-  scripts/trixie-root.sh "$trixie_root" >build-logs/trixie-root.log 2>&1 &
+  ( for s in "${suites[@]}"; do
+      scripts/debian-root.sh "$s" "/var/cache/precprobe/$s-root" || exit 1
+    done ) >build-logs/debian-roots.log 2>&1 &
   root_pid=$!
 fi
 
@@ -103,13 +111,15 @@ capture_tests="debugger|debugger_values|stats_engine|arg_shapes|loader_threads|r
   -R "^test_(dump_writer|name_matcher|compare_stream|$capture_tests):|^test_reliability:ops from several threads" \
   -E "killed with SIGKILL")
 
-[[ "${PRECPROBE_SKIP_TRIXIE:-0}" == "1" ]] && exit 0
-stage "LibTorch 2.6 (Debian trixie root), Release: the probe's tests, pytest, 1.13 vs 2.6"
+(( ${#suites[@]} )) || exit 0
 if ! wait "$root_pid"; then
-  cat build-logs/trixie-root.log >&2
-  echo "test.sh: making the trixie root failed (build-logs/trixie-root.log)" >&2
+  cat build-logs/debian-roots.log >&2
+  echo "test.sh: making the Debian roots failed (build-logs/debian-roots.log)" >&2
   exit 1
 fi
-XVERSION_DUMP="$PWD/build/xversion/libtorch-1.13" ROOT="$trixie_root" scripts/test-trixie.sh
-[[ -c /dev/null ]] || { echo "test.sh: /dev/null is no longer a character device" >&2; exit 1; }
+for s in "${suites[@]}"; do
+  stage "LibTorch of Debian $s (a root), Release: the probe's tests, consumers, pytest, ports, 1.13 vs $s"
+  XVERSION_DUMP="$PWD/build/xversion/libtorch-1.13" SUITE="$s" scripts/test-libtorch2.sh
+  [[ -c /dev/null ]] || { echo "test.sh: /dev/null is no longer a character device" >&2; exit 1; }
+done
 echo "== all stages passed"

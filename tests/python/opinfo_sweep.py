@@ -96,6 +96,15 @@ HARNESS = "opinfo_harness"  # precprobe.Scope of the sweep's own ops inside a st
 # must record them as unwritten: counts 0, statistics null, docs/debugger.md).
 UNINITIALIZED_OPS = {"empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided",
                      "empty_permuted"}
+# Ops whose outputs differ in their last bits from one plain run to the next without the
+# debugger, too rarely for a few plain reruns to see it every time: their outputs are never
+# compared bitwise (a verdict left to chance is no verdict); their records are still checked
+# against the tensors they describe. linalg.lstsq (LAPACK's gelsy driver on CPU): measured on
+# an AMD EPYC VM, LibTorch 1.13, float32, about 190 of its samples differ between plain runs
+# alone, and the full sweep once failed on sample 17 (6 elements, last bits) after its eight
+# plain reruns and sixteen moved copies all agreed with the reference.
+NONDETERMINISTIC_OPS = {"linalg.lstsq": "LAPACK's gelsy driver: last bits vary from run to run "
+                                        "without the debugger"}
 # resize_ / resize_as_ hand back memory nothing wrote when they grow their tensor.
 REGROW_OPS = {"resize_", "resize_as_"}
 
@@ -667,6 +676,9 @@ class Worker:
             self.loss_of(self.forward_out(case, out1)))))
         if case.uninit:
             case.skip_compare = "uninitialized output by design (empty*): not compared"
+        elif case.op.name in NONDETERMINISTIC_OPS:
+            case.skip_compare = ("nondeterministic without the debugger: "
+                                 + NONDETERMINISTIC_OPS[case.op.name])
         elif not signatures_equal(case.ref, sig2)[0]:
             case.skip_compare = "nondeterministic without the debugger (two plain runs differ)"
 

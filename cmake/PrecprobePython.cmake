@@ -51,6 +51,12 @@ else()
 endif()
 if(NOT PRECPROBE_PYTHON_WHY)
   set(PYTHON_EXECUTABLE "${_pp_exe}" CACHE FILEPATH "The interpreter of the Python module" FORCE)
+  # CMake 3.27 on warns about pybind11's own FindPythonLibsNew (CMP0148): pybind11 then finds
+  # the interpreter with CMake's FindPython, given the same one.
+  if(NOT CMAKE_VERSION VERSION_LESS 3.27)
+    set(PYBIND11_FINDPYTHON ON)
+    set(Python_EXECUTABLE "${_pp_exe}")
+  endif()
   find_package(pybind11 CONFIG QUIET)
   if(NOT pybind11_FOUND)
     set(PRECPROBE_PYTHON_WHY "no pybind11 (Debian: apt-get install pybind11-dev python3-dev)")

@@ -512,6 +512,14 @@ inline constexpr double kRoundingFailure = 1e-9;
 double gamma_tilde(double n, double u) noexcept;
 /// A number written as JSON text ("0.5", "-3", "1e-7"); nullopt otherwise.
 std::optional<double> numeric_value(const std::string& json);
+/// The shortest decimal text that reads back as exactly `v` (0.2, not 0.20000000000000001;
+/// 1e-07; "inf", "-inf", "nan").
+std::string shortest_number(double v);
+/// An argument's JSON text as a person reads it: each floating-point number in it (the
+/// text, or the elements of a list) in its shortest form that reads back exactly; integers,
+/// strings and everything else as they are ("0.20000000000000001" -> "0.2",
+/// "[0.90000000000000002,0.999]" -> "[0.9,0.999]").
+std::string display_value(const std::string& json);
 
 /// The rounding allowance of one output of an op.
 struct OutputBound {

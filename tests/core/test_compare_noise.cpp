@@ -359,3 +359,40 @@ TEST_CASE("numeric_value reads a number as the C library's strtod does", "[analy
   CHECK(*numeric_value("0.5") == 0.5);
   CHECK_FALSE(numeric_value("+1"));
 }
+
+TEST_CASE("numbers are shown in their shortest form that reads back exactly", "[analysis][noise]") {
+  CHECK(shortest_number(0.2) == "0.2");
+  CHECK(shortest_number(0.02) == "0.02");
+  CHECK(shortest_number(1e-7) == "1e-07");
+  CHECK(shortest_number(-0.0) == "-0");
+  CHECK(shortest_number(std::numeric_limits<double>::infinity()) == "inf");
+  CHECK(shortest_number(-std::numeric_limits<double>::infinity()) == "-inf");
+  CHECK(shortest_number(std::nan("")) == "nan");
+  // Differential, against the C library: the text reads back (strtod) as the same double bit
+  // for bit, and is never longer than printf's %.17g, which always reads back.
+  std::mt19937_64 gen(42);
+  for (int i = 0; i < 20000; ++i) {
+    uint64_t bits = gen();
+    double v = 0;
+    std::memcpy(&v, &bits, sizeof v);
+    if (!std::isfinite(v)) continue;
+    if (i % 2) v = std::ldexp(static_cast<double>(bits >> 11), -53) * 10.0;  // ordinary sizes
+    const std::string s = shortest_number(v);
+    INFO(s);
+    const double back = std::strtod(s.c_str(), nullptr);
+    CHECK(std::memcmp(&back, &v, sizeof v) == 0);
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%.17g", v);
+    CHECK(s.size() <= std::strlen(buf));
+  }
+  // As the records hold them (the probe writes %.17g): each float of a text or of a list,
+  // integers and words untouched.
+  CHECK(display_value("0.20000000000000001") == "0.2");
+  CHECK(display_value("[0.90000000000000002,0.999]") == "[0.9,0.999]");
+  CHECK(display_value("[1,2]") == "[1,2]");
+  CHECK(display_value("5") == "5");
+  CHECK(display_value("\"mean\"") == "\"mean\"");
+  CHECK(display_value("\"-inf\"") == "\"-inf\"");
+  CHECK(display_value("[]") == "[]");
+  CHECK(display_value("null") == "null");
+}

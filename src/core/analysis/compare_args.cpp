@@ -4,7 +4,6 @@
 #include <cmath>
 #include <functional>
 #include <optional>
-#include <sstream>
 #include <utility>
 
 #include "compare_parts.h"
@@ -13,17 +12,7 @@
 
 namespace precprobe::analysis_detail {
 
-// The shortest of %.15g and %.17g that reads back as v.
-std::string fmt_number(double v) {
-  for (int digits : {15, 17}) {
-    std::ostringstream o;
-    o.precision(digits);
-    o << v;
-    const double back = std::stod(o.str());
-    if (digits == 17 || !(back < v || v < back)) return o.str();
-  }
-  return {};
-}
+std::string fmt_number(double v) { return shortest_number(v); }
 
 // A 0-d tensor of one element, no parameter, against a number on the other side: both
 // values; nullopt otherwise.
@@ -195,9 +184,11 @@ double compare_args(const OpRecord& ra, const OpRecord& rb, bool inputs, OpCompa
         // A default spelled out on one side only: Python's argument parser passes
         // device="cpu", pin_memory=False, the input's dtype; LibTorch's C++ API leaves them
         // None. What the default means shows in the outputs, which are compared.
-        ac.note = "default on one side: " + a[i].value + " vs " + b[i].value;
+        ac.note = "default on one side: " + display_value(a[i].value) + " vs " +
+                  display_value(b[i].value);
       } else if (!ac.exact) {
-        ac.note = "value differs: " + a[i].value + " vs " + b[i].value;
+        ac.note = "value differs: " + display_value(a[i].value) + " vs " +
+                  display_value(b[i].value);
         const std::optional<double> x = a[i].is_tensor() ? std::nullopt : numeric_value(a[i].value);
         const std::optional<double> y = b[i].is_tensor() ? std::nullopt : numeric_value(b[i].value);
         const bool integral = a[i].value.find_first_of(".eE") == std::string::npos &&

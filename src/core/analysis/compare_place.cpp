@@ -59,7 +59,7 @@ void shown_input_differences(const OpRecord& la, const OpRecord& lb, OpCompare& 
       ac.tensor = false;
       ac.exact = false;
       ac.error = ac.abs_error = kCompareInf;
-      ac.note = "value differs: " + x.value + " vs " + y.value;
+      ac.note = "value differs: " + display_value(x.value) + " vs " + display_value(y.value);
     } else {
       continue;
     }

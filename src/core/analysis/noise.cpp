@@ -193,6 +193,34 @@ std::optional<double> numeric_value(const std::string& json) {
   return v;
 }
 
+std::string shortest_number(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[32];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  return ec == std::errc() ? std::string(buf, end) : std::string();
+}
+
+std::string display_value(const std::string& json) {
+  const auto one = [](std::string_view text) {
+    const std::string t(text);
+    if (t.find_first_of(".eE") == std::string::npos) return t;  // an integer, a word
+    const std::optional<double> v = numeric_value(t);
+    return v ? shortest_number(*v) : t;
+  };
+  if (json.size() < 2 || json.front() != '[' || json.back() != ']') return one(json);
+  std::string out = "[";
+  size_t from = 1;
+  while (from < json.size() - 1) {
+    size_t comma = json.find(',', from);
+    if (comma == std::string::npos || comma > json.size() - 1) comma = json.size() - 1;
+    if (from > 1) out += ',';
+    out += one(std::string_view(json).substr(from, comma - from));
+    from = comma + 1;
+  }
+  return out + "]";
+}
+
 OpNoise op_noise(const OpRecord& a, const OpRecord& b) {
   OpNoise nz;
   op_noise(a, b, nz);

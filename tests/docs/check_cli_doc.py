@@ -130,7 +130,8 @@ def check_blocks(root, exe, workdir, pages, problems, notes):
 
 
 def check_copies(root, pages, problems):
-    cli = [normalise("\n".join(body)) for _, body, _ in blocks(os.path.join(root, "docs", "cli.md"))]
+    cli_md = os.path.join(root, "docs", "cli.md")
+    cli = [normalise("\n".join(body)) for _, body, _ in blocks(cli_md)]
     copies = 0
     for page in pages:
         rel = os.path.relpath(page, root)
@@ -163,10 +164,10 @@ def main():
         os.symlink(os.path.join(root, "tests"), os.path.join(work, "tests"))
         if make_dump:
             subprocess.run([make_dump, os.path.join(work, "dump")], check=True)
-        ran = check_blocks(root, exe, work,
-                           [os.path.join(root, "README.md"), os.path.join(root, "docs", "cli.md.in")],
-                           problems, notes)
-        pages = [os.path.join(root, "README.md")] + sorted(glob.glob(os.path.join(root, "docs", "*.md")))
+        by_hand = [os.path.join(root, "README.md"), os.path.join(root, "docs", "cli.md.in")]
+        ran = check_blocks(root, exe, work, by_hand, problems, notes)
+        pages = [os.path.join(root, "README.md")]
+        pages += sorted(glob.glob(os.path.join(root, "docs", "*.md")))
         copies = check_copies(root, pages, problems)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

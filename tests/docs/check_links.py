@@ -22,7 +22,10 @@ import unicodedata
 FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)[ \t]*#*[ \t]*$")
 SETEXT = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
-INLINE_LINK = re.compile(r"!?\[((?:[^\[\]]|\[[^\]]*\])*)\]\(\s*(<[^>]*>|[^()\s]*(?:\([^()\s]*\)[^()\s]*)*)(?:\s+(?:\"[^\"]*\"|'[^']*'))?\s*\)")
+# [text](target "title") and ![alt](target); the target may hold one level of parentheses.
+INLINE_LINK = re.compile(r"!?\[((?:[^\[\]]|\[[^\]]*\])*)\]"
+                         r"\(\s*(<[^>]*>|[^()\s]*(?:\([^()\s]*\)[^()\s]*)*)"
+                         r"(?:\s+(?:\"[^\"]*\"|'[^']*'))?\s*\)")
 REF_DEF = re.compile(r"^ {0,3}\[([^\]]+)\]:\s*(<[^>]*>|\S+)")
 HTML_ATTR = re.compile(r"<(?:a|img)\b[^>]*?\b(?:href|src)\s*=\s*[\"']([^\"']+)[\"']", re.I)
 HTML_ID = re.compile(r"<[a-z][^>]*?\b(?:id|name)\s*=\s*[\"']([^\"']+)[\"']", re.I)
@@ -132,7 +135,8 @@ def check(root):
             path, _, anchor = target.partition("#")
             path = path.split("?")[0]
             dest = os.path.normpath(os.path.join(os.path.dirname(f), path)) if path else f
-            if not dest.startswith(os.path.normpath(root) + os.sep) and dest != os.path.normpath(root):
+            top = os.path.normpath(root)
+            if not dest.startswith(top + os.sep) and dest != top:
                 problems.append(f"{where}: points outside the source tree")
                 continue
             if not os.path.exists(dest):

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check of issue 27, one command on the GPU machine (NVIDIA GPU, the image's Python
+# The GPU check (docs/cuda.md), one command on the GPU machine (NVIDIA GPU, the image's Python
 # with PyTorch 2.11+cu130, nvcc 13, cmake, ninja, no network): builds precprobe against the
 # PyTorch wheel's LibTorch with the fused CUDA statistics kernel for the GPU's own
 # architecture, then runs, each stage time-boxed and logged, going on past a failing stage:

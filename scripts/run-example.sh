@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh --example
 # Only what this job runs (the library, the CLI, the example); the tests are built by
-# scripts/test.sh. A first build is a unity build (README, "Building"): from nothing it is
+# scripts/test.sh. A first build is a unity build (docs/testing.md, "The build"): from nothing it is
 # several times faster; `cmake -DPRECPROBE_UNITY_BUILD=OFF build` turns it off for editing.
 unity=()
 [[ -f build/CMakeCache.txt ]] || unity=(-DPRECPROBE_UNITY_BUILD=ON)

@@ -1,5 +1,5 @@
 // How small an error `precprobe compare --first` finds, and how quiet it stays on healthy
-// pairs (issue 28.4; the table in docs/cli.md, "Sensitivity"). Not a Google Benchmark: it
+// pairs (the table in docs/cli.md, "Sensitivity"). Not a Google Benchmark: it
 // prints a table.
 //
 //   bench_compare_sensitivity A B [--step S] [--plant NAME]... [--list]

@@ -1,4 +1,4 @@
-// A synthetic training run for the reading benchmarks (issue 37): op records shaped like
+// A synthetic training run for the reading benchmarks: op records shaped like
 // the ones the probe writes at level L2 for a residual MLP (linear, layer_norm, relu, a
 // cross-entropy head), with the backward nodes, AccumulateGrad and the optimizer's updates,
 // plus the gradient monitor's and the loss's lines. One step is ~54 records per block and

@@ -1,4 +1,4 @@
-// The op watchpoints' cost per record (docs/watchpoints.md; issue 48): OpWatcher::observe on
+// The op watchpoints' cost per record (docs/watchpoints.md): OpWatcher::observe on
 // the records of a synthetic L2 run of a residual MLP (bench_dump_model.h: forward ops whose
 // outputs require grad, backward nodes, the optimizer), one thread, against encoding the same
 // records (append_json, which the writer thread does to every record anyway). Watched records

@@ -1,4 +1,4 @@
-// Writes a synthetic dump for the reading benchmarks (issue 37) with the core's DumpWriter,
+// Writes a synthetic dump for the reading benchmarks with the core's DumpWriter,
 // torch-free: the records of bench_dump_model.h, one flush per step as the debugger does.
 //
 //   make_bench_dump DIR [--records N] [--noise X] [--overflow-step S [--diverge 1]] [--seed S]

@@ -1,4 +1,4 @@
-// Issue 37, item 5: json_lite (src/core/json_lite.h, the reader's own parser) against
+// json_lite (src/core/json_lite.h, the reader's own parser) against
 // simdjson 3 (Debian's libsimdjson-dev) on the same op records, both producing the same
 // OpRecord. Reads the first N lines of a dump's ops stream into memory (decompression is
 // not timed: it is the same for both), then times, each on every line:

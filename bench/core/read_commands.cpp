@@ -1,5 +1,5 @@
-// Times what `precprobe summary`, `overflow` and `compare` do with a dump, in this process
-// (issue 37): open the dump, read every stream, analyse, make the result's JSON. Prints op
+// Times what `precprobe summary`, `overflow` and `compare` do with a dump, in this process:
+// open the dump, read every stream, analyse, make the result's JSON. Prints op
 // records per second of CPU time and of wall time per run, and a digest of the result's JSON
 // text so that two builds can be shown to give the same answer.
 //

@@ -1,4 +1,4 @@
-// The PrecisionDebugger's cost on a GPU (issue 27): step time of a training step with no
+// The PrecisionDebugger's cost on a GPU: step time of a training step with no
 // debugger, with L1 statistics on every op forward and backward (the fused CUDA statistics
 // kernel), with overflow_check, and with "record": "on_anomaly" on healthy steps, on
 //   gpt  one GPT-style block (LayerNorm, causal self-attention through

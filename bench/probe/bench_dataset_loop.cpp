@@ -1,5 +1,5 @@
 // The PrecisionDebugger on a program written the way LibTorch tutorials write a CIFAR
-// ResNet (issue 29): the whole training set in memory as one tensor (Float [N, 3, 32, 32]),
+// ResNet: the whole training set in memory as one tensor (Float [N, 3, 32, 32]),
 // every sample of a batch indexed from it (aten::select), augmented one by one (zero pad 4,
 // random 32x32 crop, random horizontal flip, normalisation) and stacked; a small ResNet
 // (three stages of two residual blocks, batch norm), cross-entropy, SGD with momentum; one

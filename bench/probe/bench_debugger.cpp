@@ -17,13 +17,13 @@
 // --only runs some variants (and "no debugger"), e.g. "L1 statistics (async),L1 + range
 // (async)" (comma-separated), for profiling; --fixed-only 1 runs only the fixed cost per record.
 // --fixed-step K ends a step (step()) every K ops of the fixed cost and of --records (0: one
-// step, the figure before session 15). --records N runs N aten::add of 4 floats under a
-// started debugger (async, L1; --task
-// overflow_check or "none" for no debugger) and nothing else: the difference of two runs under
+// step of all 20 000 ops, as in BENCHMARKS.md's figures before 2026-11-29). --records N runs
+// N aten::add of 4 floats under a started debugger (async, L1; --task overflow_check or
+// "none" for no debugger) and nothing else: the difference of two runs under
 // `valgrind --tool=callgrind` gives instructions per record, independent of load.
-// --threads: "free-core" (the default) or "default", settings (a) and (b) of BENCHMARKS.md
-// (bench_support.h, apply_threading). Every line also gives the CPU time of all threads and
-// its ratio (setting (c)). Both arms of a ratio run in one process, with the same malloc
+// --threads: "free-core" (the default) or "default", BENCHMARKS.md's "free core" and
+// "default threading" (bench_support.h, apply_threading). Every line also gives the CPU time
+// of all threads and its ratio. Both arms of a ratio run in one process, with the same malloc
 // settings (--malloc).
 #include <time.h>
 #include <torch/torch.h>

@@ -15,7 +15,7 @@
 // writes it: the worker mode may read a newer version), no arguments other than tensors.
 //
 //   kInline  the kernel runs on the op's thread, at the op's end: what L1 must cost where no
-//            core is idle (settings (b) and (c) of BENCHMARKS.md).
+//            core is idle (BENCHMARKS.md's "default threading", and the CPU of all threads).
 //   kWorker  the op's thread only hands a reference to the tensor to one worker thread (a
 //            vector under a mutex), which summarises it: what the training thread must pay
 //            with a free core (setting (a)). Holding the reference delays the tensor's free.

@@ -1,5 +1,5 @@
-// L1 statistics on three training loops shaped like the programs users bring (issue 37 item
-// 4), against the same loop without a debugger:
+// L1 statistics on three training loops shaped like the programs users bring, against the
+// same loop without a debugger:
 //   resnet  a CIFAR-style ResNet (3 stages of basic blocks, 16/32/64 channels, batch
 //           norm) on an in-memory dataset of 32x32 RGB images, with the usual augmentation
 //           done in the loop (4-pixel pad and random crop, random horizontal flip), batch 64,
@@ -14,10 +14,10 @@
 // Both arms run in one process, interleaved in rounds, with the same malloc settings
 // (--malloc: "tuned" gives both tune_malloc's settings, "default" glibc's; the debugger's own
 // tune_malloc is set alike) and the same threading (--threads: "free-core" = one intra-op
-// thread and OpenBLAS pinned to one, a core left to the statistics worker, setting (a) of
-// BENCHMARKS.md; "default" = LibTorch's and OpenBLAS's thread counts as a program finds
-// them, setting (b)). Each line gives the median step's wall time, the training thread's CPU
-// time and the CPU time of all threads (setting (c)), and their ratios to no debugger.
+// thread and OpenBLAS pinned to one, a core left to the statistics worker, BENCHMARKS.md's
+// "free core"; "default" = LibTorch's and OpenBLAS's thread counts as a program finds
+// them, its "default threading"). Each line gives the median step's wall time, the training
+// thread's CPU time and the CPU time of all threads, and their ratios to no debugger.
 // With --floors 1 (the default) two more arms run: bench_floor.h's floor of L1 statistics,
 // the kernel over each tensor version once a step on the op's thread ("floor inline") and
 // handed to a worker ("floor worker"), with no debugger.

@@ -55,9 +55,10 @@ inline int blas_threads() {
 }
 
 /// --threads: "free-core" runs the model on one intra-op thread with OpenBLAS pinned to one
-/// thread, leaving the other cores to the statistics worker and the writer (setting (a) of
-/// BENCHMARKS.md); "default" leaves LibTorch's and OpenBLAS's thread counts as a program
-/// finds them (setting (b)). Prints the setting; false (and a message) for another mode.
+/// thread, leaving the other cores to the statistics worker and the writer (BENCHMARKS.md's
+/// "free core"); "default" leaves LibTorch's and OpenBLAS's thread counts as a program
+/// finds them (its "default threading"). Prints the setting; false (and a message) for
+/// another mode.
 inline bool apply_threading(const std::string& mode) {
   if (mode != "free-core" && mode != "default") {
     std::fprintf(stderr, "--threads %s: use free-core or default\n", mode.c_str());

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Where the CPU of L1 goes, per thread (issue 49, item 1): bench_debugger's reference MLP
-profiled with `perf record -e cpu-clock` (a software clock: it works where the hardware
-counters are "not supported", on VMs), its samples bucketed by thread and by what the code
-does, in ms of CPU per step.
+"""Where the CPU of L1 goes, per thread (BENCHMARKS.md, "Where the cost goes"):
+bench_debugger's reference MLP profiled with `perf record -e cpu-clock` (a software clock: it
+works where the hardware counters are "not supported", on VMs), its samples bucketed by
+thread and by what the code does, in ms of CPU per step.
 
 Two runs of bench_debugger under perf, the same steps and threading: one with the variant
 asked for (and the "no debugger" arm that bench_debugger always runs beside it), one with

@@ -15,7 +15,7 @@ both).
     PYTHONPATH=build/python taskset -c 1 /usr/bin/python3 bench/python/bench_python_l1.py \\
         --cpp build/bin/bench_fashion_step --steps 50 --rounds 5
 
-`--model mlp [--h 256]` (issue 49, item 5): bench_debugger's reference MLP instead (input 256
+`--model mlp [--h 256]`: bench_debugger's reference MLP instead (input 256
 -> Linear(256, h) -> 4 x [Linear(h, h) -> LayerNorm -> GELU -> Dropout(0.1), residual add] ->
 Linear(h, 10)), cross-entropy, AdamW, one batch of 128 standard-normal rows, the loop as
 bench_debugger's Trainer writes it (no observe_batch, no clipping; `.item()` of the loss);

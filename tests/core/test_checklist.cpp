@@ -194,10 +194,10 @@ TEST_CASE("checklist: inputs not normalised", "[checklist]") {
   CHECK(c->figures[1].second == Approx(std::sqrt(0.61)));
 }
 
-// Issue 26: a scale that trains is not a problem, even when not standardised exactly.
+// A scale that trains is not a problem, even when not standardised exactly.
 TEST_CASE("checklist: [0, 1] pixels and MNIST's constants on Fashion-MNIST are not a problem",
           "[checklist]") {
-  // Fashion-MNIST scaled to [0, 1]: mean 0.286, std 0.353. (A problem before issue 26.)
+  // Fashion-MNIST scaled to [0, 1]: mean 0.286, std 0.353.
   const ChecklistResult unit = run_checklist(pixels(0.286, 0.353));
   const CheckItem& u = normalised_item(unit);
   CHECK(u.verdict == Verdict::kOk);

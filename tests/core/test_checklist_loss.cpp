@@ -1,4 +1,4 @@
-// hp.loss_trend from what the user logged (issue 26): every scalar named "*loss*" is a loss
+// hp.loss_trend from what the user logged: every scalar named "*loss*" is a loss
 // judged on its own; the losses of a game (a GAN: two optimizers, a discriminator's and a
 // generator's loss, losses moving against each other) are judged for divergence only. The
 // runs carry the loss op's records as well, the output of the first binary_cross_entropy of

@@ -323,7 +323,7 @@ namespace {
 // dropout in train mode) and its backward; with `eval_train` an evaluation pass inside the
 // same step too (NoGradGuard, dropout's `train` argument = *eval_train), as a loop that
 // evaluates every N steps runs it. `grad_recorded`: the records carry their grad mode
-// (OpRecord::grad), as the debugger writes them since issue 26; else the dump of an older one.
+// (OpRecord::grad), as the debugger writes them; else the dump of an older debugger.
 void cnn_step(DumpData& d, int64_t step, std::optional<bool> eval_train, bool grad_recorded) {
   int64_t seq = 0;
   auto pass = [&](bool grad, bool train) {
@@ -380,7 +380,7 @@ TEST_CASE("checklist from records: an evaluation inside a training step", "[chec
   SECTION("done right (gradients off, model.eval()): ok") {
     const CheckItem c = item_in(cnn_run(false), "api.train_eval_mode");
     INFO(c.evidence);
-    CHECK(c.verdict == Verdict::kOk);  // before issue 26: 3 training passes in eval mode
+    CHECK(c.verdict == Verdict::kOk);  // the 3 passes without gradients are evaluation
     CHECK(figure_of(c, "train_batches") == 30);
     CHECK(figure_of(c, "eval_batches") == 3);
     CHECK(figure_of(c, "grad_recorded_ops") == 30 * 2 + 3 * 2);
@@ -389,7 +389,7 @@ TEST_CASE("checklist from records: an evaluation inside a training step", "[chec
   SECTION("the model left in train mode: problem") {
     const CheckItem c = item_in(cnn_run(true), "api.train_eval_mode");
     INFO(c.evidence);
-    CHECK(c.verdict == Verdict::kProblem);  // before issue 26: ok
+    CHECK(c.verdict == Verdict::kProblem);
     CHECK(figure_of(c, "eval_in_train_mode") == 3);
     CHECK_THAT(c.evidence,
                Catch::Matchers::ContainsSubstring("3 of 3 evaluation passes (gradients off) ran "

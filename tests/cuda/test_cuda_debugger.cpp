@@ -2,7 +2,7 @@
 // (overflow_check and L1 statistics, read back through find_overflow as `precprobe overflow`
 // does), and "record": "on_anomaly" replaying an anomalous CUDA step from its device
 // snapshot (reproduced, origin, classification). Built only with PRECPROBE_WITH_CUDA; needs a
-// GPU (cuda_or_skip()). Written without a GPU (issue 27): scripts/gpu-check.sh runs it there.
+// GPU (cuda_or_skip()). Written without a GPU: scripts/gpu-check.sh runs it on one.
 #include <torch/torch.h>
 
 // probe/debugger_fixture.h compares floats exactly (its float64 reference).

@@ -4,8 +4,8 @@
 // every op, forward and backward), through compare_dumps and through the CLI.
 // A file of its own: seed_all() must set CUBLAS_WORKSPACE_CONFIG before cuBLAS starts in the
 // process, which another test case of the same executable would do first.
-// Built only with PRECPROBE_WITH_CUDA; needs a GPU (cuda_or_skip()). Written without a GPU
-// (issue 27): scripts/gpu-check.sh runs it there.
+// Built only with PRECPROBE_WITH_CUDA; needs a GPU (cuda_or_skip()). Written without a GPU:
+// scripts/gpu-check.sh runs it on one.
 #include <sys/wait.h>
 #include <torch/torch.h>
 

@@ -5,8 +5,8 @@
 // scalar, empty, a tensor larger than one launch's 1024 blocks). Each record must equal a
 // float64 recomputation of the CPU copy (reference() of probe/debugger_fixture.h) and
 // summarize() of it (the CPU path, whose conventions the records keep).
-// Built only with PRECPROBE_WITH_CUDA; needs a GPU (cuda_or_skip()). Written without a GPU
-// (issue 27): scripts/gpu-check.sh runs it there, also under compute-sanitizer.
+// Built only with PRECPROBE_WITH_CUDA; needs a GPU (cuda_or_skip()). Written without a GPU:
+// scripts/gpu-check.sh runs it on one, also under compute-sanitizer.
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/torch.h>

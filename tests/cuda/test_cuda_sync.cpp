@@ -1,4 +1,4 @@
-// No host synchronisation added by precprobe inside a CUDA training step (issue 27):
+// No host synchronisation added by precprobe inside a CUDA training step:
 //  - PyTorch's detector: c10::cuda::warning_state().set_sync_debug_mode(L_ERROR) makes every
 //    synchronising call PyTorch makes (a blocking copy, .item(), nonzero, ...) throw; an L1
 //    statistics step and an overflow_check step of a CUDA MLP must run under it;

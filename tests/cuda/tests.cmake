@@ -1,4 +1,4 @@
-# CUDA tests (issue 27): built only when the fused statistics kernel is (PRECPROBE_WITH_CUDA
+# CUDA tests: built only when the fused statistics kernel is (PRECPROBE_WITH_CUDA
 # with a CUDA LibTorch); they need a GPU to check anything and say so (WARN) without one, or
 # fail when PRECPROBE_REQUIRE_CUDA is set, as scripts/gpu-check.sh sets it.
 #   test_cuda_stats        every dtype and layout against a float64 CPU recomputation

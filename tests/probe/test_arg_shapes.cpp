@@ -2,9 +2,9 @@
 // cat), Tensor?[] (index, index_put_), optional tensors left None (batch_norm without
 // affine), scalar lists (_foreach_add_), tuple and list outputs with undefined tensors
 // (native_batch_norm_backward with an output mask), empty and 0-dim tensors, NaN and ±Inf,
-// and an op that throws. Issue 35: overflow_check read a TensorList input after the op had
-// returned (the dispatcher frees the inputs after the start callbacks) and crashed the
-// program in aten::stack.
+// and an op that throws. A TensorList input must be read at the op's start: the dispatcher
+// frees the inputs after the start callbacks, and an overflow_check that read them after the
+// op had returned crashed the program in aten::stack (issue 35 of the project's tracker).
 //
 // Each task runs the same ops; the test asserts no error was counted, the overflow origin,
 // and the statistics of the list arguments against a float64 recomputation.
@@ -33,7 +33,7 @@ struct Shapes {
   at::Tensor a, b, s, c;
 };
 
-// The program of issue 35, then every other argument shape. Returns the tensors the checks
+// The program that crashed (torch::stack of temporaries), then every other argument shape. Returns the tensors the checks
 // need.
 Shapes run_ops() {
   Shapes r;
@@ -192,7 +192,7 @@ TEST_CASE("tensor task: list arguments saved and summarised", "[arg_shapes]") {
   check_stack(read_ops(dir), s);
 }
 
-TEST_CASE("overflow_check: the program of issue 35, as written", "[arg_shapes]") {
+TEST_CASE("overflow_check: torch::stack of temporaries, as a program writes it", "[arg_shapes]") {
   // torch:: calls (through autograd's kernels), TensorList temporaries, every run of it.
   for (int run = 0; run < 5; ++run) {
     precprobe::test::TempDir dir("arg_shapes");

@@ -119,7 +119,7 @@ TEST_CASE("checklist probe: planted data and API bugs flip their items", "[check
   raw.normalise = false;
   raw.raw = true;
   CHECK(of(run(raw), "data.inputs_not_normalised") == Verdict::kProblem);
-  // Pixels in [0, 1] train: not a problem since issue 26 (it was one before).
+  // Pixels in [0, 1] train: a scale that trains is not a problem.
   RunSpec unit;
   unit.normalise = false;
   CHECK(of(run(unit), "data.inputs_not_normalised") == Verdict::kOk);

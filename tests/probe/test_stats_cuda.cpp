@@ -1,8 +1,8 @@
 // CUDA tensors through StatsEngine (the fused kernel with PRECPROBE_WITH_CUDA, else the ATen
 // path): each record must equal summarize() of the tensor copied to the CPU, schema included.
 // Needs a GPU: without one the test case says so (WARN) and checks nothing, or fails when
-// PRECPROBE_REQUIRE_CUDA is set (scripts/gpu-check.sh). Issue 15 wrote it on a machine
-// without a GPU; tests/cuda/ (issue 27) has the wider CUDA tests.
+// PRECPROBE_REQUIRE_CUDA is set (scripts/gpu-check.sh). Written on a machine without a GPU;
+// tests/cuda/ has the wider CUDA tests.
 #include <torch/torch.h>
 
 // Exact float comparisons are the point here.

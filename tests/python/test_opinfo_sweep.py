@@ -1,4 +1,4 @@
-"""Every op PyTorch tests, under every task (issue 36, item 4): the bounded sweep of
+"""Every op PyTorch tests, under every task: the bounded sweep of
 opinfo_sweep.py — PyTorch's OpInfo database (op_db), the first sample of every op for each
 dtype it supports among float32, float64, bfloat16, float16, int64, bool and complex64,
 the same samples with NaN/+Inf/-Inf planted (floating and complex dtypes) and with

@@ -2,8 +2,8 @@
 // GradMonitor (gradient statistics, weight update norms) and AnomalyWatch (gradient norms).
 //
 // Each loop reads every element once and does all its work in that pass (a gradient holding
-// NaN/Inf is read a second time, to count them): six ATen reductions cost ~35x more on this
-// LibTorch (see libtorch-internals.md). Accumulation is in float64; the GradMonitor's sums in
+// NaN/Inf is read a second time, to count them): six ATen reductions cost ~35x more.
+// Accumulation is in float64; the GradMonitor's sums in
 // fixed lanes, the same bits on every machine (below). Supported element types: float, double,
 // BFloat16, Half; callers convert anything else. Strided tensors are walked one innermost row at a
 // time; contiguous and dense (permuted) tensors as one flat span. Pure functions: any thread, no

@@ -22,7 +22,7 @@ echo "== libtorch-dev $(dpkg-query -W -f='${Version}' libtorch-dev)," \
      "$(g++ --version | head -1)"
 if [[ "${FULL:-0}" == "1" ]]; then
   BUILD_DIR="$build_dir" scripts/build.sh -DPRECPROBE_BUILD_BENCH=OFF -DPRECPROBE_PIC_PROBE=ON \
-    "${xversion[@]}"
+    -DPRECPROBE_UNITY_BUILD=ON "${xversion[@]}"
   cd "$build_dir" && exec ctest --output-on-failure -j "$jobs" -LE 'slow|epoch' \
     -E '^(browser|flat)\.'
 fi

@@ -391,6 +391,8 @@ TEST_CASE("numbers are shown in their shortest form that reads back exactly", "[
   CHECK(display_value("[0.90000000000000002,0.999]") == "[0.9,0.999]");
   CHECK(display_value("[1,2]") == "[1,2]");
   CHECK(display_value("5") == "5");
+  CHECK(display_value("2.0") == "2.0");
+  CHECK(display_value("1e+20") == "1e+20");
   CHECK(display_value("\"mean\"") == "\"mean\"");
   CHECK(display_value("\"-inf\"") == "\"-inf\"");
   CHECK(display_value("[]") == "[]");

@@ -206,7 +206,11 @@ std::string display_value(const std::string& json) {
     const std::string t(text);
     if (t.find_first_of(".eE") == std::string::npos) return t;  // an integer, a word
     const std::optional<double> v = numeric_value(t);
-    return v ? shortest_number(*v) : t;
+    if (!v) return t;
+    std::string out = shortest_number(*v);
+    // Still a floating-point number to the reader ("2.0", as written, not "2").
+    if (out.find_first_of(".eEn") == std::string::npos) out += ".0";
+    return out;
   };
   if (json.size() < 2 || json.front() != '[' || json.back() != ']') return one(json);
   std::string out = "[";

@@ -72,6 +72,49 @@ struct OpBrief {
   nlohmann::json to_json() const;
 };
 
+// --------------------------------------------------------------------------- masking
+
+/// -inf the program wrote on purpose, an attention mask (`scores.masked_fill(mask, -inf)`, an
+/// additive mask made with full(-inf)), and the ops that carried it on (a -inf in, no NaN or
+/// +Inf out: an add, a view, a softmax row with some -inf inputs): the program's intent, not
+/// an overflow, and not counted as NaN/Inf by overflow, summary, check, the op watchpoints or
+/// the report (docs/debugger.md, "Masks"; the rule: src/core/analysis/masking.h).
+struct MaskingSummary {
+  int64_t writers = 0;   ///< op records that wrote a mask's -inf
+  int64_t carriers = 0;  ///< op records that carried it on
+  int64_t steps = 0;     ///< steps with a mask writer (on any rank)
+  /// The first writer, by (step, seq, rank): its op ("aten::masked_fill"), record name,
+  /// where, and the -inf elements of its outputs.
+  std::string op, name;
+  int64_t step = 0, seq = 0;
+  int rank = 0;
+  int64_t elements = 0;
+  /// summary only: the tensor_overflow hits the run wrote live (an older writer) at masking
+  /// ops, left out of SummaryResult::op_watch_hits.
+  int64_t live_watch_hits = 0;
+
+  bool any() const noexcept { return writers > 0; }
+  /// For people: "31744 elements set to -inf by aten::masked_fill (step 0), masks in 30
+  /// steps; not counted as overflow".
+  std::string describe() const;
+  /// null when !any(); else {"writers", "carriers", "steps", "op", "name", "step", "rank",
+  /// "seq", "elements", "live_watch_hits", "text"}.
+  nlohmann::json to_json() const;
+};
+
+/// The mask writer upstream of an origin born from a mask (the latest writer that started
+/// before it in its step).
+struct MaskedBy {
+  std::string op;    ///< "aten::masked_fill"
+  std::string name;  ///< "aten::masked_fill.0.forward"
+  int64_t step = 0, seq = 0;
+  int rank = 0;
+  std::optional<std::string> module;  ///< as RankOverflow::origin_module attributes it
+
+  /// {"op", "name", "step", "rank", "seq", "module"}.
+  nlohmann::json to_json() const;
+};
+
 // ------------------------------------------------------------------- how the run ended
 
 /// How one rank's run ended, from meta.json's "state", crash.json and the "step_end" events
@@ -181,7 +224,8 @@ struct SummaryResult {
   std::optional<int64_t> step_min, step_max;
   std::vector<std::pair<int64_t, int64_t>> records_per_step;  ///< (step, op records)
   int64_t op_records = 0, scaler_records = 0, grad_records = 0, scalar_records = 0;
-  int64_t nonfinite_op_records = 0;      ///< op records with a non-finite output
+  /// Op records with a non-finite output, a mask's -inf aside (`masking`).
+  int64_t nonfinite_op_records = 0;
   std::vector<NameCount> nonfinite_ops;  ///< per op name ("aten::exp"), most first
   ScalerSummary scaler;
   /// Per (parameter, watchpoint), earliest first hit first (step order, then record order).
@@ -191,6 +235,9 @@ struct SummaryResult {
   std::vector<OpWatchHit> op_watch_hits;
   /// The first step with a non-finite op output; JSON "first_nonfinite_step".
   std::optional<int64_t> first_nonfinite_step;
+  /// -inf written as a mask and carried on: not in the counts above; JSON "masking" (null
+  /// when none).
+  MaskingSummary masking;
   /// The first rank's logged losses, in order of first use; in the JSON as "losses".
   std::vector<LossSummary> losses;
   ReplicaSummary replicas;
@@ -232,10 +279,21 @@ SummaryResult summarize_dump(const DumpData& data, bool by_module = false);
 /// produced the value is blamed rather than the op that wraps it. Nesting does not depend
 /// on the order of records in the file. An op with a non-finite input only propagates and
 /// is never the origin.
+///
+/// Masks (MaskingSummary): a mask's -inf is no NaN/Inf here. Its writer is no candidate, the
+/// ops that carry it on neither receive nor produce a non-finite value, and an op whose
+/// inputs hold a mask's -inf and no NaN/+Inf and whose outputs hold NaN or +Inf (a softmax of
+/// a fully masked row) is a candidate: the NaN is born there, `reason` says why and
+/// `masked_by` names the mask.
 struct RankOverflow {
   int rank = 0;
   bool found = false;
   OpBrief origin;
+  /// Why the origin made NaN/Inf, when a mask did: "every element of 2 of its 64 rows was
+  /// -inf: fully masked rows"; nullopt for any other origin.
+  std::optional<std::string> reason;
+  /// The mask writer upstream of an origin born from a mask.
+  std::optional<MaskedBy> masked_by;
   /// The module of the origin, attributed as `precprobe precision` does (modules.h): a
   /// forward op belongs to the module of the last parameter an op of its step consumed, a
   /// backward op to the module of the forward op that made its autograd node. nullopt when
@@ -259,7 +317,12 @@ struct OverflowResult {
   bool found = false;                        ///< an origin was found on some rank
   OpBrief origin;                            ///< the earliest by (step, seq, rank)
   std::optional<std::string> origin_module;  ///< its module (RankOverflow::origin_module)
-  bool any_nonfinite = false;                ///< some op had non-finite inputs or outputs
+  std::optional<std::string> reason;         ///< its RankOverflow::reason (JSON "reason")
+  std::optional<MaskedBy> masked_by;         ///< its RankOverflow::masked_by ("masked_by")
+  /// Some op had non-finite inputs or outputs (a mask's -inf aside).
+  bool any_nonfinite = false;
+  /// The masks of every rank (JSON "masking", null when none).
+  MaskingSummary masking;
   std::vector<RankOverflow> ranks;
   /// The steps of the op records read: what "no NaN/Inf" covers.
   std::optional<int64_t> step_min, step_max;

@@ -322,7 +322,7 @@ TEST_CASE("masking: a fully masked row is named at its softmax, with the mask", 
   CHECK(item->evidence ==
         "first NaN/Inf produced by aten::softmax.0.forward in module b0.qkv (rank 0, step 10, "
         "seq 4): every element of 2 of its 16 rows was -inf: fully masked rows (masked by "
-        "aten::masked_fill.0.forward, seq 2 in module b0.qkv)");
+        "aten::masked_fill.0.forward, seq 2, module b0.qkv)");
 
   // The watchpoints fire first at the softmax of step 10, not at a mask before.
   const std::vector<OpWatchHit> hits = watch(d);

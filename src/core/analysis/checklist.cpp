@@ -35,7 +35,7 @@ CheckItem check_overflow(const OverflowResult& r, int64_t op_records, const RunS
     if (r.reason) why = ": " + *r.reason;
     if (r.masked_by) {
       why += fmt::format(" (masked by {}, seq {}{})", r.masked_by->name, r.masked_by->seq,
-                         r.masked_by->module ? " in module " + *r.masked_by->module : "");
+                         r.masked_by->module ? ", module " + *r.masked_by->module : "");
     }
     set(c, Verdict::kProblem,
         fmt::format("first NaN/Inf produced by {}{} (rank {}, step {}, seq {}){}", r.origin.name,

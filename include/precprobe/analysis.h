@@ -22,8 +22,10 @@
 #include <vector>
 
 #include "precprobe/error.h"
+#include "precprobe/masking.h"
 #include "precprobe/reader.h"
 #include "precprobe/records.h"
+#include "precprobe/run_state.h"
 
 namespace precprobe {
 
@@ -71,96 +73,6 @@ struct OpBrief {
   static OpBrief from(const OpRecord& r);
   nlohmann::json to_json() const;
 };
-
-// --------------------------------------------------------------------------- masking
-
-/// -inf the program wrote on purpose, an attention mask (`scores.masked_fill(mask, -inf)`, an
-/// additive mask made with full(-inf)), and the ops that carried it on (a -inf in, no NaN or
-/// +Inf out: an add, a view, a softmax row with some -inf inputs): the program's intent, not
-/// an overflow, and not counted as NaN/Inf by overflow, summary, check, the op watchpoints or
-/// the report (docs/debugger.md, "Masks"; the rule: src/core/analysis/masking.h).
-struct MaskingSummary {
-  int64_t writers = 0;   ///< op records that wrote a mask's -inf
-  int64_t carriers = 0;  ///< op records that carried it on
-  int64_t steps = 0;     ///< steps with a mask writer (on any rank)
-  /// The first writer, by (step, seq, rank): its op ("aten::masked_fill"), record name,
-  /// where, and the -inf elements of its outputs.
-  std::string op, name;
-  int64_t step = 0, seq = 0;
-  int rank = 0;
-  int64_t elements = 0;
-  /// summary only: the tensor_overflow hits the run wrote live (an older writer) at masking
-  /// ops, left out of SummaryResult::op_watch_hits.
-  int64_t live_watch_hits = 0;
-
-  bool any() const noexcept { return writers > 0; }
-  /// For people: "31744 elements set to -inf by aten::masked_fill (step 0), masks in 30
-  /// steps; not counted as overflow".
-  std::string describe() const;
-  /// null when !any(); else {"writers", "carriers", "steps", "op", "name", "step", "rank",
-  /// "seq", "elements", "live_watch_hits", "text"}.
-  nlohmann::json to_json() const;
-};
-
-/// The mask writer upstream of an origin born from a mask (the latest writer that started
-/// before it in its step).
-struct MaskedBy {
-  std::string op;    ///< "aten::masked_fill"
-  std::string name;  ///< "aten::masked_fill.0.forward"
-  int64_t step = 0, seq = 0;
-  int rank = 0;
-  std::optional<std::string> module;  ///< as RankOverflow::origin_module attributes it
-
-  /// {"op", "name", "step", "rank", "seq", "module"}.
-  nlohmann::json to_json() const;
-};
-
-// ------------------------------------------------------------------- how the run ended
-
-/// How one rank's run ended, from meta.json's "state", crash.json and the "step_end" events
-/// (docs/dump-format.md, "Did the run stop?").
-struct RankRunState {
-  int rank = 0;
-  /// "stopped" (stop() wrote meta.json), "signalled" (SIGTERM/SIGINT, flushed before it
-  /// went on), "crashed" (a fatal signal: crash.json or meta.json "crashed"), "not_stopped"
-  /// (meta.json still says "running" and no crash record: killed with SIGKILL, power lost,
-  /// or still running), "unknown" (no state: not written by the debugger).
-  std::string state = "unknown";
-  std::optional<int> signal;         ///< "signalled" or "crashed"
-  std::optional<CrashRecord> crash;  ///< crash.json (else meta.json's "crash")
-  /// meta.json says "crashed": the flush after the crash completed (else only crash.json
-  /// was written, by the signal handler, and the step_end events tell what is complete).
-  bool crash_flushed = false;
-  /// The writer marks step ends (meta.json "step_end_events"); older dumps do not.
-  bool step_end_events = false;
-  /// The last step whose "step_end" event is on disk: every record of it and of the steps
-  /// before was written. nullopt: none.
-  std::optional<int64_t> complete_through;
-  /// Did not stop: "crashed" or "not_stopped".
-  bool incomplete() const noexcept { return state == "crashed" || state == "not_stopped"; }
-};
-
-struct RunState {
-  std::vector<RankRunState> ranks;
-
-  /// No rank is incomplete: every rank stopped, was signalled and flushed, or has no state.
-  bool stopped() const noexcept;
-  bool crashed() const noexcept;
-  /// The smallest complete_through of the incomplete ranks (nullopt: none known, or all
-  /// stopped).
-  std::optional<int64_t> complete_through() const;
-  /// For people, "" when stopped: "the run did not stop — crashed or still running;
-  /// complete through step 2", "the run crashed: SIGSEGV at step 3 in aten::mul (thread
-  /// 0); complete through step 2" (per rank, "rank 1: ...", when ranks differ).
-  std::string describe() const;
-  /// {"stopped", "crashed", "complete_through", "text", "ranks": [...]}.
-  nlohmann::json to_json() const;
-};
-
-/// How the run of every rank ended: meta.json, crash.json and a pass over the events.
-RunState run_state(DumpReader& reader);
-/// The same from records in memory (crash.json is read when a rank's `dir` names one).
-RunState run_state(const DumpData& data);
 
 // ---------------------------------------------------------------------------- summary
 

@@ -478,3 +478,39 @@ TEST_CASE("masking: a written dump reads the same with and without digests", "[m
   DumpReader r(dir.path().string());
   CHECK(r.watch_hits().empty());
 }
+
+TEST_CASE("masking: digests decode masked steps and still find the first origin", "[masking]") {
+  // Steps 0..3 mask; from step 6 the data holds NaN (no op makes it); an exp overflows at
+  // step 15. Overflow decodes the masked steps at once and the others 1, 4, 16 at a time.
+  DumpData d;
+  for (int64_t s = 0; s < 4; ++s) attention_step(d, s);
+  for (int64_t s = 4; s < 30; ++s) {
+    const bool nan = s >= 6;
+    add_step(d, s, 0,
+             {{"aten::mul",
+               0,
+               {nan ? targ({kNaN, 1}) : targ({1, 1}), targ({2})},
+               {nan ? targ({kNaN, 2}) : targ({2, 2})}},
+              {"aten::exp",
+               1,
+               {targ({1.0, s == 15 ? 100.0 : 1.0})},
+               {targ({2.7, s == 15 ? kInf : 2.7})}}});
+  }
+  TempDir dir("masking_gap");
+  write(dir.path(), d);
+  const nlohmann::json o = overflow_json(dir.path(), true);
+  CHECK(o == overflow_json(dir.path(), false));
+  CHECK(summary_json(dir.path(), true) == summary_json(dir.path(), false));
+  CHECK(o["found"] == true);
+  CHECK(o["name"] == "aten::exp.0.forward");
+  CHECK(o["step"] == 15);
+  CHECK(o["nonfinite_before_origin"] == true);
+  CHECK(o["ranks"][0]["first_nonfinite_input"]["step"] == 6);
+  CHECK(o["masking"]["writers"] == 4);
+  CHECK(o["masking"]["steps"] == 4);
+  CHECK(o["steps_affected"] == 15);  // 15..29
+  // The same from memory.
+  const OverflowResult m = find_overflow(d);
+  CHECK(m.origin.step == 15);
+  CHECK(m.ranks[0].first_nonfinite_input->step == 6);
+}

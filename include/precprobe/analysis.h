@@ -22,8 +22,10 @@
 #include <vector>
 
 #include "precprobe/error.h"
+#include "precprobe/masking.h"
 #include "precprobe/reader.h"
 #include "precprobe/records.h"
+#include "precprobe/run_state.h"
 
 namespace precprobe {
 
@@ -71,53 +73,6 @@ struct OpBrief {
   static OpBrief from(const OpRecord& r);
   nlohmann::json to_json() const;
 };
-
-// ------------------------------------------------------------------- how the run ended
-
-/// How one rank's run ended, from meta.json's "state", crash.json and the "step_end" events
-/// (docs/dump-format.md, "Did the run stop?").
-struct RankRunState {
-  int rank = 0;
-  /// "stopped" (stop() wrote meta.json), "signalled" (SIGTERM/SIGINT, flushed before it
-  /// went on), "crashed" (a fatal signal: crash.json or meta.json "crashed"), "not_stopped"
-  /// (meta.json still says "running" and no crash record: killed with SIGKILL, power lost,
-  /// or still running), "unknown" (no state: not written by the debugger).
-  std::string state = "unknown";
-  std::optional<int> signal;         ///< "signalled" or "crashed"
-  std::optional<CrashRecord> crash;  ///< crash.json (else meta.json's "crash")
-  /// meta.json says "crashed": the flush after the crash completed (else only crash.json
-  /// was written, by the signal handler, and the step_end events tell what is complete).
-  bool crash_flushed = false;
-  /// The writer marks step ends (meta.json "step_end_events"); older dumps do not.
-  bool step_end_events = false;
-  /// The last step whose "step_end" event is on disk: every record of it and of the steps
-  /// before was written. nullopt: none.
-  std::optional<int64_t> complete_through;
-  /// Did not stop: "crashed" or "not_stopped".
-  bool incomplete() const noexcept { return state == "crashed" || state == "not_stopped"; }
-};
-
-struct RunState {
-  std::vector<RankRunState> ranks;
-
-  /// No rank is incomplete: every rank stopped, was signalled and flushed, or has no state.
-  bool stopped() const noexcept;
-  bool crashed() const noexcept;
-  /// The smallest complete_through of the incomplete ranks (nullopt: none known, or all
-  /// stopped).
-  std::optional<int64_t> complete_through() const;
-  /// For people, "" when stopped: "the run did not stop — crashed or still running;
-  /// complete through step 2", "the run crashed: SIGSEGV at step 3 in aten::mul (thread
-  /// 0); complete through step 2" (per rank, "rank 1: ...", when ranks differ).
-  std::string describe() const;
-  /// {"stopped", "crashed", "complete_through", "text", "ranks": [...]}.
-  nlohmann::json to_json() const;
-};
-
-/// How the run of every rank ended: meta.json, crash.json and a pass over the events.
-RunState run_state(DumpReader& reader);
-/// The same from records in memory (crash.json is read when a rank's `dir` names one).
-RunState run_state(const DumpData& data);
 
 // ---------------------------------------------------------------------------- summary
 
@@ -181,7 +136,8 @@ struct SummaryResult {
   std::optional<int64_t> step_min, step_max;
   std::vector<std::pair<int64_t, int64_t>> records_per_step;  ///< (step, op records)
   int64_t op_records = 0, scaler_records = 0, grad_records = 0, scalar_records = 0;
-  int64_t nonfinite_op_records = 0;      ///< op records with a non-finite output
+  /// Op records with a non-finite output, a mask's -inf aside (`masking`).
+  int64_t nonfinite_op_records = 0;
   std::vector<NameCount> nonfinite_ops;  ///< per op name ("aten::exp"), most first
   ScalerSummary scaler;
   /// Per (parameter, watchpoint), earliest first hit first (step order, then record order).
@@ -191,6 +147,9 @@ struct SummaryResult {
   std::vector<OpWatchHit> op_watch_hits;
   /// The first step with a non-finite op output; JSON "first_nonfinite_step".
   std::optional<int64_t> first_nonfinite_step;
+  /// -inf written as a mask and carried on: not in the counts above; JSON "masking" (null
+  /// when none).
+  MaskingSummary masking;
   /// The first rank's logged losses, in order of first use; in the JSON as "losses".
   std::vector<LossSummary> losses;
   ReplicaSummary replicas;
@@ -232,10 +191,21 @@ SummaryResult summarize_dump(const DumpData& data, bool by_module = false);
 /// produced the value is blamed rather than the op that wraps it. Nesting does not depend
 /// on the order of records in the file. An op with a non-finite input only propagates and
 /// is never the origin.
+///
+/// Masks (MaskingSummary): a mask's -inf is no NaN/Inf here. Its writer is no candidate, the
+/// ops that carry it on neither receive nor produce a non-finite value, and an op whose
+/// inputs hold a mask's -inf and no NaN/+Inf and whose outputs hold NaN or +Inf (a softmax of
+/// a fully masked row) is a candidate: the NaN is born there, `reason` says why and
+/// `masked_by` names the mask.
 struct RankOverflow {
   int rank = 0;
   bool found = false;
   OpBrief origin;
+  /// Why the origin made NaN/Inf, when a mask did: "every element of 2 of its 64 rows was
+  /// -inf: fully masked rows"; nullopt for any other origin.
+  std::optional<std::string> reason;
+  /// The mask writer upstream of an origin born from a mask.
+  std::optional<MaskedBy> masked_by;
   /// The module of the origin, attributed as `precprobe precision` does (modules.h): a
   /// forward op belongs to the module of the last parameter an op of its step consumed, a
   /// backward op to the module of the forward op that made its autograd node. nullopt when
@@ -259,7 +229,12 @@ struct OverflowResult {
   bool found = false;                        ///< an origin was found on some rank
   OpBrief origin;                            ///< the earliest by (step, seq, rank)
   std::optional<std::string> origin_module;  ///< its module (RankOverflow::origin_module)
-  bool any_nonfinite = false;                ///< some op had non-finite inputs or outputs
+  std::optional<std::string> reason;         ///< its RankOverflow::reason (JSON "reason")
+  std::optional<MaskedBy> masked_by;         ///< its RankOverflow::masked_by ("masked_by")
+  /// Some op had non-finite inputs or outputs (a mask's -inf aside).
+  bool any_nonfinite = false;
+  /// The masks of every rank (JSON "masking", null when none).
+  MaskingSummary masking;
   std::vector<RankOverflow> ranks;
   /// The steps of the op records read: what "no NaN/Inf" covers.
   std::optional<int64_t> step_min, step_max;

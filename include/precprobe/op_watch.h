@@ -44,7 +44,9 @@ struct RunMeta;
 struct OpWatchOptions {
   /// "enable": false turns every op watchpoint off.
   bool enable = true;
-  /// "tensor_overflow": a NaN or Inf in an output (at once).
+  /// "tensor_overflow": a NaN or Inf in an output (at once); a mask's -inf (written by
+  /// masked_fill(mask, -inf) and the like, and carried on) is not one (precprobe/analysis.h,
+  /// MaskingSummary).
   bool tensor_overflow = true;
   /// "tensor_all_zero": every element of the output is 0 where this op's earlier outputs were
   /// not (a dead layer: at once).

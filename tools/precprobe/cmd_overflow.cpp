@@ -46,6 +46,12 @@ void print_rank_table(const OverflowResult& r, const Terminal& term) {
   t.print(std::cout, term);
 }
 
+// A mask's -inf, said once: the program's intent, not counted.
+void print_masking(const OverflowResult& r, const Terminal& term) {
+  if (r.masking.any())
+    std::cout << paint(term, Tone::kDim, "masking: " + r.masking.describe()) << '\n';
+}
+
 // Which steps "no NaN/Inf" covers, and whether the run stopped.
 void print_clean(const OverflowResult& r, const Terminal& term) {
   std::string steps;
@@ -53,8 +59,10 @@ void print_clean(const OverflowResult& r, const Terminal& term) {
     steps = r.step_min == r.step_max ? fmt::format(" of step {}", *r.step_min)
                                      : fmt::format(" of steps {}..{}", *r.step_min, *r.step_max);
   }
+  if (r.masking.any()) steps += " other than masking's -inf";
   if (r.run.stopped()) {
     std::cout << paint(term, Tone::kGreen, "No NaN/Inf in any recorded op" + steps + ".") << '\n';
+    print_masking(r, term);
     return;
   }
   const auto through = r.run.complete_through();
@@ -66,6 +74,7 @@ void print_clean(const OverflowResult& r, const Terminal& term) {
             << paint(term, Tone::kRed,
                      "but " + r.run.describe() + ": what came after is not in the dump.")
             << '\n';
+  print_masking(r, term);
 }
 
 void print_overflow(const OverflowResult& r, const Terminal& term) {
@@ -82,6 +91,12 @@ void print_overflow(const OverflowResult& r, const Terminal& term) {
     std::cout << paint(term, Tone::kRed, "First non-finite value produced by " + r.origin.name)
               << '\n';
     print_op(r.origin, r.origin_module);
+    if (r.reason) std::cout << fmt::format("  {:<8}{}\n", "why", *r.reason);
+    if (r.masked_by) {
+      std::cout << fmt::format("  {:<8}{} (step {}, seq {}{})\n", "mask", r.masked_by->name,
+                               r.masked_by->step, r.masked_by->seq,
+                               r.masked_by->module ? ", module " + *r.masked_by->module : "");
+    }
     std::cout << fmt::format(
         "spread: {} later ops with non-finite outputs; {} steps affected ({}{})\n",
         mine->later_nonfinite_ops, mine->steps_affected,
@@ -108,6 +123,7 @@ void print_overflow(const OverflowResult& r, const Terminal& term) {
     std::cout << "  the value came from outside the recorded ops (input data, parameters, or "
                  "code that ran before recording started).\n";
   }
+  print_masking(r, term);
   print_rank_table(r, term);
 }
 
@@ -124,6 +140,9 @@ void add_overflow_command(CLI::App& app, int& exit_code) {
       "and whose outputs are not; an op nested inside it that does the same is preferred.\n"
       "The origin's module is named as `precprobe precision` attributes it, when parameters\n"
       "were named (dbg.start(model)).\n"
+      "A mask's -inf (masked_fill(mask, -inf), full(-inf), where(m, x, -inf)) and the ops that\n"
+      "carry it on are no NaN/Inf; an op that turns it into NaN (a softmax of a fully masked\n"
+      "row) is an origin, with why and the mask (docs/debugger.md, \"Masks\").\n"
       "Exit status 1 when NaN/Inf was found, or when the run did not stop (crashed, killed or\n"
       "still running: what came after the last complete step is unknown).\n\n"
       "Example:\n  precprobe overflow ./precprobe_dump\n"

@@ -218,6 +218,9 @@ void print_verdict(const SummaryResult& s, const ChecklistResult& check, const T
   } else if (s.op_records > 0) {
     std::cout << paint(term, Tone::kGreen, "NaN/Inf       none in the op records") << '\n';
   }
+  // A mask's -inf is the program's intent: said, and counted in none of the lines above.
+  if (s.masking.any())
+    std::cout << paint(term, Tone::kGreen, "masking       " + s.masking.describe()) << '\n';
   print_anomalies(s, term);
   print_losses(s, check, term);
   // Anomalies are the replayed bad steps only; the other signals have lines of their own.

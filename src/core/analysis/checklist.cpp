@@ -31,10 +31,16 @@ CheckItem check_overflow(const OverflowResult& r, int64_t op_records, const RunS
   if (op_records == 0) return set(c, Verdict::kNotApplicable, "no op records in the dump"), c;
   c.figures = {{"op_records", double(op_records)}};
   if (r.found) {
+    std::string why;
+    if (r.reason) why = ": " + *r.reason;
+    if (r.masked_by) {
+      why += fmt::format(" (masked by {}, seq {}{})", r.masked_by->name, r.masked_by->seq,
+                         r.masked_by->module ? ", module " + *r.masked_by->module : "");
+    }
     set(c, Verdict::kProblem,
-        fmt::format("first NaN/Inf produced by {}{} (rank {}, step {}, seq {})", r.origin.name,
+        fmt::format("first NaN/Inf produced by {}{} (rank {}, step {}, seq {}){}", r.origin.name,
                     r.origin_module ? " in module " + *r.origin_module : std::string(),
-                    r.origin.rank, r.origin.step, r.origin.seq));
+                    r.origin.rank, r.origin.step, r.origin.seq, why));
   } else if (r.any_nonfinite) {
     set(c, Verdict::kProblem, "NaN/Inf in op inputs, not produced by a recorded op");
   } else {
@@ -42,7 +48,10 @@ CheckItem check_overflow(const OverflowResult& r, int64_t op_records, const RunS
     if (r.step_min) steps = fmt::format(" of steps {}..{}", *r.step_min, *r.step_max);
     std::string partial;
     if (!run.stopped()) partial = "; " + run.describe() + ": later steps are not in the dump";
-    set(c, Verdict::kOk, fmt::format("{} op records{}, all finite{}", op_records, steps, partial));
+    // A mask's -inf is the program's intent (masking.h): said, not counted.
+    const std::string all =
+        r.masking.any() ? "all finite apart from masking: " + r.masking.describe() : "all finite";
+    set(c, Verdict::kOk, fmt::format("{} op records{}, {}{}", op_records, steps, all, partial));
   }
   return c;
 }

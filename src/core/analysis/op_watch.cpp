@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "masking.h"
 #include "modules.h"
 #include "op_watch_pass.h"
 #include "precprobe/dump_format.h"
@@ -96,6 +97,7 @@ struct OpWatcher::Impl {
   std::optional<double> dtype_bound;
   int64_t step = std::numeric_limits<int64_t>::min();
   ModuleAttributor attribute;
+  analysis_detail::MaskTracker masks;  // a mask's -inf is no tensor_overflow
   std::unordered_map<std::string, Site> sites;
   std::map<std::pair<std::string, std::string>, int64_t> held;  // (module, watch) -> last step
 
@@ -129,6 +131,7 @@ void OpWatcher::Impl::judge_fraction(Site& s, double frac, double thr, int64_t s
 }
 
 void OpWatcher::Impl::observe(const OpRecord& r, std::vector<OpWatchHit>& hits) {
+  const analysis_detail::MaskRole role = masks.observe(r);
   if (r.background) return;
   if (r.step != step) {
     step = r.step;
@@ -148,7 +151,7 @@ void OpWatcher::Impl::observe(const OpRecord& r, std::vector<OpWatchHit>& hits) 
   const double amax = t.abs_max();
   const double finite_nonzero = static_cast<double>(t.pos + t.neg);
 
-  if (o.tensor_overflow && t.non_finite() > 0)
+  if (o.tensor_overflow && t.non_finite() > 0 && !analysis_detail::is_masking(role))
     found.push_back(
         {"tensor_overflow", static_cast<double>(t.non_finite()), 0,
          fmt::format("{} NaN, {} +Inf, {} -Inf of {} elements", t.nan, t.pinf, t.ninf, t.numel)});
@@ -277,7 +280,7 @@ OpWatcher& WatchReportBuilder::watcher(int rank) {
 
 void WatchReportBuilder::add(const OpRecord& r) {
   watcher(r.rank).observe(r, hits_[r.rank]);
-  if (!r.outputs_non_finite()) return;
+  if (is_masking(masks_.observe(r)) || !r.outputs_non_finite()) return;
   const std::pair<int64_t, int64_t> at{r.step, r.seq};
   if (!first_bad_ || at < *first_bad_) {
     first_bad_ = at;

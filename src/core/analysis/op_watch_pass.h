@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "masking.h"
 #include "precprobe/op_watch.h"
 #include "precprobe/reader.h"
 
@@ -34,7 +35,8 @@ class WatchReportBuilder {
   WatchReport rep_;
   std::map<int, std::unique_ptr<OpWatcher>> watchers_;
   std::map<int, std::vector<OpWatchHit>> hits_;  // per rank: the rank order of watch_dump()
-  std::optional<std::pair<int64_t, int64_t>> first_bad_;  // (step, seq)
+  std::optional<std::pair<int64_t, int64_t>> first_bad_;  // (step, seq), a mask's -inf aside
+  MaskTracker masks_;
 };
 
 }  // namespace precprobe::analysis_detail

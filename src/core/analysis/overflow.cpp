@@ -2,7 +2,9 @@
 //
 // Within one (rank, step) the candidates (finite inputs, non-finite outputs) are ranked by
 // start order, and a candidate nested inside the earliest one replaces it (nesting.h): at
-// L2 the innermost op that produced the value is blamed, not the op that wraps it.
+// L2 the innermost op that produced the value is blamed, not the op that wraps it. A mask's
+// -inf (masking.h) is no NaN/Inf: its writers and carriers are neither candidates nor bad
+// inputs, and the op that turns it into NaN is a candidate, with the reason and the mask.
 #include <algorithm>
 #include <map>
 #include <numeric>
@@ -10,6 +12,7 @@
 #include <tuple>
 
 #include "json_util.h"
+#include "masking.h"
 #include "modules.h"
 #include "nesting.h"
 #include "source.h"
@@ -17,34 +20,37 @@
 namespace precprobe {
 namespace {
 
+using analysis_detail::MaskRole;
 using analysis_detail::RecordSource;
 
 constexpr size_t kFirstStepsShown = 10;
 
-// In-place ops that overwrite all of `self` (input 0) without reading it: a NaN there is
-// the garbage of an uninitialised allocation, not a value consumed.
-bool overwrites_self(const OpRecord& r) {
-  return r.op == "aten::fill_" || r.op == "aten::zero_" || r.op == "aten::copy_" ||
-         r.op == "aten::normal_" || r.op == "aten::uniform_";
-}
-
-bool inputs_bad(const OpRecord& r) {
-  if (!overwrites_self(r)) return r.inputs_non_finite();
+// A non-finite input, a mask's -inf carried on aside.
+bool inputs_bad(const OpRecord& r, MaskRole role) {
+  if (role == MaskRole::kCarrier || role == MaskRole::kBorn) return false;
+  if (!analysis_detail::overwrites_self(r)) return r.inputs_non_finite();
   for (size_t i = 1; i < r.inputs.size(); ++i)
     if (r.inputs[i].tensor && !r.inputs[i].tensor->all_finite()) return true;
   return false;
 }
 
-// outputs_non_finite() already ignores the garbage of aten::empty* (OpRecord's rule).
-bool is_candidate(const OpRecord& r) { return r.outputs_non_finite() && !inputs_bad(r); }
+// A non-finite output, a mask's -inf aside. outputs_non_finite() already ignores the garbage
+// of aten::empty* (OpRecord's rule).
+bool outputs_bad(const OpRecord& r, MaskRole role) {
+  return !analysis_detail::is_masking(role) && r.outputs_non_finite();
+}
 
 /// What one step of one rank contributes.
 struct StepState {
   int64_t nonfinite_ops = 0;
+  bool any_bad = false;  ///< a non-finite output or a bad input (masks aside)
   std::optional<OpBrief> origin;
   std::optional<std::string> origin_module;
+  std::optional<std::string> reason;
+  std::optional<MaskedBy> masked_by;
   int64_t after_origin = 0;  ///< non-finite outputs after the origin (or around it)
   std::optional<OpBrief> first_bad_input;
+  analysis_detail::MaskingCounter masking;
 };
 
 // The module of g[c] as `precprobe precision` attributes it (modules.h); nullopt when no op
@@ -70,14 +76,21 @@ std::optional<std::string> module_of(const std::vector<OpRecord>& g, size_t c,
 
 StepState analyse_group(const std::vector<OpRecord>& g, const analysis_detail::ModuleOrder* order) {
   StepState s;
+  std::vector<std::optional<size_t>> writer_of;
+  const std::vector<MaskRole> roles = analysis_detail::mask_roles(g, &writer_of);
   std::vector<size_t> cands;
+  std::vector<bool> bad_out(g.size());
   std::optional<size_t> bad_in;
   std::vector<analysis_detail::OpPlace> places;
   for (size_t i = 0; i < g.size(); ++i) {
     places.push_back({g[i].seq, g[i].thread, g[i].depth});
-    if (g[i].outputs_non_finite()) ++s.nonfinite_ops;
-    if (is_candidate(g[i])) cands.push_back(i);
-    if (inputs_bad(g[i]) && (!bad_in || g[i].seq < g[*bad_in].seq)) bad_in = i;
+    s.masking.add(g[i], roles[i]);
+    bad_out[i] = outputs_bad(g[i], roles[i]);
+    const bool in = inputs_bad(g[i], roles[i]);
+    s.any_bad = s.any_bad || bad_out[i] || in;
+    if (bad_out[i]) ++s.nonfinite_ops;
+    if (bad_out[i] && !in) cands.push_back(i);
+    if (in && (!bad_in || g[i].seq < g[*bad_in].seq)) bad_in = i;
   }
   if (bad_in) s.first_bad_input = OpBrief::from(g[*bad_in]);
   if (cands.empty()) return s;
@@ -85,9 +98,15 @@ StepState analyse_group(const std::vector<OpRecord>& g, const analysis_detail::M
   const size_t c = tree.innermost_earliest(cands);
   s.origin = OpBrief::from(g[c]);
   s.origin_module = module_of(g, c, order);
+  if (roles[c] == MaskRole::kBorn && writer_of[c]) {
+    const OpRecord& w = g[*writer_of[c]];
+    s.reason = analysis_detail::born_reason(g[c]);
+    s.masked_by =
+        MaskedBy{w.op, w.name(), w.step, w.seq, w.rank, module_of(g, *writer_of[c], order)};
+  }
   // Spread: ops that started after the origin, and the ops around it (they end after it).
   for (size_t i = 0; i < g.size(); ++i) {
-    if (i == c || !g[i].outputs_non_finite()) continue;
+    if (i == c || !bad_out[i]) continue;
     if (g[i].seq > g[c].seq || tree.nested(c, i)) ++s.after_origin;
   }
   return s;
@@ -99,9 +118,13 @@ bool before(const OpBrief& a, const OpBrief& b) {
 
 void merge(StepState& into, StepState&& s) {
   into.nonfinite_ops += s.nonfinite_ops;
+  into.any_bad = into.any_bad || s.any_bad;
+  into.masking.merge(s.masking);
   if (s.origin && (!into.origin || before(*s.origin, *into.origin))) {
     into.origin = std::move(s.origin);
     into.origin_module = std::move(s.origin_module);
+    into.reason = std::move(s.reason);
+    into.masked_by = std::move(s.masked_by);
     into.after_origin = s.after_origin;
   }
   if (s.first_bad_input &&
@@ -121,6 +144,8 @@ RankOverflow conclude(int rank, const std::map<int64_t, StepState>& steps) {
       r.found = true;
       r.origin = *s.origin;
       r.origin_module = s.origin_module;
+      r.reason = s.reason;
+      r.masked_by = s.masked_by;
       r.later_nonfinite_ops = s.after_origin;
     } else if (origin_step) {
       r.later_nonfinite_ops += s.nonfinite_ops;
@@ -140,22 +165,23 @@ using PerRank = std::map<int, std::map<int64_t, StepState>>;
 
 // Analyses the (rank, step) groups of the records src gives: all of them, or with `decode`
 // only the frames that hold a record of a step in decode[rank] (the others are passed over
-// by their digests). Returns whether any record read has a non-finite output or a bad input.
+// by their digests). Returns whether any record read has a non-finite output or a bad input
+// (a mask's -inf aside).
 bool analyse_groups(RecordSource& src, const std::map<int, analysis_detail::ModuleOrder>& orders,
                     const std::map<int, std::set<int64_t>>* decode, PerRank& per_rank,
                     OverflowResult& out) {
   std::vector<OpRecord> group;
+  bool any_bad = false;
   auto flush = [&] {
     if (group.empty()) return;
     const int rank = group.front().rank;
-    merge(per_rank[rank][group.front().step],
-          analyse_group(group, analysis_detail::order_of(orders, rank)));
+    StepState s = analyse_group(group, analysis_detail::order_of(orders, rank));
+    any_bad = any_bad || s.any_bad;
+    merge(per_rank[rank][group.front().step], std::move(s));
     group.clear();
   };
-  bool any_bad = false;
   auto add = [&](const OpRecord& r) {
     if (!group.empty() && (r.rank != group.front().rank || r.step != group.front().step)) flush();
-    any_bad = any_bad || r.outputs_non_finite() || inputs_bad(r);
     out.step_min = std::min(out.step_min.value_or(r.step), r.step);
     out.step_max = std::max(out.step_max.value_or(r.step), r.step);
     group.push_back(r);
@@ -183,6 +209,9 @@ bool analyse_groups(RecordSource& src, const std::map<int, analysis_detail::Modu
 struct DigestedStep {
   int64_t nonfinite_outputs = 0;
   int64_t nonfinite_records = 0;
+  /// A frame holding a record of it counts a non-finite output of an op that may write a
+  /// mask: its counts may be masks', which only its records tell.
+  bool masked = false;
 };
 
 // The same result from the frames' digests and a few decoded steps, when every frame of the
@@ -190,7 +219,8 @@ struct DigestedStep {
 // outputs (which the digest holds) and, only when decoded, an origin and a first bad input:
 // so for each rank the steps with a NaN/Inf are decoded in step order, 1, 4, 16, ... of them,
 // until the decoded ones hold both the rank's origin and its first bad input, or are all of
-// them. Steps decoded are decoded whole; a clean step contributes nothing.
+// them. Steps decoded are decoded whole; a clean step contributes nothing. A step that may
+// hold a mask (DigestedStep::masked) is always decoded: its digest cannot tell a mask's -inf.
 std::optional<PerRank> analyse_digested(RecordSource& src,
                                         const std::map<int, analysis_detail::ModuleOrder>& orders,
                                         OverflowResult& out, bool& any_bad) {
@@ -198,10 +228,14 @@ std::optional<PerRank> analyse_digested(RecordSource& src,
   bool all_digested = true;
   src.ops_passing(
       [&](int rank, const FrameDigest& d) {
+        const bool mask =
+            std::any_of(d.nonfinite_ops.begin(), d.nonfinite_ops.end(),
+                        [](const auto& op) { return analysis_detail::may_write_mask(op.first); });
         for (const FrameDigest::Step& st : d.steps) {
           DigestedStep& c = digested[rank][st.step];
           c.nonfinite_outputs += st.nonfinite_outputs;
           c.nonfinite_records += st.nonfinite_records;
+          c.masked = c.masked || mask;
         }
         return true;
       },
@@ -212,15 +246,18 @@ std::optional<PerRank> analyse_digested(RecordSource& src,
   if (!all_digested) return std::nullopt;
   for (size_t k = 1;; k *= 4) {
     std::map<int, std::set<int64_t>> decode;
-    std::map<int, bool> whole;  // the rank's steps with a NaN/Inf are all decoded
+    // The rank's first step with a NaN/Inf not decoded (none: all of them are).
+    std::map<int, std::optional<int64_t>> gap;
     for (const auto& [rank, steps] : digested) {
-      whole[rank] = true;
+      size_t unmasked = 0;
+      gap[rank];
       for (const auto& [step, c] : steps) {
         if (c.nonfinite_records == 0) continue;
-        if (decode[rank].size() == k) {
-          whole[rank] = false;
-          break;
+        if (!c.masked && unmasked == k) {
+          if (!gap[rank]) gap[rank] = step;
+          continue;
         }
+        unmasked += c.masked ? 0 : 1;
         decode[rank].insert(step);
       }
     }
@@ -228,10 +265,11 @@ std::optional<PerRank> analyse_digested(RecordSource& src,
     OverflowResult scratch;
     const bool bad = analyse_groups(src, orders, &decode, decoded, scratch);
     bool enough = true;
-    for (const auto& [rank, all] : whole) {
-      if (all) continue;
+    for (const auto& [rank, first_gap] : gap) {
+      if (!first_gap) continue;
       bool origin = false, bad_input = false;
       for (int64_t step : decode[rank]) {
+        if (step > *first_gap) break;  // after a step not decoded: not the rank's first
         const StepState& s = decoded[rank][step];
         origin = origin || s.origin.has_value();
         bad_input = bad_input || s.first_bad_input.has_value();
@@ -274,15 +312,20 @@ OverflowResult find_overflow_in(RecordSource& src) {
     any_bad = analyse_groups(src, orders, nullptr, per_rank, out);
   }
   out.any_nonfinite = any_bad;
+  analysis_detail::MaskingCounter masking;
   for (const auto& [rank, steps] : per_rank) {
+    for (const auto& [step, s] : steps) masking.merge(s.masking);
     out.ranks.push_back(conclude(rank, steps));
     const RankOverflow& ro = out.ranks.back();
     if (ro.found && (!out.found || before(ro.origin, out.origin))) {
       out.found = true;
       out.origin = ro.origin;
       out.origin_module = ro.origin_module;
+      out.reason = ro.reason;
+      out.masked_by = ro.masked_by;
     }
   }
+  out.masking = masking.finish();
   return out;
 }
 
@@ -296,6 +339,8 @@ nlohmann::json rank_json(const RankOverflow& r) {
                    {"nonfinite_before_origin", r.nonfinite_before_origin}};
   j["origin"] = r.found ? analysis_detail::to_json(r.origin) : nlohmann::json(nullptr);
   j["origin_module"] = r.origin_module ? nlohmann::json(*r.origin_module) : nlohmann::json();
+  j["reason"] = r.reason ? nlohmann::json(*r.reason) : nlohmann::json();
+  j["masked_by"] = r.masked_by ? r.masked_by->to_json() : nlohmann::json();
   j["first_nonfinite_input"] = r.first_nonfinite_input
                                    ? analysis_detail::to_json(*r.first_nonfinite_input)
                                    : nlohmann::json(nullptr);
@@ -321,6 +366,9 @@ nlohmann::json OverflowResult::to_json() const {
     for (const char* k : {"step", "rank", "seq", "name", "op", "direction", "module"})
       j[k] = nullptr;
   }
+  j["reason"] = found && reason ? nlohmann::json(*reason) : nlohmann::json();
+  j["masked_by"] = found && masked_by ? masked_by->to_json() : nlohmann::json();
+  j["masking"] = masking.to_json();
   j["steps"] = {{"min", step_min ? nlohmann::json(*step_min) : nlohmann::json()},
                 {"max", step_max ? nlohmann::json(*step_max) : nlohmann::json()}};
   j["run"] = run.to_json();

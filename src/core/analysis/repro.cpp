@@ -15,6 +15,7 @@
 #include <sstream>
 #include <vector>
 
+#include "masking.h"
 #include "precprobe/analysis.h"
 #include "precprobe/error.h"
 
@@ -53,7 +54,7 @@ std::optional<OpRecord> find_record(DumpReader& reader, int rank, std::optional<
 }
 
 // The origin of `step` as `precprobe overflow` finds it; else the first op by seq with a
-// non-finite output (every one had non-finite inputs).
+// non-finite output (every one had non-finite inputs), a mask's -inf aside (masking.h).
 std::pair<std::string, std::string> step_origin(DumpReader& reader, int rank, int64_t step) {
   ReadOptions read;
   read.filter.ranks = {rank};
@@ -62,7 +63,9 @@ std::pair<std::string, std::string> step_origin(DumpReader& reader, int rank, in
   if (o.found)
     return {o.origin.name, fmt::format("the origin precprobe overflow finds in step {}", step)};
   std::optional<OpRecord> first;
+  analysis_detail::MaskTracker masks;
   reader.for_each_op(read.filter, [&](const OpRecord& r) {
+    if (analysis_detail::is_masking(masks.observe(r))) return true;
     if (r.outputs_non_finite() && (!first || r.seq < first->seq)) first = r;
     return true;
   });

@@ -3,8 +3,11 @@
 #include <cmath>
 #include <map>
 #include <optional>
+#include <set>
+#include <tuple>
 
 #include "json_util.h"
+#include "masking.h"
 #include "modules.h"
 #include "precprobe/dump_format.h"
 #include "precprobe/error.h"
@@ -16,8 +19,12 @@
 namespace precprobe {
 namespace {
 
+using analysis_detail::MaskRole;
 using analysis_detail::number;
 using analysis_detail::RecordSource;
+
+/// (rank, step, seq): an op record, as an op watchpoint hit names it.
+using RecordKey = std::tuple<int, int64_t, int64_t>;
 
 // Module attribution over a stream of op records (modules.h): one step of one rank at a time,
 // in execution order (seq), so only that step's few numbers are held.
@@ -26,11 +33,12 @@ class ModuleCounter {
   explicit ModuleCounter(std::map<int, analysis_detail::ModuleOrder> orders)
       : orders_(std::move(orders)) {}
 
-  void add(const OpRecord& r) {
+  /// `nonfinite`: a NaN/Inf output, a mask's -inf aside.
+  void add(const OpRecord& r, bool nonfinite) {
     if (!step_.empty() && (r.rank != rank_ || r.step != step_no_)) flush();
     rank_ = r.rank;
     step_no_ = r.step;
-    Op op{r.seq, analysis_detail::module_op(r), r.outputs_non_finite(), 0.0};
+    Op op{r.seq, analysis_detail::module_op(r), nonfinite, 0.0};
     for (const Arg& out : r.outputs) {
       if (out.is_tensor()) op.max_abs = std::max(op.max_abs, out.tensor->abs_max());
     }
@@ -83,28 +91,50 @@ class ModuleCounter {
   std::vector<ModuleSummary> modules_;
 };
 
-void count_ops(RecordSource& src, SummaryResult& s) {
+// The op records, a mask's -inf aside (masking.h). `hits`: the live tensor_overflow hits; those
+// at a mask's writer or carrier are moved to `at_masks`.
+void count_ops(RecordSource& src, SummaryResult& s, const std::set<RecordKey>& hits,
+               std::set<RecordKey>& at_masks) {
   std::map<int64_t, int64_t> per_step;
   std::map<std::string, int64_t> bad;
   ModuleCounter modules(analysis_detail::module_orders(s.ranks));
+  analysis_detail::MaskTracker masks;
+  analysis_detail::MaskingCounter masking;
   auto add = [&](const OpRecord& r) {
     ++s.op_records;
     ++per_step[r.step];
-    if (r.outputs_non_finite()) {
+    const MaskRole role = masks.observe(r);
+    masking.add(r, role);
+    const bool nonfinite = !analysis_detail::is_masking(role) && r.outputs_non_finite();
+    if (analysis_detail::is_masking(role) && hits.count({r.rank, r.step, r.seq}) != 0)
+      at_masks.insert({r.rank, r.step, r.seq});
+    if (nonfinite) {
       ++s.nonfinite_op_records;
       ++bad[r.op];
       if (!s.first_nonfinite_step || r.step < *s.first_nonfinite_step)
         s.first_nonfinite_step = r.step;
     }
-    if (s.by_module) modules.add(r);
+    if (s.by_module) modules.add(r, nonfinite);
     return true;
   };
   if (s.by_module) {  // modules are attributed from every op of a step
     src.ops(add);
   } else {
-    // A frame's digest holds all that is counted here: its records are not decoded.
+    // A frame's digest holds all that is counted here, unless it may hold a mask: a non-finite
+    // output of an op that may write one, or a step where one did (decoded, judged record by
+    // record). The others' records are not decoded.
+    std::set<std::pair<int, int64_t>> masked_steps;
     src.ops_passing(
-        [&](int, const FrameDigest& d) {
+        [&](int rank, const FrameDigest& d) {
+          bool mask =
+              std::any_of(d.nonfinite_ops.begin(), d.nonfinite_ops.end(),
+                          [](const auto& op) { return analysis_detail::may_write_mask(op.first); });
+          for (const FrameDigest::Step& st : d.steps)
+            mask = mask || masked_steps.count({rank, st.step}) != 0;
+          if (mask) {
+            for (const FrameDigest::Step& st : d.steps) masked_steps.insert({rank, st.step});
+            return false;
+          }
           s.op_records += static_cast<int64_t>(d.records);
           for (const FrameDigest::Step& st : d.steps) {
             per_step[st.step] += st.records;
@@ -119,6 +149,7 @@ void count_ops(RecordSource& src, SummaryResult& s) {
         add);
   }
   if (s.by_module) modules.finish(s);
+  s.masking = masking.finish();
   s.records_per_step.assign(per_step.begin(), per_step.end());
   for (const auto& [op, n] : bad) s.nonfinite_ops.push_back({op, n});
   std::stable_sort(s.nonfinite_ops.begin(), s.nonfinite_ops.end(),
@@ -207,7 +238,20 @@ SummaryResult summarize(RecordSource& src, bool by_module) {
     s.dropped += meta.records_dropped();
     if (i == 0) s.meta = std::move(meta);
   }
-  count_ops(src, s);
+  // The live hits first: those the run wrote at a mask (an older writer's) are left out.
+  std::set<RecordKey> overflow_hits, at_masks;
+  src.watch_hits([&](const OpWatchHit& h) {
+    s.op_watch_hits.push_back(h);
+    if (h.watch == "tensor_overflow") overflow_hits.insert({h.rank, h.step, h.seq});
+    return true;
+  });
+  count_ops(src, s, overflow_hits, at_masks);
+  const auto kept_end =
+      std::remove_if(s.op_watch_hits.begin(), s.op_watch_hits.end(), [&](const OpWatchHit& h) {
+        return h.watch == "tensor_overflow" && at_masks.count({h.rank, h.step, h.seq}) != 0;
+      });
+  s.masking.live_watch_hits = s.op_watch_hits.end() - kept_end;
+  s.op_watch_hits.erase(kept_end, s.op_watch_hits.end());
   count_scaler(src, s);
   count_grads(src, s);
   analysis_detail::ReplicaCounter replicas;
@@ -226,10 +270,6 @@ SummaryResult summarize(RecordSource& src, bool by_module) {
   s.losses = losses.finish();
   src.anomalies([&](const AnomalyEvent& a) {
     s.anomalies.push_back(a);
-    return true;
-  });
-  src.watch_hits([&](const OpWatchHit& h) {
-    s.op_watch_hits.push_back(h);
     return true;
   });
   if (!s.records_per_step.empty()) {
@@ -292,6 +332,7 @@ nlohmann::json SummaryResult::to_json() const {
       {"op_watch_hits", std::move(op_hits)},
       {"first_nonfinite_step",
        first_nonfinite_step ? nlohmann::json(*first_nonfinite_step) : nlohmann::json(nullptr)},
+      {"masking", masking.to_json()},
       {"replicas", std::move(rep)},
       {"nonfinite_grad_records", nonfinite_grad_records},
       {"streams", std::move(streams_j)},

@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "analysis/checklist_records.h"
+#include "analysis/masking.h"
 #include "analysis/op_watch_pass.h"
 #include "precprobe/analysis.h"
 #include "precprobe/reader.h"
@@ -266,7 +267,8 @@ json op_row(const OpRecord& r, double abs_max) {
           {"dtype", dtype},   {"shape", shape},     {"scope", r.scope}};
 }
 
-// One pass over the ops: per step, how many ops had a non-finite output; the op calls with
+// One pass over the ops: per step, how many ops had a non-finite output (a mask's -inf aside,
+// analysis/masking.h); the op calls with
 // the largest finite |output| (a min-heap of max_rows entries); and, when no loss scalar was
 // logged, the loss op's output per step (the first rank's first loss op of each step).
 void ops_pass(DumpReader& reader, const ReportOptions& o, json& data) {
@@ -293,9 +295,11 @@ void ops_pass(DumpReader& reader, const ReportOptions& o, json& data) {
   const size_t keep = std::min<size_t>(o.max_rows, kMaxTopOps);
   int64_t total = 0;
   auto watch = analysis_detail::WatchReportBuilder::for_dump(reader, std::nullopt);
+  analysis_detail::MaskTracker masks;
   reader.for_each_op({}, [&](const OpRecord& r) {
     ++total;
     watch.add(r);
+    const bool bad = !analysis_detail::is_masking(masks.observe(r)) && r.outputs_non_finite();
     if (want_loss && r.rank == loss_rank && r.dir == Direction::kForward && !r.outputs.empty() &&
         r.outputs[0].tensor && r.outputs[0].tensor->numel == 1 && !loss.count(r.step) &&
         analysis_detail::is_loss_op(r.op) && (loss_op.empty() || loss_op == r.op)) {
@@ -326,11 +330,11 @@ void ops_pass(DumpReader& reader, const ReportOptions& o, json& data) {
         const std::string key = *param + " · " + r.op;
         auto [it, added] = act_index.emplace(key, static_cast<uint32_t>(act_rows.size()));
         if (added) act_rows.push_back(key);
-        act.push_back({r.step, it->second, output_abs_max(r), r.outputs_non_finite()});
+        act.push_back({r.step, it->second, output_abs_max(r), bad});
       }
     }
     int64_t& n = per_step[r.step];
-    n += r.outputs_non_finite();
+    n += bad;
     const double m = output_abs_max(r);
     if (m >= 0 && (top.size() < keep || m > top.top().first)) {
       top.emplace(m, op_row(r, m));

@@ -263,6 +263,7 @@
     if (ov && ov.verdict === "problem") row("NaN/Inf", ov.evidence, "bad");
     else if (sum.nonfinite_op_records) row("NaN/Inf", `in the outputs of ${sum.nonfinite_op_records} op records`, "bad");
     else if (sum.op_records) row("NaN/Inf", "none in the op records", "ok");
+    if (sum.masking) row("masking", sum.masking.text, "ok");  // a mask's -inf: intent, not overflow
     const replays = sum.anomalies || [];  // the first rank's replayed steps ("record": "on_anomaly")
     replays.forEach((a) => { if (a.rank === replays[0].rank) row("replay", a.text, a.reproduced ? "bad" : "warn"); });
     const lt = item("hp.loss_trend");
@@ -515,13 +516,17 @@
     }
     if (O && O.found) {
       const o = Object.assign({}, O);
-      for (const k of ["found", "any_nonfinite", "ranks", "run", "steps"]) delete o[k];
+      for (const k of ["found", "any_nonfinite", "ranks", "run", "steps", "masking"]) delete o[k];
+      if (o.reason === null) delete o.reason;
+      if (o.masked_by) o.masked_by = `${o.masked_by.name} (seq ${o.masked_by.seq}${o.masked_by.module ? ", module " + o.masked_by.module : ""})`;
+      else delete o.masked_by;
       s.appendChild(opCard(o, "Origin: the first op whose output went non-finite while its inputs were finite", "origin-op"));
     } else if (O) {
       s.appendChild(el("div", { class: "card ok", id: "origin-op" }, O.any_nonfinite
         ? "Non-finite values were recorded, but no op turned finite inputs into a non-finite output: they came from outside the observed ops (data, parameters, or code that ran before recording started)."
         : "No non-finite value was recorded." + (O.run && !O.run.stopped ? ` But ${O.run.text}: what came after is not in the dump.` : "")));
     }
+    if (O && O.masking) s.appendChild(note(`Masking: ${O.masking.text}.`));
     if (O) s.appendChild(el("details", {}, el("summary", { text: "precprobe overflow --json" }), el("pre", { text: JSON.stringify(O, null, 2) })));
   }
 

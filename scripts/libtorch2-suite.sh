@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# Runs inside a Debian root (scripts/test-libtorch2.sh): builds against that release's LibTorch
-# and runs the tests whose outcome depends on LibTorch's version: the probe's tests (bundles and
-# programs), the reliability drivers, the consumers (precprobe installed and found with
-# find_package: C++20 reaches them), the program `precprobe repro` writes (built against this
-# LibTorch), the Python module's pytest (its bounded OpInfo sweep
-# included) and the port pairs when the root's python3 imports torch, and the cross-version
-# compare when XVERSION_DUMP names a 1.13 dump. The torch-free core's tests, the browser and
-# flat-reading tests and the end-to-end runs of the examples are the host stage's
-# (scripts/test.sh): the same code, the same outcome.
+# Runs inside a Debian root (scripts/test-libtorch2.sh): builds everything but the benchmarks
+# against that release's LibTorch, compilers and libraries, and runs the whole suite but the
+# slow tests, the whole-epoch runs and the browser and flat-reading tests (the root has no
+# browser and no node): the probe's and the core's tests, the CLI's and the docs' (fmt's
+# output), the examples end to end, the oracle, the consumers (find_package from an installed
+# prefix: C++20 reaches them; add_subdirectory; a Debug build against the Release one), the
+# program `precprobe repro` writes, the Python module's pytest with its bounded OpInfo sweep,
+# the port pairs, and the cross-version compare when XVERSION_DUMP names a 1.13 dump.
 #   libtorch2-suite.sh BUILD_DIR [XVERSION_DUMP]
-#   FULL=1   build everything and run the whole suite (but the slow, epoch, browser and flat
-#            tests: the root has no browser)
+#   QUICK=1   only the tests whose outcome depends on LibTorch's version (the probe's tests,
+#             the reliability drivers, the find_package consumer, repro, pytest, the port
+#             pairs, the cross-version compare), building only what they need
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir="$1"
@@ -20,7 +20,7 @@ jobs="$(nproc)"
 echo "== libtorch-dev $(dpkg-query -W -f='${Version}' libtorch-dev)," \
      "catch2 $(dpkg-query -W -f='${Version}' catch2), fmt $(dpkg-query -W -f='${Version}' libfmt-dev)," \
      "$(g++ --version | head -1)"
-if [[ "${FULL:-0}" == "1" ]]; then
+if [[ "${QUICK:-0}" != "1" ]]; then
   BUILD_DIR="$build_dir" scripts/build.sh -DPRECPROBE_BUILD_BENCH=OFF -DPRECPROBE_PIC_PROBE=ON \
     -DPRECPROBE_UNITY_BUILD=ON "${xversion[@]}"
   cd "$build_dir" && exec ctest --output-on-failure -j "$jobs" -LE 'slow|epoch' \

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The LibTorch 2.x stage of the test command: builds against another Debian release's LibTorch
 # in a root made by mmdebstrap (scripts/debian-root.sh), no container engine needed, and runs
-# the tests whose outcome depends on LibTorch's version (scripts/libtorch2-suite.sh says which;
-# FULL=1: the whole suite). Needs root.
+# the whole suite there but the slow, whole-epoch, browser and flat-reading tests
+# (scripts/libtorch2-suite.sh says why; QUICK=1: only the tests whose outcome depends on
+# LibTorch's version). Needs root.
 #   SUITE=sid         sid: LibTorch 2.14, GCC 16, Python 3.14, torchvision 0.27 (default);
 #                     trixie: LibTorch 2.6, GCC 14
 #   ROOT=dir          the root (default /var/cache/precprobe/SUITE-root, outside the checkout
@@ -48,5 +49,5 @@ fi
 
 # A clean environment inside: the host's PATH and compiler settings mean nothing there.
 chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
-  CI="${CI:-}" FULL="${FULL:-0}" "${host_ca[@]}" \
+  CI="${CI:-}" QUICK="${QUICK:-0}" "${host_ca[@]}" \
   bash /src/precprobe/scripts/libtorch2-suite.sh "$build_dir" "${xversion_dump:-}"

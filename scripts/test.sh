@@ -9,10 +9,10 @@
 #   4. under TSan: the core's tests that run threads (the writer's producers, compare's
 #      judges), and the op capture (observer, statistics worker, writer) from several threads;
 #   5. LibTorch 2.14 in a Debian sid root (scripts/test-libtorch2.sh; GCC 16, C++20, fmt 11,
-#      pybind11 3, Python 3.14, torchvision 0.27), Release: the probe's tests, the reliability
-#      drivers, the find_package consumer, pytest with its bounded OpInfo sweep, the port
-#      pairs, and a cross-version compare of the example trained under 1.13 and 2.14. The
-#      root is made (mmdebstrap; downloads) in the background while stages 1-4 compile.
+#      pybind11 3, Python 3.14, torchvision 0.27), Release: the whole suite as in stage 1 but
+#      the browser and flat-reading tests (no browser in the root), with a cross-version
+#      compare of the example trained under 1.13 and 2.14. The root is made (mmdebstrap;
+#      downloads) in the background while stages 1-4 compile.
 # Stages 2-5 build only what they run, the core, the probe and the CLI in unity batches
 # (PRECPROBE_UNITY_BUILD); every stage compiles from nothing on a fresh clone.
 #   PRECPROBE_QUICK=1            only stage 1
@@ -118,7 +118,7 @@ if ! wait "$root_pid"; then
   exit 1
 fi
 for s in "${suites[@]}"; do
-  stage "LibTorch of Debian $s (a root), Release: the probe's tests, consumers, pytest, ports, 1.13 vs $s"
+  stage "LibTorch of Debian $s (a root), Release: the whole suite, 1.13 vs $s"
   XVERSION_DUMP="$PWD/build/xversion/libtorch-1.13" SUITE="$s" scripts/test-libtorch2.sh
   [[ -c /dev/null ]] || { echo "test.sh: /dev/null is no longer a character device" >&2; exit 1; }
 done

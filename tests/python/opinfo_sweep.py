@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Every op PyTorch tests, under every task (issue 36, item 4).
+"""Every op PyTorch tests, under every task.
 
 PyTorch's own OpInfo database (torch.testing._internal.common_methods_invocations.op_db,
 shipped in Debian's python3-torch: 621 entries on bookworm's 1.13) is run through the

@@ -1,5 +1,5 @@
-// DropoutGuard: a boxed kernel on TESTING_ONLY_GenericMode that sets `p` to 0 (see
-// /work/shared/notes/libtorch-internals.md, "Forcing dropout to p=0").
+// DropoutGuard: a boxed kernel on TESTING_ONLY_GenericMode that sets the dropout probability
+// of every op applying one to 0 (include/precprobe/dropout.h; docs/reproducibility.md).
 #include "precprobe/dropout.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>

@@ -9,7 +9,6 @@
 // Each task runs the same ops; the test asserts no error was counted, the overflow origin,
 // and the statistics of the list arguments against a float64 recomputation.
 #include <torch/torch.h>
-#include "precprobe_catch.h"
 
 #include <cmath>
 #include <limits>
@@ -19,6 +18,7 @@
 
 #include "debugger_fixture.h"
 #include "precprobe/debugger.h"
+#include "precprobe_catch.h"
 
 using precprobe::Direction;
 using precprobe::OpRecord;
@@ -33,8 +33,8 @@ struct Shapes {
   at::Tensor a, b, s, c;
 };
 
-// The program that crashed (torch::stack of temporaries), then every other argument shape. Returns the tensors the checks
-// need.
+// The program that crashed (torch::stack of temporaries), then every other argument shape. Returns
+// the tensors the checks need.
 Shapes run_ops() {
   Shapes r;
   r.a = at::ones({}) * 1e30;
@@ -56,8 +56,8 @@ Shapes run_ops() {
   // A tuple output with undefined tensors (only grad_input wanted).
   auto mean = x.mean(0);
   auto invstd = at::ones({4});
-  auto grads = at::native_batch_norm_backward(at::ones({3, 4}), x, {}, {}, {}, mean, invstd,
-                                              true, 1e-5, {true, false, false});
+  auto grads = at::native_batch_norm_backward(at::ones({3, 4}), x, {}, {}, {}, mean, invstd, true,
+                                              1e-5, {true, false, false});
   // Scalar lists and tensor lists written in place.
   std::vector<at::Tensor> list{at::zeros({2}), at::full({3}, std::nanf("")), at::empty({0})};
   at::_foreach_add_(list, std::vector<c10::Scalar>{1.0, 2.0, 3.0});
@@ -86,8 +86,8 @@ Shapes run_ops() {
   return r;
 }
 
-precprobe::DebuggerOptions options_for(const precprobe::test::TempDir& dir,
-                                       precprobe::Task task, precprobe::Level level, bool async) {
+precprobe::DebuggerOptions options_for(const precprobe::test::TempDir& dir, precprobe::Task task,
+                                       precprobe::Level level, bool async) {
   auto o = options_in(dir, async);
   o.task = task;
   o.level = level;

@@ -5,8 +5,6 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
-#include <cctype>
-#include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
@@ -17,6 +15,7 @@
 #include "precprobe/analysis.h"
 #include "precprobe/precprobe.h"
 #include "precprobe_catch.h"
+#include "support/doc_text.h"
 
 using precprobe::test::TempDir;
 
@@ -199,20 +198,8 @@ void switched_off(Net model, Loader& loader) {
 
 // ---- the doc and this file ----
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  REQUIRE(in.good());
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::string trim(const std::string& line) {
-  size_t a = 0, b = line.size();
-  while (a < b && std::isspace(static_cast<unsigned char>(line[a]))) ++a;
-  while (b > a && std::isspace(static_cast<unsigned char>(line[b - 1]))) --b;
-  return line.substr(a, b - a);
-}
+using precprobe::test::read_text;
+using precprobe::test::trim;
 
 // NAME -> its lines (trimmed, blank lines kept), from the test's "// [doc:NAME]" regions.
 std::map<std::string, std::vector<std::string>> source_regions(const std::string& text) {

@@ -173,10 +173,10 @@ TEST_CASE("the guard covers every op of this LibTorch that applies a dropout", "
   const std::vector<std::string> guarded = precprobe::DropoutGuard::guarded_ops();
   const std::set<std::string> covered(guarded.begin(), guarded.end());
   // `p` that is not a dropout probability.
-  const std::set<std::string> other_p = {"cdist", "_cdist_forward", "_cdist_backward", "pdist",
-                                         "_pdist_forward", "_pdist_backward", "pairwise_distance",
-                                         "triplet_margin_loss", "bernoulli", "bernoulli_",
-                                         "geometric", "geometric_"};
+  const std::set<std::string> other_p = {
+      "cdist",          "_cdist_forward",  "_cdist_backward",   "pdist",
+      "_pdist_forward", "_pdist_backward", "pairwise_distance", "triplet_margin_loss",
+      "bernoulli",      "bernoulli_",      "geometric",         "geometric_"};
   // Take a dropout probability without applying one in a forward pass.
   const std::set<std::string> not_applied = {"_fused_sdp_choice", "_cudnn_init_dropout_state",
                                              "_fill_mem_eff_dropout_mask_"};
@@ -188,9 +188,9 @@ TEST_CASE("the guard covers every op of this LibTorch that applies a dropout", "
     if (!handle) continue;
     bool takes_probability = false;
     for (const auto& arg : handle->schema().arguments())
-      takes_probability |= arg.type()->kind() == c10::TypeKind::FloatType &&
-                           (arg.name() == "p" || arg.name() == "dropout_p" ||
-                            arg.name() == "dropout");
+      takes_probability |=
+          arg.type()->kind() == c10::TypeKind::FloatType &&
+          (arg.name() == "p" || arg.name() == "dropout_p" || arg.name() == "dropout");
     if (!takes_probability) continue;
     const std::string base = op.name.substr(6);
     const std::string full = op.name + (op.overload_name.empty() ? "" : "." + op.overload_name);

@@ -5,20 +5,20 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
-#include <cctype>
-#include <fstream>
-#include <sstream>
+#include <filesystem>
 #include <string>
-#include <vector>
 
 #include "core/temp_dir.h"
 #include "precprobe/analysis.h"
 #include "precprobe/precprobe.h"
 #include "precprobe_catch.h"
+#include "support/doc_text.h"
 
 // The README's program, in a namespace of its own so that its main() is not the test's.
 // Its two headers are already included above: the #include lines add nothing here.
 namespace readme {
+// The README's layout, line for line:
+// clang-format off
 // [readme:usage]
 #include <precprobe/precprobe.h>
 #include <torch/torch.h>
@@ -39,62 +39,10 @@ int main() {
   return 0;                          // the destructor stops the debugger and flushes
 }
 // [readme:end]
+// clang-format on
 }  // namespace readme
 
 namespace {
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  REQUIRE(in.good());
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::string trim(const std::string& line) {
-  size_t a = 0, b = line.size();
-  while (a < b && std::isspace(static_cast<unsigned char>(line[a]))) ++a;
-  while (b > a && std::isspace(static_cast<unsigned char>(line[b - 1]))) --b;
-  return line.substr(a, b - a);
-}
-
-// The lines (trimmed, blank lines kept) between the two markers of this file.
-std::vector<std::string> source_region(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  std::string line;
-  bool inside = false;
-  while (std::getline(in, line)) {
-    const std::string t = trim(line);
-    if (t == "// [readme:usage]") {
-      inside = true;
-    } else if (t == "// [readme:end]") {
-      break;
-    } else if (inside) {
-      out.push_back(t);
-    }
-  }
-  return out;
-}
-
-// The lines of the README's first ```cpp block.
-std::vector<std::string> readme_block(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  std::string line;
-  bool inside = false;
-  while (std::getline(in, line)) {
-    const std::string t = trim(line);
-    if (!inside && t == "```cpp") {
-      inside = true;
-    } else if (inside && t == "```") {
-      break;
-    } else if (inside) {
-      out.push_back(t);
-    }
-  }
-  return out;
-}
 
 // Runs in a scratch directory (the program writes ./precprobe_dump), then goes back.
 class InDir {
@@ -115,9 +63,13 @@ class InDir {
 }  // namespace
 
 TEST_CASE("README.md's usage example is the program of this test", "[doc]") {
+  using precprobe::test::lines_between;
+  using precprobe::test::read_text;
+  // This file's region, and the README's first ```cpp block.
   const auto src =
-      source_region(read_text(PRECPROBE_SOURCE_DIR "/tests/probe/test_readme_example.cpp"));
-  const auto doc = readme_block(read_text(PRECPROBE_SOURCE_DIR "/README.md"));
+      lines_between(read_text(PRECPROBE_SOURCE_DIR "/tests/probe/test_readme_example.cpp"),
+                    "// [readme:usage]", "// [readme:end]");
+  const auto doc = lines_between(read_text(PRECPROBE_SOURCE_DIR "/README.md"), "```cpp", "```");
   REQUIRE(src.size() > 10);
   CHECK(doc == src);
 }

@@ -12,8 +12,6 @@
 
 namespace precprobe::analysis_detail {
 
-std::string fmt_number(double v) { return shortest_number(v); }
-
 // A 0-d tensor of one element, no parameter, against a number on the other side: both
 // values; nullopt otherwise.
 std::optional<std::pair<double, double>> wrapped_number(const Arg& a, const Arg& b) {
@@ -173,8 +171,8 @@ double compare_args(const OpRecord& ra, const OpRecord& rb, bool inputs, OpCompa
         const double mag = std::max(std::fabs(w->first), std::fabs(w->second));
         ac.error = mag > 0 ? ac.abs_error / mag : kCompareInf;
         ac.warning = ac.abs_error / (mag + 1e-10) > 0.5;
-        ac.note = "value differs: " + fmt_number(w->first) + " vs " + fmt_number(w->second) +
-                  " (a number, wrapped as a 0-d tensor on one side)";
+        ac.note = "value differs: " + shortest_number(w->first) + " vs " +
+                  shortest_number(w->second) + " (a number, wrapped as a 0-d tensor on one side)";
       }
     } else {
       ac.tensor = false;
@@ -187,8 +185,8 @@ double compare_args(const OpRecord& ra, const OpRecord& rb, bool inputs, OpCompa
         ac.note = "default on one side: " + display_value(a[i].value) + " vs " +
                   display_value(b[i].value);
       } else if (!ac.exact) {
-        ac.note = "value differs: " + display_value(a[i].value) + " vs " +
-                  display_value(b[i].value);
+        ac.note =
+            "value differs: " + display_value(a[i].value) + " vs " + display_value(b[i].value);
         const std::optional<double> x = a[i].is_tensor() ? std::nullopt : numeric_value(a[i].value);
         const std::optional<double> y = b[i].is_tensor() ? std::nullopt : numeric_value(b[i].value);
         const bool integral = a[i].value.find_first_of(".eE") == std::string::npos &&

@@ -35,6 +35,11 @@ constexpr auto kKey = c10::DispatchKey::TESTING_ONLY_GenericMode;
 // _fused_sdp_choice (picks a kernel), _cudnn_init_dropout_state, _fill_mem_eff_dropout_mask_.
 // Composite ops are caught before they decompose, so the kernels they would call never see a
 // non-zero p either.
+bool is_dropout_probability(const c10::Argument& arg) {
+  return arg.type()->kind() == c10::TypeKind::FloatType &&
+         (arg.name() == "p" || arg.name() == "dropout_p" || arg.name() == "dropout");
+}
+
 bool applies_dropout(const c10::FunctionSchema& schema) {
   const std::string& name = schema.name();
   if (name.rfind("aten::", 0) != 0) return false;
@@ -46,18 +51,9 @@ bool applies_dropout(const c10::FunctionSchema& schema) {
       name == "aten::_cudnn_init_dropout_state" || name == "aten::_fill_mem_eff_dropout_mask_")
     return false;
   const bool dropout_name = name.find("dropout") != std::string::npos;
-  for (const auto& arg : schema.arguments()) {
-    if (arg.type()->kind() != c10::TypeKind::FloatType) continue;
-    if ((arg.name() == "p" && dropout_name) || arg.name() == "dropout_p" ||
-        arg.name() == "dropout")
-      return true;
-  }
+  for (const auto& arg : schema.arguments())
+    if (is_dropout_probability(arg) && (arg.name() != "p" || dropout_name)) return true;
   return false;
-}
-
-bool is_dropout_probability(const c10::Argument& arg) {
-  return arg.type()->kind() == c10::TypeKind::FloatType &&
-         (arg.name() == "p" || arg.name() == "dropout_p" || arg.name() == "dropout");
 }
 
 // "name" or "name.overload", as torch::Library::impl takes them.
@@ -101,7 +97,7 @@ struct Registration {
 
 // Throws when another library already put a kernel or a fallback on kKey: two users of
 // a testing key would silently fight (or LibTorch would abort on the duplicate fallback).
-void check_key_is_free() {
+void check_key_is_free(const std::vector<c10::OperatorName>& guarded) {
   auto& dispatcher = c10::Dispatcher::singleton();
   if (dispatcher.hasBackendFallbackForDispatchKey(kKey)) {
     throw Error(
@@ -109,18 +105,19 @@ void check_key_is_free() {
         "TESTING_ONLY_GenericMode; precprobe needs that key to force dropout to p=0. Set "
         "keep_dropout or remove the other registration.");
   }
-  for (const auto& name : guarded_op_names()) {
+  for (const auto& name : guarded) {
     auto op = dispatcher.findOp(name);
     if (op && op->hasKernelForDispatchKey(kKey)) {
-      throw Error("DropoutGuard: another library already registered a kernel for aten::" +
-                  qualified(name) +
-                  " on dispatch key TESTING_ONLY_GenericMode; precprobe needs that key.");
+      throw Error(
+          "DropoutGuard: another library already registered a kernel for aten::" + qualified(name) +
+          " on dispatch key TESTING_ONLY_GenericMode; precprobe needs that key.");
     }
   }
 }
 
 std::unique_ptr<Registration> make_registration() {
-  check_key_is_free();
+  const std::vector<c10::OperatorName> guarded = guarded_op_names();
+  check_key_is_free(guarded);
   auto reg = std::make_unique<Registration>();
   try {
     // Every other op passes through the key untouched (costs one bit test per dispatch).
@@ -129,7 +126,7 @@ std::unique_ptr<Registration> make_registration() {
     reg->fallthrough->fallback(torch::CppFunction::makeFallthrough());
     reg->kernels =
         std::make_unique<torch::Library>(torch::Library::IMPL, "aten", kKey, __FILE__, __LINE__);
-    for (const auto& name : guarded_op_names()) {
+    for (const auto& name : guarded) {
       reg->kernels->impl(qualified(name).c_str(),
                          torch::CppFunction::makeFromBoxedFunction<&zero_p>());
     }

@@ -5,11 +5,19 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
+
+#include "precprobe/records.h"
 
 namespace precprobe {
+
+namespace analysis_detail {
+class MaskTracker;
+}
 
 /// -inf the program wrote on purpose, an attention mask (`scores.masked_fill(mask, -inf)`, an
 /// additive mask made with full(-inf)), and the ops that carried it on (a -inf in, no NaN or
@@ -50,6 +58,36 @@ struct MaskedBy {
 
   /// {"op", "name", "step", "rank", "seq", "module"}.
   nlohmann::json to_json() const;
+};
+
+/// The masking rule one record at a time, for a check that runs while a program records (the
+/// probe's "task": "overflow_check"): the same rule as the analyses', so that the live check
+/// and `precprobe overflow` on a statistics dump name the same op. Feed each rank's records of
+/// a step in seq order. Not thread-safe.
+class MaskWatch {
+ public:
+  enum class Role : uint8_t {
+    kNone,     ///< no mask in or out: judged as any op
+    kWriter,   ///< wrote a mask's -inf (masked_fill(mask, -inf), full(-inf), ...)
+    kCarrier,  ///< carried it on: -inf in, no NaN/+Inf out, a writer earlier in its step
+    kBorn,     ///< turned a mask's -inf into NaN/+Inf (a fully masked softmax row): an origin
+  };
+  MaskWatch();
+  ~MaskWatch();
+  MaskWatch(const MaskWatch&) = delete;
+  MaskWatch& operator=(const MaskWatch&) = delete;
+
+  Role observe(const OpRecord& r);
+  /// For the record observe() saw last, when kCarrier or kBorn: the seq of the latest writer
+  /// of its step that started before it; else -1.
+  int64_t writer_seq() const noexcept;
+
+  /// The ops that may write a mask: they fill with a value argument (masked_fill, where,
+  /// full, fill_, index_fill, constant_pad_nd, ...). A cheap first test on an op's name.
+  static bool may_write(std::string_view op) noexcept;
+
+ private:
+  std::unique_ptr<analysis_detail::MaskTracker> t_;
 };
 
 }  // namespace precprobe

@@ -457,6 +457,32 @@ TEST_CASE("checklist from records: the model's input is a training pass's, not a
   }
 }
 
+TEST_CASE("checklist from records: a language model's input is its token ids",
+          "[checklist][records]") {
+  // embedding(wte.weight, ids) then layer_norm(x, ln1.weight): once the weights went NaN (a
+  // NaN update at step 3), x is NaN from step 4 on. x is the model's own value, not its input:
+  // the input was the Long token ids, which hold no NaN.
+  DumpData d;
+  for (int64_t s = 0; s < 8; ++s) {
+    const double nan = s >= 4 ? 1 : 0;
+    TensorStats ids = tensor("Long", {8, 16}, 5, 3);
+    TensorStats wte = tensor("Float", {11, 32}, 0, 0.02, "wte.weight");
+    TensorStats x = tensor("Float", {8, 16, 32}, 0, 0.02);
+    wte.nan = x.nan = static_cast<int64_t>(nan * 32);
+    TensorStats ln = tensor("Float", {32}, 1, 0, "ln1.weight");
+    OpRecord emb = record(s, 0, "aten::embedding", {arg(wte), arg(ids)}, {arg(x)});
+    OpRecord norm = record(s, 1, "aten::layer_norm", {arg(x), arg(ln)},
+                           {arg(tensor("Float", {8, 16, 32}, 0, 1))});
+    emb.grad = norm.grad = true;
+    d.ops.push_back(emb);
+    d.ops.push_back(norm);
+    d.ops.push_back(record(s, 2, "aten::mul", {}, {}, Direction::kBackward));
+  }
+  const CheckItem c = item_in(d, "data.missing_values");
+  INFO(c.evidence);
+  CHECK(c.verdict == Verdict::kNotApplicable);  // no floating input to count
+}
+
 TEST_CASE("checklist from records: normalisation judged by what hurts training",
           "[checklist][records]") {
   auto with_input = [](double mean, double std, std::optional<std::pair<double, double>> range) {

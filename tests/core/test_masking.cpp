@@ -164,8 +164,14 @@ TEST_CASE("masking: who writes a mask, who carries it", "[masking]") {
   OpRecord finite_value = fill;  // masked_fill(mask, -1e9): no -inf out, nothing to say
   finite_value.inputs[2] = varg("-1000000000.0");
   CHECK_FALSE(analysis_detail::writes_mask(finite_value));
-  OpRecord bad_in = fill;  // the scores already held -inf: not the mask's doing
-  bad_in.inputs[0] = tens({8}, 1);
+  OpRecord extends = fill;  // a key padding mask filled into a causal one: 1 -inf in, 3 out
+  extends.inputs[0] = tens({8}, 1);
+  CHECK(analysis_detail::writes_mask(extends));
+  OpRecord adds_none = fill;  // every masked position was -inf already: it carries the mask
+  adds_none.inputs[0] = tens({8}, 3);
+  CHECK_FALSE(analysis_detail::writes_mask(adds_none));
+  OpRecord bad_in = fill;  // a NaN in the scores: an earlier op's, not the mask's
+  bad_in.inputs[0] = tens({8}, 0, 1);
   CHECK_FALSE(analysis_detail::writes_mask(bad_in));
   OpRecord nan_out = fill;
   nan_out.outputs[0] = tens({8}, 3, 1);

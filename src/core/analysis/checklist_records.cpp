@@ -101,14 +101,16 @@ void RecordsCollector::add(const OpRecord& op) {
   // The model's input: the first floating non-parameter input of the step's first op of a
   // training pass that also reads a parameter (ops reading only parameters, e.g. aten::t of a
   // weight, are passed; so are ops run with gradients off: an evaluation pass, a sampling
-  // pass such as a VAE's decode(z) of random z, the optimizer).
-  if (has_param && !s.input && op.depth == 0 && grad != false) {
+  // pass such as a VAE's decode(z) of random z, the optimizer). When that op's other input is
+  // not floating (an embedding of token ids) the model's input holds no NaN/Inf to count:
+  // the floating tensors after it are the model's own values.
+  if (has_param && !s.input_decided && op.depth == 0 && grad != false) {
     for (const Arg& a : op.inputs) {
-      if (a.tensor && a.tensor->param.empty() && is_floating(a.tensor->dtype) &&
-          a.tensor->numel > 0) {
-        s.input = input_of(op, *a.tensor);
-        break;
-      }
+      if (!a.tensor || !a.tensor->param.empty() || a.tensor->numel == 0) continue;
+      s.input_decided = true;
+      if (!is_floating(a.tensor->dtype)) continue;
+      s.input = input_of(op, *a.tensor);
+      break;
     }
   }
 

@@ -84,6 +84,7 @@ class RecordsCollector {
   struct Step {
     bool backward = false;
     std::optional<RecordsView::Input> input;
+    bool input_decided = false;  // the first op reading a parameter and another tensor seen
     std::vector<ModeUse> modes;
     std::optional<double> loss;
     std::optional<RecordsView::Target> target;

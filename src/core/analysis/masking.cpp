@@ -115,10 +115,12 @@ bool writes_mask(const OpRecord& r) noexcept {
     return !a.tensor && is_minus_inf_value(a.value);
   });
   if (!minus_inf) return false;
+  // From inputs with no NaN/+Inf, more -inf out than in: a new mask, or one extended (a key
+  // padding mask filled into a causal one).
   const Counts in = counts(r.inputs, first_read_input(r));
-  if (in.nan + in.pinf + in.ninf > 0) return false;
+  if (in.other_than_ninf()) return false;
   const Counts out = output_counts(r);
-  return out.ninf > 0 && !out.other_than_ninf();
+  return out.ninf > in.ninf && !out.other_than_ninf();
 }
 
 MaskRole MaskTracker::observe(const OpRecord& r, size_t index) {
@@ -219,6 +221,31 @@ nlohmann::json MaskingSummary::to_json() const {
           {"rank", rank},         {"seq", seq},
           {"elements", elements}, {"live_watch_hits", live_watch_hits},
           {"text", describe()}};
+}
+
+MaskWatch::MaskWatch() : t_(std::make_unique<analysis_detail::MaskTracker>()) {}
+MaskWatch::~MaskWatch() = default;
+
+MaskWatch::Role MaskWatch::observe(const OpRecord& r) {
+  switch (t_->observe(r, static_cast<size_t>(r.seq))) {
+    case analysis_detail::MaskRole::kWriter:
+      return Role::kWriter;
+    case analysis_detail::MaskRole::kCarrier:
+      return Role::kCarrier;
+    case analysis_detail::MaskRole::kBorn:
+      return Role::kBorn;
+    case analysis_detail::MaskRole::kNone:
+      break;
+  }
+  return Role::kNone;
+}
+
+int64_t MaskWatch::writer_seq() const noexcept {
+  return t_->writer() ? static_cast<int64_t>(t_->writer()->index) : -1;
+}
+
+bool MaskWatch::may_write(std::string_view op) noexcept {
+  return analysis_detail::may_write_mask(op);
 }
 
 nlohmann::json MaskedBy::to_json() const {

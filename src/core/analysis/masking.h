@@ -6,8 +6,9 @@
 // The records hold statistics, not tensors: there is no tensor identity to follow a -inf from
 // the op that wrote it. So the rule is per op, with the (rank, step) as the only link:
 // - a mask *writer* is one of the ops that fill with a value (may_write_mask()) given a
-//   non-tensor -inf argument, whose tensor inputs are finite (but `self` of an op that does
-//   not read its values, overwrites_self()) and whose outputs hold -inf and no NaN/+Inf;
+//   non-tensor -inf argument, whose tensor inputs hold no NaN/+Inf (but `self` of an op that
+//   does not read its values, overwrites_self()) and whose outputs hold more -inf than its
+//   inputs and no NaN/+Inf (a new mask, or a key padding mask filled into a causal one);
 // - an op *carries* a mask when its tensor inputs hold -inf and no NaN/+Inf, its outputs no
 //   NaN/+Inf, and a writer ran earlier in its (rank, step): an add of an additive mask, a view,
 //   a softmax row with some -inf inputs;

@@ -10,11 +10,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
 #include "json_util.h"
+#include "masking.h"
 #include "modules.h"
 #include "precprobe/error.h"
 #include "source.h"
@@ -49,6 +53,21 @@ int binade_of(double x) {
 }
 
 int verdict_rank(PrecisionVerdict v) { return static_cast<int>(v); }
+
+// A mask's large negative fill: an op that may write a mask (masking.h) given a non-tensor
+// value at or below float16's lowest, finfo(float16).min = -65504 (the Hugging Face
+// convention fills with finfo(dtype).min; older code with -1e9). Its elements are the
+// program's intent, not values a format must hold (docs/precision.md, "Masks").
+std::optional<double> mask_fill_value(const OpRecord& r) {
+  if (!analysis_detail::may_write_mask(r.op)) return std::nullopt;
+  for (const Arg& a : r.inputs) {
+    if (a.tensor || a.value.empty()) continue;
+    char* end = nullptr;
+    const double v = std::strtod(a.value.c_str(), &end);
+    if (end == a.value.c_str() + a.value.size() && std::isfinite(v) && v <= -65504.0) return v;
+  }
+  return std::nullopt;
+}
 
 }  // namespace
 
@@ -159,13 +178,17 @@ class PrecisionBuilder {
 
   void add(const OpRecord& r) {
     ++out_.op_records;
-    if (module_step_ && (r.rank != rank_ || r.step != step_)) flush_step();
+    if (module_step_ && (r.rank != rank_ || r.step != step_)) {
+      flush_step();
+      mask_fills_.clear();
+    }
     module_step_ = true;
     rank_ = r.rank;
     step_ = r.step;
     out_.step_min = std::min(out_.step_min.value_or(r.step), r.step);
     out_.step_max = std::max(out_.step_max.value_or(r.step), r.step);
     pending_.push_back({r.seq, analysis_detail::module_op(r), std::string(), {}});
+    if (std::optional<double> fill = mask_fill_value(r)) mask_fills_.insert(*fill);
     if (r.outputs_uninitialized()) return;
     Pending& p = pending_.back();
     std::vector<const TensorStats*> judged;
@@ -191,12 +214,15 @@ class PrecisionBuilder {
     for (const Arg& a : r.outputs) acc.in_graph |= a.is_tensor() && a.tensor->requires_grad;
     acc.in_graph |= r.dir == Direction::kBackward;
     for (const TensorStats* t : judged) {
-      const double amax = t->abs_max();
-      acc.unscaled.add(classify_range(t->range, amax, 0, format_));
-      acc.scaled.add(classify_range(t->range, amax, tensor_scale_shift(amax, format_), format_));
+      std::vector<std::pair<int32_t, int64_t>> unmasked;
+      const bool masked = without_mask(*t, unmasked);
+      const std::vector<std::pair<int32_t, int64_t>>& range = masked ? unmasked : t->range;
+      const double amax = masked ? unmasked_abs_max(*t, range) : t->abs_max();
+      acc.unscaled.add(classify_range(range, amax, 0, format_));
+      acc.scaled.add(classify_range(range, amax, tensor_scale_shift(amax, format_), format_));
       acc.op.overflows |= classify_range({}, amax, 0, format_).any_overflow;
       ++acc.op.tensors;
-      acc.hist.add(t->range, amax);
+      acc.hist.add(range, amax);
       // The gradient of the (0-dim) loss itself is the loss scale, kept in fp32.
       if (r.dir == Direction::kBackward && !t->shape.empty())
         p.gradients.push_back({t->range, amax});
@@ -258,6 +284,31 @@ class PrecisionBuilder {
         return true;
     }
     return false;
+  }
+
+  // Into `out`, `t`'s range without the binade of a mask fill of this step, when `t` holds
+  // one (true): its smallest finite value is the fill (masked_fill(mask, finfo.min), an
+  // additive mask added to scores far below its ulp). The masked elements are counted in
+  // that binade; an unmasked value within a factor 2 of the fill goes out with them.
+  bool without_mask(const TensorStats& t, std::vector<std::pair<int32_t, int64_t>>& out) const {
+    if (mask_fills_.count(t.min) == 0) return false;
+    const int e = binade_of(-t.min);
+    out.clear();
+    for (const auto& bin : t.range)
+      if (bin.first != e) out.push_back(bin);
+    return true;
+  }
+
+  // The largest |x| left once a mask's binade is out: t.max when it is not the fill's side,
+  // else the top of the highest binade left.
+  static double unmasked_abs_max(const TensorStats& t,
+                                 const std::vector<std::pair<int32_t, int64_t>>& range) {
+    double amax = std::isfinite(t.max) ? std::fabs(t.max) : 0.0;
+    int top = std::numeric_limits<int>::min();
+    for (const auto& bin : range) top = std::max(top, bin.first);
+    if (top != std::numeric_limits<int>::min())
+      amax = std::max(amax, std::min(std::ldexp(1.0, top + 1), -t.min));
+    return amax;
   }
 
   OpAccumulator& op_for(const OpRecord& r) {
@@ -441,6 +492,7 @@ class PrecisionBuilder {
   std::set<std::string> passing_on_;
   std::vector<Pending> pending_;
   bool module_step_ = false;
+  std::set<double> mask_fills_;  // the mask fill values of the step (mask_fill_value())
   std::map<int, analysis_detail::ModuleOrder> orders_;
   int rank_ = 0;
   int64_t step_ = 0;

@@ -174,6 +174,7 @@ void Observer::begin_step(int64_t step) {
   }
   std::lock_guard<std::mutex> lk(engine_->order_mutex());
   step_ = step;
+  step_now_.store(step, std::memory_order_release);
   seq_ = 0;
   backward_seen_.store(false, std::memory_order_relaxed);
   {
@@ -461,9 +462,35 @@ void Observer::abandon(at::ObserverContext* ctx) noexcept {
   if (auto* c = dynamic_cast<OpContext*>(ctx)) c->op->ended.store(true, std::memory_order_release);
 }
 
-bool Observer::keep_overflow(const OpRecord& r) {
-  if (!r.outputs_non_finite() || r.inputs_non_finite()) return false;
+bool Observer::keep_overflow(OpRecord& r) {
   if (overflow_done()) return false;
+  // The analyses' masking rule (precprobe/masking.h): a mask writer is no overflow; it is
+  // held back, and written before a NaN born of its -inf later in its step, so that
+  // `precprobe overflow` on this dump names both, as on a statistics dump.
+  if (r.step != mask_writers_step_) {
+    mask_writers_.clear();
+    mask_writers_step_ = r.step;
+  }
+  switch (masks_.observe(r)) {
+    case MaskWatch::Role::kWriter:
+      if (mask_writers_.size() >= kMaxMaskWriters) mask_writers_.erase(mask_writers_.begin());
+      mask_writers_[r.seq] = std::move(r);
+      return false;
+    case MaskWatch::Role::kCarrier:
+      return false;
+    case MaskWatch::Role::kBorn: {
+      auto w = mask_writers_.find(masks_.writer_seq());
+      if (w != mask_writers_.end()) {
+        if (writer_->submit(std::move(w->second)))
+          ops_recorded_.fetch_add(1, std::memory_order_relaxed);
+        mask_writers_.erase(w);
+      }
+      break;
+    }
+    case MaskWatch::Role::kNone:
+      if (!r.outputs_non_finite() || r.inputs_non_finite()) return false;
+      break;
+  }
   ++overflow_count_;
   overflows_.fetch_add(1, std::memory_order_relaxed);
   if (options_.overflow_nums >= 0 && overflow_count_ >= options_.overflow_nums)

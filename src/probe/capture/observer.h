@@ -19,6 +19,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -27,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "precprobe/masking.h"
 #include "precprobe/options.h"
 #include "precprobe/writer.h"
 #include "stats/stats_engine.h"
@@ -174,7 +176,11 @@ class Observer {
                       const std::string* save_path, const CaptureOptions& how);
   std::string tensor_path(const std::string& name, bool input, size_t index) const;
   void emit(PendingOp& op);
-  bool keep_overflow(const OpRecord& r);
+  /// overflow_check: whether `r` is written (an origin); a mask writer is held back (may be
+  /// moved from) and written before a NaN born of its mask.
+  bool keep_overflow(OpRecord& r);
+  /// The step begin_step() set last, for any thread.
+  int64_t current_step() const noexcept { return step_now_.load(std::memory_order_acquire); }
   /// Whether an op's tensors get range statistics ("range": true: ops under grad mode and
   /// the backward; "all": every op). `grad_on`: the caller's grad mode at the op's start.
   bool range_for(Direction dir, bool grad_on) const noexcept {
@@ -232,6 +238,14 @@ class Observer {
   std::atomic<uint64_t> ops_seen_{0}, ops_recorded_{0}, overflows_{0}, errors_{0};
   std::atomic<uint64_t> tensors_skipped_{0};
   std::atomic<bool> overflow_done_{false};
+  // overflow_check and masks (keep_overflow): the step of the last op that may have written
+  // a mask (fast path, any thread), and, on the emitting side, the rule and the writers of
+  // the step held back.
+  std::atomic<int64_t> step_now_{0}, mask_step_{-1};
+  static constexpr size_t kMaxMaskWriters = 64;
+  MaskWatch masks_;
+  std::map<int64_t, OpRecord> mask_writers_;  // by seq
+  int64_t mask_writers_step_ = -1;
   /// A parameter of the gradient monitor's hook and its gradient as last observed or cleared.
   struct HookParam {
     at::Tensor param;

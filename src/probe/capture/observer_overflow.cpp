@@ -15,11 +15,14 @@
 #include <c10/util/SmallVector.h>
 
 #include <algorithm>
+#include <cmath>
+#include <vector>
 
 #include "capture/observer.h"
 #include "capture/observer_internal.h"
 #include "precprobe/debugger.h"
 #include "precprobe/error.h"
+#include "precprobe/masking.h"
 #include "scaler/scaled_grads.h"
 #include "support/own_code.h"
 
@@ -48,6 +51,18 @@ bool any_requires_grad(c10::ArrayRef<const c10::IValue> values) {
     for_each_tensor(v,
                     [&](const at::Tensor& t) { any = any || (t.defined() && t.requires_grad()); });
   return any;
+}
+
+// A non-tensor argument that is -inf: masked_fill(mask, -inf), full(size, -inf).
+bool minus_inf_argument(c10::ArrayRef<const c10::IValue> values) {
+  for (const c10::IValue& v : values) {
+    if (v.isDouble() && std::isinf(v.toDouble()) && v.toDouble() < 0) return true;
+    if (v.isScalar() && !v.toScalar().isComplex() && !v.toScalar().isIntegral(true)) {
+      const double d = v.toScalar().toDouble();
+      if (std::isinf(d) && d < 0) return true;
+    }
+  }
+  return false;
 }
 
 bool is_written(const OpInfo& info, size_t i) {
@@ -126,16 +141,33 @@ void Observer::overflow_end(const at::RecordFunction& fn, at::ObserverContext* c
         }
       });
     if (!bad || c->written_non_finite) return;
-    // NaN/Inf came out: an origin only if none went in.
+    // NaN/Inf came out: an origin only if none went in, or if what went in is a mask's -inf
+    // (a writer ran earlier in the step) and NaN or +Inf came out (a fully masked softmax row).
     const c10::ArrayRef<const c10::IValue> inputs(c->inputs.data(), c->inputs.size());
-    bool bad_input = false;
-    for (size_t i = 0; i < inputs.size() && !bad_input; ++i) {
+    std::vector<at::Tensor> bad_inputs;
+    for (size_t i = 0; i < inputs.size(); ++i) {
       if (is_written(info, i)) continue;  // tested before the op wrote it
       for_each_tensor(inputs[i], [&](const at::Tensor& t) {
-        if (!bad_input && t.defined() && !finite_->known(t) && has_non_finite(t)) bad_input = true;
+        if (t.defined() && !finite_->known(t) && has_non_finite(t)) bad_inputs.push_back(t);
       });
     }
-    if (bad_input) return;
+    const bool may_write_mask = MaskWatch::may_write(info.name) && minus_inf_argument(inputs);
+    if (!bad_inputs.empty()) {
+      // Given -inf: a mask extended (a padding mask filled into a causal one, recorded for
+      // keep_overflow to judge), or in a step with a mask, a NaN born of it; else nothing.
+      if (!may_write_mask && mask_step_.load(std::memory_order_acquire) != current_step()) return;
+      bool made_nan = false;
+      for (const c10::IValue& v : outs)
+        for_each_tensor(v, [&](const at::Tensor& t) { made_nan = made_nan || has_nan_or_pinf(t); });
+      if (!made_nan && !may_write_mask) return;  // the mask carried on
+      for (const at::Tensor& t : bad_inputs)
+        if (has_nan_or_pinf(t)) return;  // NaN/+Inf went in: an earlier op's
+      if (!made_nan) mask_step_.store(current_step(), std::memory_order_release);
+    } else if (may_write_mask) {
+      // A mask writer, unless its record says otherwise (keep_overflow): NaN out of a -inf
+      // later in this step may be born of it.
+      mask_step_.store(current_step(), std::memory_order_release);
+    }
     // The rare record: statistics of everything, as the statistics task takes them.
     set_capture_origin(info.name.c_str());
     {

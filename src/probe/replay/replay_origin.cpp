@@ -168,8 +168,15 @@ bool all_finite(const at::Tensor& t) {
   return t.isfinite().all().item<bool>();
 }
 
+bool no_nan_or_pinf(const at::Tensor& t) {
+  if (!is_float(t) || t.numel() == 0) return true;
+  if (at::isComplexType(t.scalar_type())) return all_finite(t);
+  return !at::logical_or(t.isnan(), t.isposinf()).any().item<bool>();
+}
+
 struct OriginTracker::Call {
   int64_t seq = 0;
+  bool minus_inf_inputs = false;
   const OpInfo* info = nullptr;
   std::vector<c10::IValue> inputs;  // references; written arguments deep-copied
   std::vector<bool> copied;
@@ -187,20 +194,28 @@ std::shared_ptr<OriginTracker::Call> OriginTracker::on_start(
         return nullptr;
     }
     const bool skip_self = overwrites_self(info.name);
+    bool minus_inf = false;
     for (size_t i = 0; i < inputs.size(); ++i) {
       if (i == 0 && skip_self) continue;
       // An out= destination's old values are not an input (often memory nothing wrote).
       if (std::find(info.out_args.begin(), info.out_args.end(), i) != info.out_args.end()) continue;
       bool finite = true;
       for_each_tensor(inputs[i], [&](const at::Tensor& t) { finite = finite && all_finite(t); });
-      if (!finite) {
+      if (finite) continue;
+      // -inf alone (a mask's) leaves it a candidate; NaN or +Inf came from an earlier op.
+      bool masked = true;
+      for_each_tensor(inputs[i],
+                      [&](const at::Tensor& t) { masked = masked && no_nan_or_pinf(t); });
+      if (!masked) {
         std::lock_guard<std::mutex> lk(mu_);
         bad_inputs_.push_back(header.seq);
         return nullptr;
       }
+      minus_inf = true;
     }
     auto call = std::make_shared<Call>();
     call->seq = header.seq;
+    call->minus_inf_inputs = minus_inf;
     call->info = &info;
     call->inputs.assign(inputs.begin(), inputs.end());
     call->copied.assign(inputs.size(), false);
@@ -223,20 +238,22 @@ void OriginTracker::on_end(Call& call, const std::vector<c10::IValue>& outputs) 
   try {
     bool bad = false;
     at::ScalarType dtype = at::ScalarType::Float;
+    // Given a mask's -inf, only NaN or +Inf out makes an origin (-inf out is carried on).
     for (const c10::IValue& v : outputs) {
       for_each_tensor(v, [&](const at::Tensor& t) {
-        if (!bad && !all_finite(t)) {
+        if (!bad && (call.minus_inf_inputs ? !no_nan_or_pinf(t) : !all_finite(t))) {
           bad = true;
           dtype = t.scalar_type();
         }
       });
     }
     if (!bad) {
-      note_underflow(call, outputs);
+      if (!call.minus_inf_inputs) note_underflow(call, outputs);
       return;
     }
     Candidate c;
     c.seq = call.seq;
+    c.minus_inf_inputs = call.minus_inf_inputs;
     c.op = call.info->name;
     c.overload = call.info->overload;
     c.out_dtype = dtype;

@@ -1,9 +1,9 @@
 // OriginTracker: during the replay of an anomalous step ("record": "on_anomaly") it keeps,
-// for every recorded op whose inputs are finite and whose outputs turn NaN/Inf (the
-// candidates of `precprobe overflow`), a deep copy of the op's boxed inputs, so that the
-// origin can be run again in float64 and classified (classify_origin), and its inputs saved
-// as the "tensor" task saves them. It also re-runs in float64 every op whose float32 /
-// bfloat16 / float16 output holds exact zeros, and remembers the outputs whose zeros are
+// for every recorded op whose inputs are finite (or hold a mask's -inf and no NaN/+Inf) and
+// whose outputs turn NaN/Inf (the candidates of `precprobe overflow`), a deep copy of the op's
+// boxed inputs, so that the origin can be run again in float64 and classified (classify_origin),
+// and its inputs saved as the "tensor" task saves them. It also re-runs in float64 every op whose
+// float32 / bfloat16 / float16 output holds exact zeros, and remembers the outputs whose zeros are
 // underflows (non-zero in float64), so that a division by such a zero is classified
 // "underflow" with the op that underflowed. The Observer calls it only while a replay runs;
 // nothing of it runs on healthy steps.
@@ -37,6 +37,9 @@ class OriginTracker {
   /// A candidate: finite inputs, a non-finite output.
   struct Candidate {
     int64_t seq = 0;
+    /// Its inputs held -inf and no NaN/+Inf (a mask's, when a mask writer ran before it in
+    /// the step: a fully masked softmax row); kept so that its inputs are saved.
+    bool minus_inf_inputs = false;
     std::string op, overload;
     std::vector<c10::IValue> inputs;                   ///< deep copies, original dtypes
     at::ScalarType out_dtype = at::ScalarType::Float;  ///< of the first non-finite output
@@ -54,7 +57,9 @@ class OriginTracker {
   };
 
   /// At an op's start (inside the observer's callback): nullptr when the op cannot be a
-  /// candidate (an input is already non-finite, or its outputs are uninitialized memory).
+  /// candidate (an input already holds NaN or +Inf, or its outputs are uninitialized
+  /// memory). An op whose inputs hold -inf and no NaN/+Inf stays one (Candidate::
+  /// minus_inf_inputs): a mask's -inf turned into NaN there is an origin.
   std::shared_ptr<Call> on_start(const OpInfo& info, const OpRecord& header,
                                  c10::ArrayRef<const c10::IValue> inputs);
   /// At its end: keeps the inputs when an output is non-finite.
@@ -99,6 +104,8 @@ OriginVerdict classify_origin(const OriginTracker::Candidate& c);
 
 /// True when every element of `t` is finite (non-floating tensors are).
 bool all_finite(const at::Tensor& t);
+/// True when `t` holds no NaN and no +Inf (-inf allowed; non-floating tensors do).
+bool no_nan_or_pinf(const at::Tensor& t);
 
 /// Writes the tensors of `inputs` as `<dir>/<record_name>.in<i>.npy.zst`, `i` counted as
 /// the record's "in" array counts (one per argument, one per tensor of a list). Returns

@@ -436,6 +436,22 @@ bool detect_cpu(const at::Tensor& v) {
 
 }  // namespace
 
+bool has_nan_or_pinf(const at::Tensor& t) noexcept {
+  try {
+    if (!t.defined() || t.is_meta() || t.numel() == 0) return false;
+    if (!at::isFloatingType(t.scalar_type()) && !at::isComplexType(t.scalar_type())) return false;
+    if (t.is_complex()) return has_non_finite(t);
+    if (t.layout() != c10::kStrided || t.is_quantized() || t.is_nested()) return false;
+    const at::Tensor v = t.detach();
+    return at::logical_or(v.isnan(), v.isposinf()).any().item<bool>();
+  } catch (const std::exception& e) {
+    report_error(std::string("precprobe: the NaN/+Inf test failed: ") + e.what());
+  } catch (...) {
+    report_error("precprobe: the NaN/+Inf test failed");
+  }
+  return true;
+}
+
 bool has_non_finite(const at::Tensor& t) noexcept {
   try {
     if (!t.defined() || t.is_meta() || t.numel() == 0) return false;

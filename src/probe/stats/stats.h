@@ -59,6 +59,11 @@ void summarize_with_aten(const at::Tensor& t, TensorStats& out, bool with_hash,
 /// answers false).
 bool has_non_finite(const at::Tensor& t) noexcept;
 
+/// Whether `t` holds a NaN or a +Inf (a -inf alone does not: a mask's; complex: any
+/// non-finite component). For the rare ops of overflow_check's mask steps, not a fast path.
+/// Never throws (a failure reports an error and answers true).
+bool has_nan_or_pinf(const at::Tensor& t) noexcept;
+
 /// The logical-order hash of precprobe::tensor_hash (see precprobe/hash.h).
 uint64_t logical_order_hash(const at::Tensor& t);
 

@@ -32,7 +32,7 @@ targets="probe_tests capture_tests test_precision_reality test_reliability test_
 run="^($(cd tests/probe && ls test_*.cpp | sed 's/\.cpp$//' | grep -v '^test_stats_cuda$' |
          paste -sd '|')|test_reliability|test_crash):|^xversion\.|^consumer\.(install|find_package)|^repro_e2e$"
 if python3 -c "import torch" 2>/dev/null; then
-  targets+=" precprobe_python precprobe_pytest_tool port_cnn port_lstm port_transformer port_vae"
+  targets+=" precprobe_python precprobe_pytest_tool port_cnn port_lstm port_transformer port_vae port_gan port_lm"
   run+="|^python:|^ports\\."
 fi
 TARGETS="$targets" BUILD_DIR="$build_dir" scripts/build.sh -DPRECPROBE_BUILD_BENCH=OFF \

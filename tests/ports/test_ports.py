@@ -3,12 +3,19 @@ write it and its LibTorch port written as LibTorch users write it, started from 
 (the Python side's save_state, the C++ side's load_state), 20 steps each, recorded and set
 side by side by `precprobe compare --first --by module --json`.
 
-- A faithful pair compares with 0 divergent ops, however differently the two sides build
-  their batches (per-sample ToTensor + Normalize in a DataLoader against a dataset divided by
-  255 once and a per-sample Normalize + Stack), compute their loss (cross_entropy against
-  log_softmax + nll_loss) or their metrics (argmax / eq / sum / item on one side only).
+- A faithful pair compares with 0 divergent ops and trains alike (the losses each side prints
+  agree), however differently the two sides build their batches (per-sample ToTensor +
+  Normalize in a DataLoader against a dataset divided by 255 once and a per-sample Normalize +
+  Stack), compute their loss (cross_entropy against log_softmax + nll_loss) or their metrics
+  (argmax / eq / sum / item on one side only), or zero their gradients: the GAN's original
+  resets both optimizers before each backward (or after each step; `set_to_none` or
+  `zero_()`), its port zeroes only the optimizer it is about to step, so that each backward
+  adds into the other network's gradients on one side only. Those differences are dead:
+  zeroed before any update reads them.
 - Each planted port bug is named at its first effect: the step, the op, the module (""
-  for the data pipeline before the model), and why (the cause).
+  for the data pipeline before the model; "(after backward)" for gradient clipping, outside
+  every module), why (the cause), and where the user typed a constant wrong, both constants
+  in the text verdict ("0.5 ... vs 5").
 - --first and --by module name the same first op; precprobe.compare (Python) returns what the
   CLI prints, and `precprobe report --compare` names the same first op.
 
@@ -17,6 +24,7 @@ Skipped without Debian's dataset-fashion-mnist, torchvision, or the built ports.
 import gzip
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -48,6 +56,9 @@ pytestmark = pytest.mark.skipif(
            "dataset-fashion-mnist")
 
 STEPS = "20"
+PAIRS = ["cnn", "lstm", "transformer", "vae", "gan", "lm"]
+# The language model reads a text of the repository, the others Fashion-MNIST.
+CORPUS = os.path.join(HERE, "data", "lm.txt")
 
 
 @pytest.fixture(scope="session")
@@ -69,17 +80,29 @@ def run(cmd):
 
 
 def losses(out):
-    return [float(l.split()[-1]) for l in out.splitlines() if l.startswith("step ")]
+    """Each step's losses: the numbers after the words ending in "loss" on its `step N` line
+    ("step 3 loss 2.1", "step 3 d_loss 1.3 g_loss 0.7")."""
+    steps = []
+    for line in out.splitlines():
+        words = line.split()
+        if words[:1] == ["step"]:
+            steps.append([float(v) for k, v in zip(words, words[1:]) if k.endswith("loss")])
+    return steps
+
+
+def pair_data(pair, data_root):
+    return CORPUS if pair == "lm" else data_root
 
 
 def python_side(pair, data, dump, state, *flags):
-    return run([sys.executable, os.path.join(HERE, "python", pair + ".py"), "--data", data,
-                "--steps", STEPS, "--dump", str(dump), "--save-state", str(state), *flags])
+    return run([sys.executable, os.path.join(HERE, "python", pair + ".py"), "--data",
+                pair_data(pair, data), "--steps", STEPS, "--dump", str(dump), "--save-state",
+                str(state), *flags])
 
 
 def cpp_side(pair, data, dump, state, *flags):
-    return run([os.path.join(BIN, "port_" + pair), "--data", data, "--steps", STEPS,
-                "--dump", str(dump), "--load-state", str(state), *flags])
+    return run([os.path.join(BIN, "port_" + pair), "--data", pair_data(pair, data), "--steps",
+                STEPS, "--dump", str(dump), "--load-state", str(state), *flags])
 
 
 def report_compare(a, b, tmp_path):
@@ -137,17 +160,36 @@ def python_runs(tmp_path_factory, data_root):
     """Each pair's Python run and initial state, recorded once."""
     d = tmp_path_factory.mktemp("py")
     out = {}
-    for pair in ("cnn", "lstm", "transformer", "vae"):
+    for pair in PAIRS:
         text = python_side(pair, data_root, d / pair, d / (pair + ".safetensors"))
         out[pair] = (d / pair, d / (pair + ".safetensors"), losses(text))
     return out
 
 
-@pytest.mark.parametrize("pair", ["cnn", "lstm", "transformer", "vae"])
-def test_faithful_port_compares_clean(pair, python_runs, data_root, tmp_path):
+# (pair, Python flags): each pair as written, and the GAN's original under the other zeroing
+# schedules: set_to_none given either way (its default is False before PyTorch 2.0, True
+# since), and both optimizers reset after each step instead of before each backward.
+FAITHFUL = [(pair, []) for pair in PAIRS] + [
+    ("gan", ["--set-to-none", "true"]),
+    ("gan", ["--set-to-none", "false"]),
+    ("gan", ["--zero-grad", "after-step"]),
+]
+
+
+@pytest.mark.parametrize("pair,py_flags", FAITHFUL,
+                         ids=[f"{p}:{' '.join(f)}" if f else p for p, f in FAITHFUL])
+def test_faithful_port_compares_clean(pair, py_flags, python_runs, data_root, tmp_path):
     py, state, py_losses = python_runs[pair]
+    if py_flags:
+        py = tmp_path / "py"
+        state = tmp_path / "state.safetensors"
+        py_losses = losses(python_side(pair, data_root, py, state, *py_flags))
     text = cpp_side(pair, data_root, tmp_path / "cpp", state)
-    assert len(losses(text)) == len(py_losses) == int(STEPS)
+    cpp_losses = losses(text)
+    assert len(cpp_losses) == len(py_losses) == int(STEPS)
+    # The two programs train alike (Python prints 6 decimals, C++ 7 significant digits).
+    flat = [[v for step in run for v in step] for run in (cpp_losses, py_losses)]
+    assert flat[0] == pytest.approx(flat[1], rel=1e-4, abs=2e-6)
     res = compare(py, tmp_path / "cpp", tmp_path)
     assert not res["found"], json.dumps({k: res[k] for k in ("name", "step", "module", "cause")})
     assert res["divergent_ops"] == 0
@@ -177,7 +219,29 @@ BUGS = [
     ("vae", ["--beta2", "0.99"], [], None, 0, None, "fc1", None, None),
     ("vae", [], ["--loader-generator", "global"], None, 0, "aten::randn_like", None, "draws",
      None),
+    # LeakyReLU's default slope (0.01) where the original has 0.2: named in the module that
+    # runs it, the discriminator's LeakyReLU (D runs first, on the real images).
+    ("gan", ["--leaky-slope", "0.01"], [], None, 0, "aten::leaky_relu", "D.1", None, None),
+    # Adam's first beta: D's update at step 0 (exp_avg's add_, or lerp_ on PyTorch 2.x).
+    ("gan", ["--beta1", "0.9"], [], None, 0, None, "D.0", None, "D.0.weight"),
+    # D's gradients not zeroed before its step: step 0's gradients (and what G's backward
+    # added to them) are read by D's update at step 1, whatever the original's zeroing.
+    ("gan", ["--no-zero-d"], [], None, 1, None, "D.0", None, "D.0.weight"),
+    ("gan", ["--no-zero-d"], ["--zero-grad", "after-step"], None, 1, None, "D.0", None,
+     "D.0.weight"),
+    # The clip norm typed 5 for 0.5: the gradient norm is below both until step 2 (about 0.3,
+    # 0.36, then 1.2), where the clip acts on one side only; clipping runs after backward,
+    # outside every module.
+    ("lm", ["--clip-norm", "5"], [], None, 2, "aten::clamp", "(after backward)", None, None),
 ]
+
+# The constants the user typed, as the text verdict names them (A's, then B's): in their
+# shortest form, whether the op reads them as arguments or ops of one run only made them (the
+# clip norm: Python's max_norm / x is reciprocal + mul, LibTorch's fill_ + div_).
+CONSTANTS = {
+    ("gan", "--leaky-slope 0.01"): ("0.2", "0.01"),
+    ("lm", "--clip-norm 5"): ("0.5", "5"),
+}
 
 
 @pytest.mark.parametrize("pair,cpp_flags,py_flags,config,step,op,module,cause,param", BUGS,
@@ -207,3 +271,11 @@ def test_planted_port_bug_is_named(pair, cpp_flags, py_flags, config, step, op, 
         assert res["cause"] == cause, got
     if param is not None:
         assert res["param"] == param, got
+    consts = CONSTANTS.get((pair, " ".join(cpp_flags + py_flags)))
+    if consts is not None:
+        r = subprocess.run([CLI, "compare", str(py), str(tmp_path / "cpp"), "--first"],
+                           capture_output=True, text=True)
+        assert r.returncode == 1, r.stderr
+        a, b = (re.escape(c) for c in consts)
+        verdict = r.stdout[r.stdout.index("First divergent op"):]
+        assert re.search(rf"(?<![\w.]){a}(?![\w.])[^\n]* vs {b}(?![\w.])", verdict), verdict

@@ -280,6 +280,52 @@ TEST_CASE("masking: a healthy causal attention raises nothing", "[masking]") {
   CHECK(w->figure("hits") == 0.0);
 }
 
+TEST_CASE("masking: a key padding mask filled into a causal one raises nothing", "[masking]") {
+  // torch::nn::MultiheadAttention's order: the causal mask made with full(-inf) and added to
+  // the scores, then the key padding filled in with masked_fill: its input already holds the
+  // causal -inf, and it adds 40 more. From step 2 padding hides every key of 2 rows: NaN.
+  DumpData d;
+  for (int64_t step = 0; step < 4; ++step) {
+    const bool full = step >= 2;
+    const int64_t padded = 56 + (full ? 42 : 40), nan = full ? 16 : 0;
+    add_step(
+        d, step, 0,
+        {{"aten::full", 0, {varg("[8,8]"), kMinusInf}, {tens({8, 8}, 64)}},
+         {"aten::triu", 1, {tens({8, 8}, 64), varg("1")}, {tens({8, 8}, 28)}},
+         {"aten::linear",
+          2,
+          {tens({2, 8, 4}), tens({12, 4}, 0, 0, 0, "attn.in_proj_weight")},
+          {tens({2, 8, 12})}},
+         {"aten::add_", 3, {tens({2, 8, 8}), tens({8, 8}, 28), varg("1")}, {tens({2, 8, 8}, 56)}},
+         {"aten::masked_fill",
+          4,
+          {tens({2, 8, 8}, 56), mask_arg(), kMinusInf},
+          {tens({2, 8, 8}, padded)}},
+         {"aten::softmax",
+          5,
+          {tens({2, 8, 8}, padded), varg("-1"), varg("null")},
+          {tens({2, 8, 8}, 0, nan)}}});
+  }
+  const std::vector<MaskRole> roles =
+      analysis_detail::mask_roles(std::vector<OpRecord>(d.ops.begin(), d.ops.begin() + 6));
+  CHECK(roles == std::vector<MaskRole>{MaskRole::kWriter, MaskRole::kCarrier, MaskRole::kNone,
+                                       MaskRole::kCarrier, MaskRole::kWriter, MaskRole::kCarrier});
+  const OverflowResult o = find_overflow(d);
+  REQUIRE(o.found);
+  CHECK(o.origin.step == 2);
+  CHECK(o.origin.op == "aten::softmax");
+  REQUIRE(o.masked_by);
+  CHECK(o.masked_by->op == "aten::masked_fill");  // the fill that left no key, not the causal
+  REQUIRE(o.ranks.size() == 1);
+  CHECK_FALSE(o.ranks[0].nonfinite_before_origin);  // steps 0-1 raise nothing
+  CHECK(o.masking.writers == 8);
+  DumpData first_two;
+  first_two.ops.assign(d.ops.begin(), d.ops.begin() + 12);
+  const OverflowResult healthy = find_overflow(first_two);
+  CHECK_FALSE(healthy.found);
+  CHECK_FALSE(healthy.any_nonfinite);
+}
+
 TEST_CASE("masking: a fully masked row is named at its softmax, with the mask", "[masking]") {
   const DumpData d = attention_run(30, 10);
   const OverflowResult o = find_overflow(d);

@@ -89,7 +89,16 @@ def skip_reason(prog):
     return None
 
 
-def cases(progs=None):
+# Parts of issue 66 still open: the cases that wait on them are expected to fail (strict, but
+# for `mha`: a case that passes fails the run, so the mark goes when the work lands).
+PLACEMENT = ("issue 66 item 3, open: an op between two children of a block is still placed in "
+             "the last child that read a parameter, the loss in the last module")
+CHECK_MODULE = ("issue 66 item 2, open: an overflow_check dump holds no op reading a parameter, "
+                "so its origin is placed in no module")
+
+
+def cases(progs=None, pending=None):
+    """(prog, dtype) params; `pending`: {prog: reason} of cases expected to fail."""
     out = []
     for prog in progs or PROGRAMS:
         if prog not in PROGRAMS:
@@ -97,6 +106,11 @@ def cases(progs=None):
         for dtype in ("fp32", "bf16"):
             reason = skip_reason(prog)
             marks = [pytest.mark.skip(reason=reason)] if reason else []
+            if not reason and pending and prog in pending:
+                # Python's nn.MultiheadAttention runs SDPA from PyTorch 2.0 on, whose
+                # _safe_softmax leaves a fully masked row finite (nothing to name): strict
+                # only where the outcome does not depend on the version.
+                marks = [pytest.mark.xfail(strict=prog != "mha", reason=pending[prog])]
             out.append(pytest.param(prog, dtype, id=f"{prog}-{dtype}", marks=marks))
     return out
 
@@ -334,7 +348,7 @@ def test_healthy_masking_is_shown_as_masking(prog, dtype, run):
         assert m["elements"] == masked_elements_step0("gpt")
 
 
-@pytest.mark.parametrize("prog,dtype", cases(["gpt"]))
+@pytest.mark.parametrize("prog,dtype", cases(["gpt"], pending={"gpt": PLACEMENT}))
 def test_healthy_masking_line_names_its_module(prog, dtype, run):
     """Issue 66 item 1's example: "... masked with -inf by aten::masked_fill in b0"."""
     s, _ = cli_json("summary", run(prog, dtype, "stats").dump, codes=(0,))
@@ -356,7 +370,7 @@ def assert_origin(o, prog, dtype, *, masked_by=True):
         assert mb["seq"] < o["seq"]
 
 
-@pytest.mark.parametrize("prog,dtype", cases())
+@pytest.mark.parametrize("prog,dtype", cases(pending={"gpt": PLACEMENT}))
 def test_planted_overflow_names_the_softmax(prog, dtype, run):
     r = run(prog, dtype, "stats", True)
     o, code = cli_json("overflow", r.dump)
@@ -369,7 +383,7 @@ def test_planted_overflow_names_the_softmax(prog, dtype, run):
         assert o["masked_by"]["module"] == "b0", o["masked_by"]
 
 
-@pytest.mark.parametrize("prog,dtype", cases())
+@pytest.mark.parametrize("prog,dtype", cases(pending={"gpt": PLACEMENT}))
 def test_planted_summary_and_check_name_the_softmax(prog, dtype, run):
     r = run(prog, dtype, "stats", True)
     nan = planted_goes_nan(run, prog, dtype)
@@ -388,7 +402,7 @@ def test_planted_summary_and_check_name_the_softmax(prog, dtype, run):
     assert f"in module {module} " in ev["evidence"], ev["evidence"]
 
 
-@pytest.mark.parametrize("prog,dtype", cases())
+@pytest.mark.parametrize("prog,dtype", cases(pending={p: CHECK_MODULE for p in ("gpt", "encoder", "mha")}))
 def test_planted_overflow_check_names_the_softmax(prog, dtype, run):
     r = run(prog, dtype, "overflow_check", True)
     o, code = cli_json("overflow", r.dump)
@@ -398,7 +412,7 @@ def test_planted_overflow_check_names_the_softmax(prog, dtype, run):
     assert_origin(o, prog, dtype, masked_by=False)
 
 
-@pytest.mark.parametrize("prog,dtype", cases())
+@pytest.mark.parametrize("prog,dtype", cases(pending={"gpt": PLACEMENT}))
 def test_planted_on_anomaly_replay_names_the_softmax(prog, dtype, run):
     r = run(prog, dtype, "on_anomaly", True)
     anomalies = events(r.dump, "anomaly")
@@ -417,7 +431,7 @@ def test_planted_on_anomaly_replay_names_the_softmax(prog, dtype, run):
     assert o["name"] == a["origin_record"]
 
 
-@pytest.mark.parametrize("prog,dtype", cases())
+@pytest.mark.parametrize("prog,dtype", cases(pending={p: CHECK_MODULE for p in ("gpt", "encoder", "mha")}))
 def test_planted_same_answer_three_ways(prog, dtype, run):
     if not planted_goes_nan(run, prog, dtype):
         pytest.skip("the planted row stays finite here: nothing to name")
@@ -462,7 +476,7 @@ def block_truth(ops, block, nxt):
     return truth
 
 
-@pytest.mark.parametrize("prog,dtype", cases(["gpt", "hf"]))
+@pytest.mark.parametrize("prog,dtype", cases(["gpt", "hf"], pending={"gpt": PLACEMENT, "hf": PLACEMENT}))
 def test_placement_of_block_b0(prog, dtype, run):
     dump = run(prog, dtype, "stats").dump
     truth = block_truth(forward_ops(dump, 1), "b0", "b1")
@@ -479,7 +493,7 @@ def test_placement_of_block_b0(prog, dtype, run):
         assert "aten::masked_fill.0.forward" in own, sorted(truth.items())
 
 
-@pytest.mark.parametrize("prog,dtype", cases(["gpt", "hf"]))
+@pytest.mark.parametrize("prog,dtype", cases(["gpt", "hf"], pending={"gpt": PLACEMENT, "hf": PLACEMENT}))
 def test_placement_outside_every_module(prog, dtype, run):
     dump = run(prog, dtype, "stats").dump
     p, _ = cli_json("precision", dump, "--to", "bf16")

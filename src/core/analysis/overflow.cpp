@@ -25,9 +25,10 @@ using analysis_detail::RecordSource;
 
 constexpr size_t kFirstStepsShown = 10;
 
-// A non-finite input, a mask's -inf carried on aside.
+// A non-finite input, a mask's -inf aside (carried on, turned into NaN, or extended by a
+// writer: a key padding mask filled into a causal one).
 bool inputs_bad(const OpRecord& r, MaskRole role) {
-  if (role == MaskRole::kCarrier || role == MaskRole::kBorn) return false;
+  if (role != MaskRole::kNone) return false;
   if (!analysis_detail::overwrites_self(r)) return r.inputs_non_finite();
   for (size_t i = 1; i < r.inputs.size(); ++i)
     if (r.inputs[i].tensor && !r.inputs[i].tensor->all_finite()) return true;

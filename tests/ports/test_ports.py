@@ -56,7 +56,15 @@ pytestmark = pytest.mark.skipif(
            "dataset-fashion-mnist")
 
 STEPS = "20"
-PAIRS = ["cnn", "lstm", "transformer", "vae", "gan", "lm"]
+# gan and lm have not run on PyTorch 2.x yet (issue 67, open): left out there until they have.
+UNTRIED = ("gan", "lm")
+try:
+    import torch
+    UNTRIED_HERE = int(torch.__version__.split(".")[0]) >= 2
+except ImportError:
+    UNTRIED_HERE = False
+PAIRS = [p for p in ["cnn", "lstm", "transformer", "vae", "gan", "lm"]
+         if not (UNTRIED_HERE and p in UNTRIED)]
 # The language model reads a text of the repository, the others Fashion-MNIST.
 CORPUS = os.path.join(HERE, "data", "lm.txt")
 
@@ -194,8 +202,13 @@ PENDING = {
 
 
 def params(cases, key, ids):
-    return [pytest.param(*c, id=i, marks=[pytest.mark.xfail(strict=False, reason=PENDING[key(c)])]
-                         if key(c) in PENDING else []) for c, i in zip(cases, ids)]
+    def marks(c):
+        if UNTRIED_HERE and c[0] in UNTRIED:
+            return [pytest.mark.skip(reason="not yet run on PyTorch 2.x (issue 67, open)")]
+        if key(c) in PENDING:
+            return [pytest.mark.xfail(strict=False, reason=PENDING[key(c)])]
+        return []
+    return [pytest.param(*c, id=i, marks=marks(c)) for c, i in zip(cases, ids)]
 
 
 @pytest.mark.parametrize("pair,py_flags", params(

@@ -334,7 +334,8 @@ struct OpCompare {
   /// gradients at different times, and this op reads the difference), "" otherwise. Not
   /// divergent: "reconciled" (docs/cli.md), "carried" (a gradient accumulation whose
   /// difference is only the gradient it adds onto: judged where that is read, and dead when
-  /// nothing reads it; CompareResult::dead).
+  /// nothing reads it; CompareResult::dead), "dead" (its output, which differs, both runs
+  /// overwrite before any op reads it).
   std::string cause;
   /// The ops of one run only upstream of the input whose difference they made (cause
   /// "one_run_ops"), nearest first, at most kSequenceDiffNames each; for "accumulated", the

@@ -370,3 +370,47 @@ TEST_CASE("compare: a clip norm computed by ops of one run only is named by its 
   CHECK(r.first->made_by_values == "0.5 (A: aten::mul) vs 5.0 (B: aten::fill_)");
   CHECK(r.to_json()["made_by_values"] == "0.5 (A: aten::mul) vs 5.0 (B: aten::fill_)");
 }
+
+TEST_CASE("compare: a buffer filled otherwise and refilled before any read is dead",
+          "[analysis][compare][dead]") {
+  // A scratch buffer the port fills with another constant, then refills with the step's
+  // data before anything reads it; `read_first`: something reads it before the refill.
+  auto run = [](double fill, bool read_first) {
+    DumpData d;
+    for (int64_t step = 0; step < 2; ++step) {
+      const Vec x = {1.0 + static_cast<double>(step), 2.0};
+      std::vector<OpSpec> ops = {
+          {"aten::mul", 0, {targ(x), named(targ({0.5, 0.25}), "fc.weight")}, {targ({0.5, 0.5})}},
+          {"aten::fill_",
+           1,
+           {targ({0.0, 0.0}), varg(fill == 1.0 ? "1.0" : "2.0")},
+           {targ({fill, fill})}}};
+      int64_t seq = 2;
+      if (read_first)
+        ops.push_back({"aten::add",
+                       seq++,
+                       {targ({fill, fill}), targ({0.5, 0.5}), varg("1")},
+                       {targ({fill + 0.5, fill + 0.5})}});
+      ops.push_back({"aten::copy_", seq++, {targ({fill, fill}), targ(x)}, {targ(x)}});
+      ops.push_back({"aten::mul", seq++, {targ(x), targ({0.5, 0.5})}, {targ(times(x, 0.5))}});
+      add_step(d, step, 0, ops);
+    }
+    return d;
+  };
+  const CompareResult r = test::compare_checked(run(1.0, false), run(2.0, false), mode(true));
+  CHECK_FALSE(r.found);
+  CHECK(r.divergent_ops == 0);
+  REQUIRE(r.dead_ops == 2);  // a step each
+  CHECK(r.dead[0].name == "aten::fill_.0.forward");
+  CHECK(r.dead[0].reason == "overwritten by aten::copy_ at step 0 before any read");
+  CHECK(r.dead[1].step == 1);
+  const CompareResult all = test::compare_checked(run(1.0, false), run(2.0, false), mode(false));
+  for (const OpCompare& o : all.ops)
+    if (o.op == "aten::fill_") CHECK(o.cause == "dead");
+  // Read before the refill: the fill is the first divergent op, its constant named.
+  const CompareResult read = test::compare_checked(run(1.0, true), run(2.0, true), mode(true));
+  REQUIRE(read.found);
+  CHECK(read.first->name == "aten::fill_.0.forward");
+  CHECK(read.first->step == 0);
+  CHECK(read.dead_ops == 0);
+}

@@ -274,7 +274,7 @@ GroupResult compare_group(const GroupKey& key, const std::vector<OpRecord>& a,
     ++n_ops;
   }
   close_place(paired.pairs.size());
-  dead.finish(ops, module_of, g);
+  const std::vector<DeadTracker::DeadOp> dead_ops = dead.finish(ops, module_of, g);
   if (std::any_of(pending.begin(), pending.end(),
                   [](const Pending& p) { return !p.reconciled_at.empty(); })) {
     std::vector<bool> drop(divergent.size(), false);
@@ -299,6 +299,23 @@ GroupResult compare_group(const GroupKey& key, const std::vector<OpRecord>& a,
     }
     divergent.resize(kept);
     divergent_at.resize(kept);
+  }
+  // Divergent ops whose output both runs overwrote before any read: dead, not divergent.
+  for (const DeadTracker::DeadOp& d : dead_ops) {
+    OpCompare& o = ops[d.op].oc;
+    if (!equals(o.classification, "divergent")) continue;  // reconciled, excused
+    o.classification = "noise";
+    o.cause = "dead";
+    --res.divergent_ops;
+    ++res.noise_ops;
+    ++res.dead_ops;
+    res.dead.push_back(d.dead);
+    for (size_t k = 0; k < divergent_at.size(); ++k) {
+      if (divergent_at[k] != d.i) continue;
+      divergent.erase(divergent.begin() + static_cast<std::ptrdiff_t>(k));
+      divergent_at.erase(divergent_at.begin() + static_cast<std::ptrdiff_t>(k));
+      break;
+    }
   }
   g.first_divergent = group_first(a, divergent_at, [&](size_t k) { return divergent[k]; });
   g.first_inexact = group_first(a, inexact_at, [&](size_t k) { return ops[inexact_op[k]].oc; });

@@ -23,6 +23,7 @@
 // step reads by an op other than an accumulation is neither dead nor judged there.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -96,9 +97,9 @@ class DeadTracker {
     for (size_t k = 0; k < origins.size(); ++k) {
       if (touch_of(a_[i], k) != Touch::kRead) continue;
       const int32_t ta = value_in(false, i, k), tb = value_in(true, j, k);
-      const int32_t d = ta >= 0 && values_[ta].diff >= 0   ? values_[ta].diff
-                        : tb >= 0 && values_[tb].diff >= 0 ? values_[tb].diff
-                                                           : -1;
+      const int32_t d = carried(ta)   ? values_[static_cast<size_t>(ta)].diff
+                        : carried(tb) ? values_[static_cast<size_t>(tb)].diff
+                                      : -1;
       if (d < 0) continue;
       const Diff& c = diffs_[static_cast<size_t>(d)];
       InputOrigin& o = origins[k];
@@ -158,31 +159,75 @@ class DeadTracker {
     for (size_t k = 0; k < n; ++k) {
       if (ta[k] < 0 && tb[k] < 0) continue;
       const Touch touch = touch_of(ra, k);
-      const bool carried =
-          (ta[k] >= 0 && values_[ta[k]].diff >= 0) || (tb[k] >= 0 && values_[tb[k]].diff >= 0);
+      const bool carries_in = carried(ta[k]) || carried(tb[k]);
       if (touch == Touch::kAlias) {
         if (ta[k] >= 0 && val_a_[i] < 0) val_a_[i] = ta[k];
         if (tb[k] >= 0 && val_b_[j] < 0) val_b_[j] = tb[k];
-        quiet = quiet || carried;
+        quiet = quiet || carries_in;
         continue;
       }
       const Fate f = touch == Touch::kOverwrite ? Fate::kOverwritten : Fate::kRead;
       for (int32_t t : {ta[k], tb[k]})
         if (t >= 0) settle(t, f, ra.op);
-      quiet = quiet || (carried && touch == Touch::kOverwrite);
+      quiet = quiet || (carries_in && touch == Touch::kOverwrite);
+    }
+    // Any other divergent op of one tensor output (a buffer filled with another constant, a
+    // metric's temporary): dead when both runs overwrite that output before any read within
+    // the step; otherwise (read, or left to later steps) it stays divergent.
+    auto one_tensor = [](const OpRecord& r) {
+      return !r.outputs_uninitialized() &&
+             std::count_if(r.outputs.begin(), r.outputs.end(),
+                           [](const Arg& o) { return o.is_tensor(); }) == 1 &&
+             r.outputs[0].is_tensor();
+    };
+    if (v.divergent && one_tensor(ra) && one_tensor(rb) && val_a_[i] < 0 && val_b_[j] < 0) {
+      const int32_t d = static_cast<int32_t>(diffs_.size());
+      Diff c;
+      c.i = i;
+      c.j = j;
+      c.op = op;
+      c.plain = true;
+      c.va = add_value(false, d, &ra.outputs[0]);
+      c.vb = add_value(true, d, &rb.outputs[0]);
+      val_a_[i] = c.va;
+      val_b_[j] = c.vb;
+      diffs_.push_back(std::move(c));
     }
     return quiet;
   }
+
+  /// A divergent op whose output both runs overwrote before any read (its comparison in
+  /// compare_group's list, its position in A, and what to list).
+  struct DeadOp {
+    size_t op = 0, i = 0;
+    DeadDifference dead;
+  };
 
   /// The group's end: the carried differences no op read and both runs overwrote are dead
   /// (into res); those still open in a run, and the tensors made before the step, go to `g`
   /// for the next step (CompareMerge). `ops`: compare_group's comparisons, `module_of`,
   /// `shapes`: the module of each op of A, the shapes of each parameter the group reads.
-  void finish(const std::vector<PairVerdict>& ops, const std::vector<std::string>& module_of,
-              GroupResult& g) const {
+  std::vector<DeadOp> finish(const std::vector<PairVerdict>& ops,
+                             const std::vector<std::string>& module_of, GroupResult& g) const {
+    std::vector<DeadOp> dead_ops;
     for (const Diff& c : diffs_) {
       const Value& va = values_[static_cast<size_t>(c.va)];
       const Value& vb = values_[static_cast<size_t>(c.vb)];
+      if (c.plain) {
+        if (va.fate.fate != Fate::kOverwritten || vb.fate.fate != Fate::kOverwritten) continue;
+        const OpCompare& oc = ops[c.op].oc;
+        DeadOp d{c.op, c.i, {}};
+        d.dead.step = oc.step;
+        d.dead.rank = oc.rank;
+        d.dead.seq_a = oc.seq_a;
+        d.dead.seq_b = oc.seq_b;
+        d.dead.name = oc.name;
+        d.dead.module = module_of[c.i];
+        d.dead.param = oc.param;
+        d.dead.reason = overwritten_reason(va.fate);
+        dead_ops.push_back(std::move(d));
+        continue;
+      }
       auto any = [&](Fate f) { return va.fate.fate == f || vb.fate.fate == f; };
       if (any(Fate::kRead) || any(Fate::kCarriedOn)) continue;  // judged where read
       const OpCompare& oc = ops[c.op].oc;
@@ -218,6 +263,7 @@ class DeadTracker {
       e.fate = v.fate;
       g.entries.push_back(std::move(e));
     }
+    return dead_ops;
   }
 
   static std::string overwritten_reason(const ValueFate& f) {
@@ -233,6 +279,7 @@ class DeadTracker {
   };
   struct Diff {
     size_t i = 0, j = 0, op = 0;
+    bool plain = false;  // a divergent op's output, not a gradient accumulation's
     int32_t va = -1, vb = -1;
     std::string onto_a, onto_b;
   };
@@ -254,8 +301,7 @@ class DeadTracker {
       const double u = std::max(unit_roundoff(t.dtype), std::ldexp(1.0, -24));
       if (!(relative(ac.abs_error, magnitude(t)) <= opt.noise_factor * 4 * u)) return false;
     }
-    const bool carried_in = (ta >= 0 && values_[static_cast<size_t>(ta)].diff >= 0) ||
-                            (tb >= 0 && values_[static_cast<size_t>(tb)].diff >= 0);
+    const bool carried_in = carried(ta) || carried(tb);
     if (v.divergent || carried_in) return true;
     // Made by a compared op (a zeros of that shape both runs made, the gradient left before
     // the step): beyond the rounding the group has seen so far, it is the schedule's.
@@ -290,6 +336,13 @@ class DeadTracker {
     const int32_t id = add_value(side_b, -1, &ops[k].inputs[in]);
     entries_.emplace(key, id);
     return id;
+  }
+
+  // Whether tracked tensor t holds a gradient's difference an accumulation carries.
+  bool carried(int32_t t) const {
+    if (t < 0) return false;
+    const int32_t d = values_[static_cast<size_t>(t)].diff;
+    return d >= 0 && !diffs_[static_cast<size_t>(d)].plain;
   }
 
   int32_t add_value(bool side_b, int32_t diff, const Arg* arg) {

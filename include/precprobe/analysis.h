@@ -342,7 +342,7 @@ struct OpCompare {
   /// accumulation and what it added onto in each run.
   std::vector<std::string> made_by_a, made_by_b;
   /// What differs among the arguments of those ops of one run only: the numbers one run's
-  /// ops pass that the other's do not, e.g. "0.5 (A: aten::mul) vs 5.0 (B: aten::fill_)" (a
+  /// ops pass that the other's do not, e.g. "0.5 (A: aten::mul) vs 5 (B: aten::fill_)" (a
   /// clip norm computed otherwise and typed wrong); "" when none.
   std::string made_by_values;
   /// The parameter the op reads or updates ("conv1.weight"): its own parameter input, or for

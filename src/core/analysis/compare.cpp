@@ -237,10 +237,14 @@ GroupResult compare_group(const GroupKey& key, const std::vector<OpRecord>& a,
     compare_pair(a[i], b[j], opt, loss_scale, &const_a, &const_b, use,
                  Upstream{&in_origins, seen_error}, v);
     // An accumulation that carries a gradient's difference, a view or an overwrite of one:
-    // not the run's rounding (compare_dead.h).
+    // not the run's rounding (compare_dead.h); nor an op that makes no tensor (item(): the
+    // number it hands the host, a loss printed, pairs with another such number as often).
     const bool carries =
         dead.after_pair(static_cast<size_t>(i), static_cast<size_t>(j), n_ops, v, seen_error, opt);
-    if (!carries && std::isfinite(v.oc.error)) seen_error = std::max(seen_error, v.oc.error);
+    const bool makes_tensor = std::any_of(a[i].outputs.begin(), a[i].outputs.end(),
+                                          [](const Arg& o) { return o.is_tensor(); });
+    if (!carries && makes_tensor && std::isfinite(v.oc.error))
+      seen_error = std::max(seen_error, v.oc.error);
     v.oc.module = module_of[static_cast<size_t>(i)];
     v.oc.param = param_of[static_cast<size_t>(i)];
     excuse_after_flip(flips.observe(a[i], v.oc), a[i].seq, v, res);

@@ -95,7 +95,7 @@ class DeadTracker {
   /// accumulates onto) that hold a carried difference are judged as made by the accumulation.
   void before_pair(size_t i, size_t j, std::vector<InputOrigin>& origins) {
     for (size_t k = 0; k < origins.size(); ++k) {
-      if (touch_of(a_[i], k) != Touch::kRead) continue;
+      if (touch_of(a_[i], k) != Touch::kRead || !a_[i].inputs[k].is_tensor()) continue;
       const int32_t ta = value_in(false, i, k), tb = value_in(true, j, k);
       const int32_t d = carried(ta)   ? values_[static_cast<size_t>(ta)].diff
                         : carried(tb) ? values_[static_cast<size_t>(tb)].diff
@@ -106,7 +106,10 @@ class DeadTracker {
       o = InputOrigin{};
       o.judged = true;
       o.carried = true;
-      o.bound = std::ldexp(1.0, -24) + output_bound(a_[c.i]);
+      // Its rounding: a few units of the value's precision (compare_pair judges it against
+      // this alone, not the errors the step's other ops show).
+      const TensorStats& t = *a_[i].inputs[k].tensor;
+      o.bound = 4 * std::max(unit_roundoff(t.dtype), std::ldexp(1.0, -24));
       o.made_a = {a_[c.i].name(), "onto " + c.onto_a};
       o.made_b = {b_[c.j].name(), "onto " + c.onto_b};
     }
@@ -284,30 +287,41 @@ class DeadTracker {
     std::string onto_a, onto_b;
   };
 
-  // Whether the paired accumulation's difference is only the gradient it adds onto: input #0
-  // differs, the incoming gradient and the other arguments agree within rounding, and the
-  // difference is beyond what the group's rounding explains (the verdict found it divergent,
-  // it is a difference carried on, or it is larger than 10 times the rounding seen so far).
+  // Whether the paired accumulation carries a difference of the gradient it adds onto: its
+  // input #0 differs, its number arguments agree, and its output differs beyond what the
+  // group's rounding explains (the verdict found it divergent, or the difference is larger
+  // than 10 times the rounding seen so far), or input #0 is a difference carried on. The
+  // incoming gradient may differ too: a backward summed before it accumulates in one run
+  // (PyTorch's (real + fake).backward()) is accumulated twice in the other (LibTorch's two
+  // backward() calls), and an addition adds no error of its own worth judging; where the two
+  // runs end with the same sum, the output agrees and nothing is carried.
   bool carries(const OpRecord& ra, const OpRecord& rb, const PairVerdict& v, int32_t ta, int32_t tb,
                double seen_error, const CompareOptions& opt) const {
     const OpCompare& oc = v.oc;
     const size_t n_in = std::min(ra.inputs.size(), rb.inputs.size());
     if (oc.args.size() < n_in || oc.args[0].exact) return false;
-    for (size_t k = 1; k < n_in; ++k) {
-      const ArgCompare& ac = oc.args[k];
-      if (ac.exact) continue;
-      if (!ac.tensor || !ra.inputs[k].is_tensor()) return false;
-      const TensorStats& t = *ra.inputs[k].tensor;
-      const double u = std::max(unit_roundoff(t.dtype), std::ldexp(1.0, -24));
-      if (!(relative(ac.abs_error, magnitude(t)) <= opt.noise_factor * 4 * u)) return false;
-    }
-    const bool carried_in = carried(ta) || carried(tb);
-    if (v.divergent || carried_in) return true;
+    for (size_t k = 1; k < n_in; ++k)
+      if (!oc.args[k].tensor && !oc.args[k].exact) return false;  // another alpha
+    if (carried(ta) || carried(tb)) return true;
+    if (v.divergent) return true;
+    const double allowed =
+        opt.noise_factor * (std::ldexp(1.0, -24) + opt.inherited_weight * seen_error);
+    auto beyond = [&](const ArgCompare& ac, const TensorStats& t) {
+      const double e = relative(ac.abs_error, magnitude(t));
+      return e > allowed && e > opt.rtol;
+    };
     // Made by a compared op (a zeros of that shape both runs made, the gradient left before
-    // the step): beyond the rounding the group has seen so far, it is the schedule's.
-    const double own = relative(oc.args[0].abs_error, magnitude(*ra.inputs[0].tensor));
-    return own > opt.noise_factor * (std::ldexp(1.0, -24) + opt.inherited_weight * seen_error) &&
-           own > opt.rtol;
+    // the step) and differing beyond the rounding the group has seen so far, it is the
+    // schedule's, where the output differs as much.
+    if (!beyond(oc.args[0], *ra.inputs[0].tensor)) return false;
+    for (size_t k = n_in; k < oc.args.size(); ++k) {
+      const ArgCompare& ac = oc.args[k];
+      const size_t out = static_cast<size_t>(ac.index);
+      if (ac.tensor && out < ra.outputs.size() && ra.outputs[out].is_tensor() &&
+          beyond(ac, *ra.outputs[out].tensor))
+        return true;
+    }
+    return false;
   }
 
   // What the gradient an accumulation adds onto was, in its run.

@@ -147,7 +147,7 @@ class Origins {
         if (v) text = shortest_number(*v);
       } else if (in.value.find_first_of(".eE") != std::string::npos && in.value[0] != '[') {
         v = numeric_value(in.value);
-        text = display_value(in.value);
+        if (v) text = shortest_number(*v);  // 5, as the user typed it; 0.2, not 0.20000000000000001
       }
       if (!v || !std::isfinite(*v)) continue;
       const bool seen = std::any_of(out.begin(), out.end(), [&](const Number& n) {
@@ -157,7 +157,7 @@ class Origins {
     }
   }
 
-  // "0.5 (A: aten::mul) vs 5.0 (B: aten::fill_)": the numbers one run's ops pass that the
+  // "0.5 (A: aten::mul) vs 5 (B: aten::fill_)": the numbers one run's ops pass that the
   // other's do not; "" when the two pass the same numbers.
   static std::string numbers_differ(const std::vector<Number>& a, const std::vector<Number>& b) {
     auto only = [](const std::vector<Number>& x, const std::vector<Number>& y, const char* side) {

@@ -219,7 +219,11 @@ void compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareOptions&
         // No compared op made this input: its difference is the ops of one run only that
         // did (or the start), unless their rounding explains it.
         const double own = relative(ac.abs_error, magnitude(*a.inputs[i].tensor));
-        const double allowed = origin->bound + opt.inherited_weight * up.seen_error;
+        // A gradient's difference an accumulation carried is no rounding (compare_dead.h
+        // carries only differences beyond it): read here beyond the rounding of the value,
+        // it is read; the errors the step's other ops show are not its.
+        const double allowed =
+            origin->carried ? origin->bound : origin->bound + opt.inherited_weight * up.seen_error;
         if (own > opt.noise_factor * allowed && own > opt.rtol) {
           one_run_made = true;
           if (oc.cause.empty()) {

@@ -329,14 +329,44 @@ struct OpCompare {
   /// (docs/cli.md, "Differences made by ops of one run only"): "one_run_ops" (an input
   /// differs beyond rounding and was made by ops of one run only, `made_by_a/b`),
   /// "before_step" (an input made before the first compared step differs: not the same
-  /// start), "draws" (a random op whose inputs are equal drew other numbers), "" otherwise.
+  /// start), "draws" (a random op whose inputs are equal drew other numbers), "accumulated"
+  /// (an input is a gradient accumulated onto a different value in each run: the runs zero
+  /// gradients at different times, and this op reads the difference), "" otherwise. Not
+  /// divergent: "reconciled" (docs/cli.md), "carried" (a gradient accumulation whose
+  /// difference is only the gradient it adds onto: judged where that is read, and dead when
+  /// nothing reads it; CompareResult::dead), "dead" (its output, which differs, both runs
+  /// overwrite before any op reads it).
   std::string cause;
   /// The ops of one run only upstream of the input whose difference they made (cause
-  /// "one_run_ops"), nearest first, at most kSequenceDiffNames each.
+  /// "one_run_ops"), nearest first, at most kSequenceDiffNames each; for "accumulated", the
+  /// accumulation and what it added onto in each run.
   std::vector<std::string> made_by_a, made_by_b;
+  /// What differs among the arguments of those ops of one run only: the numbers one run's
+  /// ops pass that the other's do not, e.g. "0.5 (A: aten::mul) vs 5 (B: aten::fill_)" (a
+  /// clip norm computed otherwise and typed wrong); "" when none.
+  std::string made_by_values;
   /// The parameter the op reads or updates ("conv1.weight"): its own parameter input, or for
   /// an op of an optimizer step (no grad mode) the parameter its run of ops updates next.
   std::string param;
+
+  nlohmann::json to_json() const;
+};
+
+/// A difference no op reads (docs/cli.md, "Dead differences"): the output of a paired op that
+/// differs between the runs, a gradient accumulated onto a different value in each run (the
+/// runs zero gradients at different times), overwritten (zero_, fill_, copy_), set to None or
+/// freed before any op of either run reads it. Background: not divergent.
+struct DeadDifference {
+  int64_t step = 0;
+  int rank = 0;
+  int64_t seq_a = 0, seq_b = 0;
+  std::string name;    ///< the op whose output it is, "aten::add_.3.backward"
+  std::string module;  ///< its module (OpCompare::module)
+  /// The parameter whose gradient it is, where the records say it (a parameter of that module
+  /// of that shape, one only); "" otherwise.
+  std::string param;
+  /// Why no op reads it: "overwritten by aten::zero_ at step 1 before any read".
+  std::string reason;
 
   nlohmann::json to_json() const;
 };
@@ -440,8 +470,12 @@ struct CompareResult {
   std::optional<UnmatchedOp> first_unmatched;  ///< earliest op present in one dump only
   int64_t match_ops = 0, noise_ops = 0, divergent_ops = 0;
   std::optional<OpCompare> max_noise;  ///< the noise op with the largest ratio (not excused)
-  int64_t flip_ops = 0;                ///< decision ops whose indices differ (near-tie flips)
-  int64_t excused_ops = 0;             ///< ops beyond their rounding bound, downstream of a flip
+  /// Paired ops whose output differs but no op reads the difference (DeadDifference): counted
+  /// as noise, never divergent; `dead` lists them in (step, seq, rank) order.
+  int64_t dead_ops = 0;
+  std::vector<DeadDifference> dead;
+  int64_t flip_ops = 0;     ///< decision ops whose indices differ (near-tie flips)
+  int64_t excused_ops = 0;  ///< ops beyond their rounding bound, downstream of a flip
   std::optional<OpCompare> first_excused;  ///< earliest of those
   /// --first: places where the runs ran different ops whose results differ beyond rounding
   /// (each compared by the last op of each side; counted in divergent_ops).

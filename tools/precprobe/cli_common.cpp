@@ -125,7 +125,7 @@ std::string shape_str(const std::vector<int64_t>& shape) {
 }
 
 std::string arg_str(const Arg& a) {
-  if (!a.tensor) return a.value;
+  if (!a.tensor) return display_value(a.value);  // 0.2, not 0.20000000000000001
   const TensorStats& t = *a.tensor;
   std::string s = fmt::format("{} {} min {} max {} mean {} norm {}", t.dtype, shape_str(t.shape),
                               num(t.min), num(t.max), num(t.mean), num(t.norm));

@@ -195,6 +195,15 @@ void print_totals(const CompareResult& r) {
   std::cout << '\n';
   std::cout << fmt::format("{} match, {} noise, {} divergent; {:.1f}% of ops aligned\n",
                            r.match_ops, r.noise_ops, r.divergent_ops, 100 * r.aligned_fraction);
+  if (r.dead_ops > 0 && !r.dead.empty()) {
+    const DeadDifference& d = r.dead.front();
+    std::cout << fmt::format(
+        "Dead differences, not divergent: {} of the noise ops made a difference no op reads "
+        "before it is overwritten, set to None or freed (gradients the runs zero at different "
+        "times); the first: {} at step {}, rank {}, module {}{}: {} (--json lists all)\n",
+        r.dead_ops, d.name, d.step, d.rank, module_label(d.module),
+        d.param.empty() ? "" : ", the gradient of " + d.param, d.reason);
+  }
   if (r.background_a + r.background_b > 0)
     std::cout << fmt::format(
         "Not compared: {} ops of A and {} of B ran on threads outside the training step "
@@ -238,6 +247,21 @@ void print_op_detail(const OpCompare& o, const Terminal& term, double weight) {
         "explains it: it was made by ops of one run only{}\n    A: {}\n    B: {}\n",
         o.cause == "data" ? ", in the data pipeline before the model (the batch differs)" : "",
         names(o.made_by_a), names(o.made_by_b));
+  if (!o.made_by_values.empty())
+    std::cout << fmt::format("    what differs among their arguments: {}\n", o.made_by_values);
+  if (o.cause == "accumulated") {
+    auto joined = [](const std::vector<std::string>& v) {
+      std::string s;
+      for (const std::string& n : v) s += (s.empty() ? "" : " ") + n;
+      return s;
+    };
+    std::cout << fmt::format(
+        "  it reads a gradient accumulated onto a different value in each run: the runs zero "
+        "gradients at different times, and this op reads the difference{}\n    A: {}\n    B: "
+        "{}\n",
+        o.param.empty() ? "" : " (the gradient of " + o.param + ")", joined(o.made_by_a),
+        joined(o.made_by_b));
+  }
   if (o.cause == "before_step")
     std::cout << "  an input made before the first compared step differs: the runs did not start "
                  "alike (the loaded state, or data prepared before the loop)\n";

@@ -68,7 +68,7 @@ void add_repro_command(CLI::App& app, int& exit_code) {
     for (size_t i = 0; i < r.record.inputs.size(); ++i) {
       const Arg& a = r.record.inputs[i];
       std::cout << fmt::format("  in{:<3} {}\n", i,
-                               a.is_tensor() ? arg_str(a) : "value " + a.value);
+                               a.is_tensor() ? arg_str(a) : "value " + display_value(a.value));
     }
     for (size_t i = 0; i < r.record.outputs.size(); ++i)
       std::cout << fmt::format("  out{:<2} {}\n", i, arg_str(r.record.outputs[i]));

@@ -7,6 +7,8 @@
 // ops of one run only are reported (unmatched, sequence_diffs), never compared. Its parts:
 // compare_args.cpp (arguments), compare_pair.cpp (one paired op), compare_place.cpp (a place
 // of ops of one run only), compare_origins.h (where the tensors the paired ops read were made).
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <iterator>
@@ -17,6 +19,7 @@
 #include <unordered_map>
 
 #include "arg_rules.h"
+#include "compare_dead.h"
 #include "compare_group.h"
 #include "compare_order.h"
 #include "compare_origins.h"
@@ -36,6 +39,7 @@ namespace {
 using analysis_detail::compare_pair;
 using analysis_detail::compare_place;
 using analysis_detail::ConstantsUse;
+using analysis_detail::DeadTracker;
 using analysis_detail::earlier;
 using analysis_detail::equals;
 using analysis_detail::InputOrigin;
@@ -157,6 +161,7 @@ GroupResult compare_group(const GroupKey& key, const std::vector<OpRecord>& a,
                           const ProgramConstants& const_a, const ProgramConstants& const_b,
                           ConstantsUse* use, bool first_step) {
   GroupResult g;
+  g.key = key;
   CompareResult& res = g.part;
   res.ops_a = static_cast<int64_t>(a.size());
   res.ops_b = static_cast<int64_t>(b.size());
@@ -203,6 +208,7 @@ GroupResult compare_group(const GroupKey& key, const std::vector<OpRecord>& a,
     only_b.clear();
   };
   Reconciler reconcile(a.size(), b.size());
+  DeadTracker dead(a, b, origins.provenance_a(), origins.provenance_b(), key.first);
   // Differences made by ops of one run only, held until an op reconciles them or the step
   // ends: where their comparison is in `ops` and in `divergent`.
   struct Pending {
@@ -219,16 +225,26 @@ GroupResult compare_group(const GroupKey& key, const std::vector<OpRecord>& a,
         reconcile.one_run_op(false, static_cast<size_t>(j), origins.provenance_b(), b);
       else
         reconcile.one_run_op(true, static_cast<size_t>(i), origins.provenance_a(), a);
+      dead.one_run_op(i < 0, static_cast<size_t>(i < 0 ? j : i));
       continue;
     }
     close_place(at);
-    const std::vector<InputOrigin> in_origins =
+    std::vector<InputOrigin> in_origins =
         origins.of(static_cast<size_t>(i), static_cast<size_t>(j));
+    dead.before_pair(static_cast<size_t>(i), static_cast<size_t>(j), in_origins);
     if (n_ops == ops.size()) ops.emplace_back();
     PairVerdict& v = ops[n_ops];
     compare_pair(a[i], b[j], opt, loss_scale, &const_a, &const_b, use,
                  Upstream{&in_origins, seen_error}, v);
-    if (std::isfinite(v.oc.error)) seen_error = std::max(seen_error, v.oc.error);
+    // An accumulation that carries a gradient's difference, a view or an overwrite of one:
+    // not the run's rounding (compare_dead.h); nor an op that makes no tensor (item(): the
+    // number it hands the host, a loss printed, pairs with another such number as often).
+    const bool carries =
+        dead.after_pair(static_cast<size_t>(i), static_cast<size_t>(j), n_ops, v, seen_error, opt);
+    const bool makes_tensor = std::any_of(a[i].outputs.begin(), a[i].outputs.end(),
+                                          [](const Arg& o) { return o.is_tensor(); });
+    if (!carries && makes_tensor && std::isfinite(v.oc.error))
+      seen_error = std::max(seen_error, v.oc.error);
     v.oc.module = module_of[static_cast<size_t>(i)];
     v.oc.param = param_of[static_cast<size_t>(i)];
     excuse_after_flip(flips.observe(a[i], v.oc), a[i].seq, v, res);
@@ -237,7 +253,7 @@ GroupResult compare_group(const GroupKey& key, const std::vector<OpRecord>& a,
       ++res.match_ops;
     } else if (equals(v.oc.classification, "noise")) {
       ++res.noise_ops;
-      if (!v.oc.excused && !std::isnan(v.oc.ratio) &&
+      if (!v.oc.excused && !carries && !std::isnan(v.oc.ratio) &&
           (!res.max_noise || v.oc.ratio > res.max_noise->ratio))
         res.max_noise = v.oc;
     } else {
@@ -262,6 +278,7 @@ GroupResult compare_group(const GroupKey& key, const std::vector<OpRecord>& a,
     ++n_ops;
   }
   close_place(paired.pairs.size());
+  const std::vector<DeadTracker::DeadOp> dead_ops = dead.finish(ops, module_of, g);
   if (std::any_of(pending.begin(), pending.end(),
                   [](const Pending& p) { return !p.reconciled_at.empty(); })) {
     std::vector<bool> drop(divergent.size(), false);
@@ -287,6 +304,23 @@ GroupResult compare_group(const GroupKey& key, const std::vector<OpRecord>& a,
     divergent.resize(kept);
     divergent_at.resize(kept);
   }
+  // Divergent ops whose output both runs overwrote before any read: dead, not divergent.
+  for (const DeadTracker::DeadOp& d : dead_ops) {
+    OpCompare& o = ops[d.op].oc;
+    if (!equals(o.classification, "divergent")) continue;  // reconciled, excused
+    o.classification = "noise";
+    o.cause = "dead";
+    --res.divergent_ops;
+    ++res.noise_ops;
+    ++res.dead_ops;
+    res.dead.push_back(d.dead);
+    for (size_t k = 0; k < divergent_at.size(); ++k) {
+      if (divergent_at[k] != d.i) continue;
+      divergent.erase(divergent.begin() + static_cast<std::ptrdiff_t>(k));
+      divergent_at.erase(divergent_at.begin() + static_cast<std::ptrdiff_t>(k));
+      break;
+    }
+  }
   g.first_divergent = group_first(a, divergent_at, [&](size_t k) { return divergent[k]; });
   g.first_inexact = group_first(a, inexact_at, [&](size_t k) { return ops[inexact_op[k]].oc; });
   res.aligned_by_lcs = paired.by == PairedBy::kContent ? 1 : 0;
@@ -306,6 +340,7 @@ GroupResult compare_group(const GroupKey& key, const std::vector<OpRecord>& a,
 
 GroupResult one_run_group(const GroupKey& key, const std::vector<OpRecord>& ops, const char* side) {
   GroupResult g;
+  g.key = key;
   const bool in_a = side[0] == 'a';
   (in_a ? g.part.ops_a : g.part.ops_b) = static_cast<int64_t>(ops.size());
   (in_a ? g.part.only_a : g.part.only_b).push_back(key);
@@ -330,12 +365,22 @@ void CompareMerge::add(GroupResult&& g) {
   append(res.only_b, p.only_b);
   append(res.sequence_diffs, p.sequence_diffs);
   append(res.divergent_places, p.divergent_places);
+  append(res.dead, p.dead);
+  // A rank's differences left open by its last step compared: what this step does with them.
+  if (p.groups_compared > 0) {
+    const auto open = open_.find(g.key.second);
+    if (open != open_.end() && open->second.step < g.key.first) {
+      resolve(open->second, &g.entries, g.key.first);
+      open_.erase(open);
+    }
+    if (!g.open.empty()) open_[g.key.second] = Open{g.key.first, std::move(g.open)};
+  }
   for (int64_t CompareResult::*n :
        {&CompareResult::warnings, &CompareResult::groups_compared, &CompareResult::aligned_by_lcs,
         &CompareResult::aligned_by_thread, &CompareResult::aligned_approximately,
         &CompareResult::match_ops, &CompareResult::noise_ops, &CompareResult::divergent_ops,
-        &CompareResult::flip_ops, &CompareResult::excused_ops, &CompareResult::ops_a,
-        &CompareResult::ops_b, &CompareResult::matched})
+        &CompareResult::flip_ops, &CompareResult::excused_ops, &CompareResult::dead_ops,
+        &CompareResult::ops_a, &CompareResult::ops_b, &CompareResult::matched})
     res.*n += p.*n;
   if (p.max_noise && (!res.max_noise || p.max_noise->ratio > res.max_noise->ratio))
     res.max_noise = std::move(p.max_noise);
@@ -349,8 +394,49 @@ void CompareMerge::add(GroupResult&& g) {
   for (ModuleCompare& m : p.modules) add_module(res.modules, module_index_, std::move(m));
 }
 
+// The open carries of `open` against what the next step compared (`next`, at `next_step`; null
+// at the end of the comparison): a difference overwritten there before any read, or never
+// touched (set to None, freed), in both runs, is dead; one read or carried on is not.
+void CompareMerge::resolve(Open& open, const std::vector<EntryTouch>* next, int64_t next_step) {
+  for (OpenCarry& c : open.carries) {
+    auto fate_in_next = [&](const ValueFate& in_step, const TensorStats& stats, bool side_b) {
+      if (in_step.fate != Fate::kOpen || next == nullptr) return in_step;
+      for (const EntryTouch& e : *next)
+        if (e.side_b == side_b && analysis_detail::same_stats(e.stats, stats)) return e.fate;
+      return ValueFate{};  // not touched: set to None, or freed
+    };
+    const ValueFate fa = fate_in_next(c.fate_a, c.stats_a, false);
+    const ValueFate fb = fate_in_next(c.fate_b, c.stats_b, true);
+    auto any = [&](Fate f) { return fa.fate == f || fb.fate == f; };
+    if (any(Fate::kRead) || any(Fate::kCarriedOn)) continue;
+    DeadDifference& d = c.dead;
+    if (fa.fate == Fate::kOverwritten) {
+      d.reason = DeadTracker::overwritten_reason(fa);
+    } else if (fb.fate == Fate::kOverwritten) {
+      d.reason = DeadTracker::overwritten_reason(fb);
+    } else if (next != nullptr) {
+      d.reason = fmt::format(
+          "no op of step {} reads it before the next backward replaces it (set to None, or "
+          "freed)",
+          next_step);
+    } else {
+      d.reason =
+          fmt::format("no op recorded after it reads it (step {} is the last compared)", open.step);
+    }
+    ++res_.dead_ops;
+    res_.dead.push_back(std::move(d));
+  }
+  open.carries.clear();
+}
+
 CompareResult CompareMerge::finish(int64_t background_a, int64_t background_b) {
   CompareResult& res = res_;
+  for (auto& [rank, open] : open_) resolve(open, nullptr, 0);
+  open_.clear();
+  std::stable_sort(res.dead.begin(), res.dead.end(),
+                   [](const DeadDifference& x, const DeadDifference& y) {
+                     return std::tie(x.step, x.seq_a, x.rank) < std::tie(y.step, y.seq_a, y.rank);
+                   });
   res.background_a = background_a;
   res.background_b = background_b;
   for (const UnmatchedOp& u : res.unmatched) {

@@ -20,11 +20,44 @@ namespace precprobe::analysis_detail {
 
 using GroupKey = std::pair<int64_t, int>;  // (step, rank)
 
+/// What became of a tensor no op of its group had read when it was made or entered the group
+/// (compare_dead.h): still open at the group's end, overwritten (zero_, fill_, copy_), read,
+/// or accumulated onto by a gradient accumulation that carries its difference on.
+enum class Fate : uint8_t { kOpen, kOverwritten, kRead, kCarriedOn };
+
+struct ValueFate {
+  Fate fate = Fate::kOpen;
+  std::string by;    ///< the op that did it, "aten::zero_"
+  int64_t step = 0;  ///< at which step
+};
+
+/// A tensor made before its group's step that an op of the group reads (not a parameter):
+/// its statistics in run A (side_b false) or B, and what became of it first.
+struct EntryTouch {
+  bool side_b = false;
+  TensorStats stats;
+  ValueFate fate;
+};
+
+/// A gradient accumulated onto a different value in each run whose difference no op of its
+/// step read or overwrote in both runs: what the next step does with it decides whether it is
+/// dead (CompareMerge).
+struct OpenCarry {
+  DeadDifference dead;  ///< reason to be filled
+  TensorStats stats_a, stats_b;
+  ValueFate fate_a, fate_b;
+};
+
 /// What one group adds to the CompareResult: its counts and lists in `part` (ops: the
-/// comparisons CompareOptions::keep_ops selects), and its earliest divergent and inexact ops.
+/// comparisons CompareOptions::keep_ops selects), and its earliest divergent and inexact ops;
+/// for the dead differences that cross steps, its open carries and the tensors made before
+/// its step that it touched.
 struct GroupResult {
+  GroupKey key{};
   CompareResult part;
   std::optional<OpCompare> first_divergent, first_inexact;
+  std::vector<OpenCarry> open;
+  std::vector<EntryTouch> entries;
 };
 
 /// What the verdicts of a group asked of the runs' ProgramConstants.
@@ -57,10 +90,19 @@ class CompareMerge {
   CompareResult finish(int64_t background_a, int64_t background_b);
 
  private:
+  // The open carries of each rank's last group added (its step), resolved by the rank's next
+  // group compared, or at the end.
+  struct Open {
+    int64_t step = 0;
+    std::vector<OpenCarry> carries;
+  };
+  void resolve(Open& open, const std::vector<EntryTouch>* next, int64_t next_step);
+
   const CompareOptions& opt_;
   CompareResult res_;
   std::optional<OpCompare> first_divergent_, first_inexact_;
   std::map<std::string, size_t> module_index_;
+  std::map<int, Open> open_;
 };
 
 /// How many compare_dumps calls read both runs side by side (tests: that the streamed path

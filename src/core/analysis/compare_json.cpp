@@ -84,6 +84,7 @@ nlohmann::json op_json(const OpCompare& o) {
       {"cause", o.cause},
       {"made_by_a", o.made_by_a},
       {"made_by_b", o.made_by_b},
+      {"made_by_values", o.made_by_values},
       {"param", o.param},
       {"args", std::move(args)}};
 }
@@ -96,6 +97,11 @@ nlohmann::json unmatched_json(const UnmatchedOp& u) {
 }  // namespace
 
 nlohmann::json OpCompare::to_json() const { return op_json(*this); }
+
+nlohmann::json DeadDifference::to_json() const {
+  return nlohmann::json{{"step", step}, {"rank", rank},     {"seq", seq_a},   {"seq_b", seq_b},
+                        {"name", name}, {"module", module}, {"param", param}, {"reason", reason}};
+}
 
 nlohmann::json SequenceDiff::to_json() const {
   return nlohmann::json{{"step", step},       {"rank", rank},       {"seq_a", seq_a},
@@ -148,6 +154,10 @@ nlohmann::json CompareResult::to_json() const {
   } else {
     j["max_noise"] = nullptr;
   }
+  j["dead_ops"] = dead_ops;
+  nlohmann::json dead_rows = nlohmann::json::array();
+  for (const DeadDifference& d : dead) dead_rows.push_back(d.to_json());
+  j["dead"] = std::move(dead_rows);
   j["flip_ops"] = flip_ops;
   j["excused_ops"] = excused_ops;
   if (first_excused) {

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -109,8 +111,10 @@ class Origins {
         continue;
       }
       o.judged = true;
-      const int64_t last_a = chain(a_, prov_a_, partner_a_, pa, o, o.made_a);
-      const int64_t last_b = chain(b_, prov_b_, partner_b_, pb, o, o.made_b);
+      std::vector<Number> numbers_a, numbers_b;
+      const int64_t last_a = chain(a_, prov_a_, partner_a_, pa, o, o.made_a, numbers_a);
+      const int64_t last_b = chain(b_, prov_b_, partner_b_, pb, o, o.made_b, numbers_b);
+      o.values = numbers_differ(numbers_a, numbers_b);
       o.data = last_a < model_a_ && last_b < model_b_;
       if (!(o.bound > 0)) o.bound = std::ldexp(1.0, -24);
     }
@@ -118,12 +122,66 @@ class Origins {
   }
 
  private:
+  // A floating-point number an op of one run only passes: a constant of the program (a clip
+  // norm, a slope), as its text shows it, and the op.
+  struct Number {
+    double value;
+    std::string text, op;
+  };
+
+  // The floating-point numbers op k passes (integers are dimensions, counts, alphas of 1): its
+  // number arguments, and the numbers Python wrapped as 0-d tensors (made by no op: a 0-d
+  // tensor an op made, a loss, is a value of the run, not a constant).
+  static void numbers_of(const std::vector<OpRecord>& ops, const analysis_detail::Provenance& prov,
+                         size_t k, std::vector<Number>& out) {
+    const OpRecord& r = ops[k];
+    for (size_t i = 0; i < r.inputs.size(); ++i) {
+      const Arg& in = r.inputs[i];
+      std::optional<double> v;
+      std::string text;
+      if (in.is_tensor()) {
+        if (!analysis_detail::is_wrapped_number(*in.tensor) || in.tensor->dtype == "Long" ||
+            in.tensor->dtype == "Int" || in.tensor->dtype == "Bool" || prov.producer(k, i) >= 0)
+          continue;
+        v = analysis_detail::wrapped_value(*in.tensor);
+        if (v) text = shortest_number(*v);
+      } else if (in.value.find_first_of(".eE") != std::string::npos && in.value[0] != '[') {
+        v = numeric_value(in.value);
+        if (v) text = shortest_number(*v);  // 5, as the user typed it; 0.2, not 0.20000000000000001
+      }
+      if (!v || !std::isfinite(*v)) continue;
+      const bool seen = std::any_of(out.begin(), out.end(), [&](const Number& n) {
+        return std::equal_to<double>()(n.value, *v) && n.op == r.op;
+      });
+      if (!seen) out.push_back(Number{*v, text, r.op});
+    }
+  }
+
+  // "0.5 (A: aten::mul) vs 5 (B: aten::fill_)": the numbers one run's ops pass that the
+  // other's do not; "" when the two pass the same numbers.
+  static std::string numbers_differ(const std::vector<Number>& a, const std::vector<Number>& b) {
+    auto only = [](const std::vector<Number>& x, const std::vector<Number>& y, const char* side) {
+      std::string s;
+      for (const Number& n : x) {
+        if (std::any_of(y.begin(), y.end(),
+                        [&](const Number& m) { return std::equal_to<double>()(m.value, n.value); }))
+          continue;
+        s += (s.empty() ? "" : ", ") + n.text + " (" + side + ": " + n.op + ")";
+      }
+      return s;
+    };
+    const std::string in_a = only(a, b, "A"), in_b = only(b, a, "B");
+    if (in_a.empty() && in_b.empty()) return {};
+    return (in_a.empty() ? std::string("none in A") : in_a) + " vs " +
+           (in_b.empty() ? std::string("none in B") : in_b);
+  }
+
   // The ops of one run only upstream of a tensor op `from` made: itself and, through their
-  // inputs, the one-run ops that made those, nearest first; their rounding adds to o.bound.
-  // Returns the latest of them (-1: none).
+  // inputs, the one-run ops that made those, nearest first; their rounding adds to o.bound,
+  // the floating-point numbers they pass to `numbers`. Returns the latest of them (-1: none).
   static int64_t chain(const std::vector<OpRecord>& ops, const analysis_detail::Provenance& prov,
                        const std::vector<int64_t>& partner, int64_t from, InputOrigin& o,
-                       std::vector<std::string>& names) {
+                       std::vector<std::string>& names, std::vector<Number>& numbers) {
     constexpr size_t kVisit = 64;
     std::vector<int64_t> todo;
     std::vector<int64_t> seen;
@@ -135,6 +193,7 @@ class Origins {
       const OpRecord& r = ops[static_cast<size_t>(k)];
       o.bound += output_bound(r);
       if (names.size() < kSequenceDiffNames) names.push_back(r.name());
+      numbers_of(ops, prov, static_cast<size_t>(k), numbers);
       for (size_t in = 0; in < r.inputs.size(); ++in) {
         const int64_t p = prov.producer(static_cast<size_t>(k), in);
         if (p >= 0 && partner[static_cast<size_t>(p)] < 0) todo.push_back(p);

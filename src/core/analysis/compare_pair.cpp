@@ -28,7 +28,7 @@ void identify(const OpRecord& a, const OpRecord& b, OpCompare& oc) {
 // sizes below say when one was).
 #if defined(__GLIBCXX__) && !defined(_GLIBCXX_DEBUG) && UINTPTR_MAX == UINT64_MAX
 static_assert(sizeof(ArgCompare) == 344, "a field added to ArgCompare: reset it below");
-static_assert(sizeof(OpCompare) == 528, "a field added to OpCompare: reset it below");
+static_assert(sizeof(OpCompare) == 560, "a field added to OpCompare: reset it below");
 #endif
 
 void reset_keeping_storage(ArgCompare& ac) {
@@ -51,7 +51,7 @@ void reset_keeping_storage(OpCompare& oc, size_t args) {
   oc.rank = 0;
   oc.seq_a = oc.seq_b = 0;
   for (std::string* s : {&oc.name, &oc.name_b, &oc.op, &oc.direction, &oc.scope, &oc.module,
-                         &oc.after_flip, &oc.cause, &oc.param})
+                         &oc.after_flip, &oc.cause, &oc.param, &oc.made_by_values})
     s->clear();
   oc.args.resize(args);
   for (ArgCompare& ac : oc.args) reset_keeping_storage(ac);
@@ -219,19 +219,29 @@ void compare_pair(const OpRecord& a_in, const OpRecord& b, const CompareOptions&
         // No compared op made this input: its difference is the ops of one run only that
         // did (or the start), unless their rounding explains it.
         const double own = relative(ac.abs_error, magnitude(*a.inputs[i].tensor));
-        const double allowed = origin->bound + opt.inherited_weight * up.seen_error;
+        // A gradient's difference an accumulation carried is no rounding (compare_dead.h
+        // carries only differences beyond it): read here beyond the rounding of the value,
+        // it is read; the errors the step's other ops show are not its.
+        const double allowed =
+            origin->carried ? origin->bound : origin->bound + opt.inherited_weight * up.seen_error;
         if (own > opt.noise_factor * allowed && own > opt.rtol) {
           one_run_made = true;
           if (oc.cause.empty()) {
-            oc.cause = origin->before_step ? "before_step" : origin->data ? "data" : "one_run_ops";
+            oc.cause = origin->carried       ? "accumulated"
+                       : origin->before_step ? "before_step"
+                       : origin->data        ? "data"
+                                             : "one_run_ops";
             oc.made_by_a = origin->made_a;
             oc.made_by_b = origin->made_b;
+            oc.made_by_values = origin->values;
           }
           oc.args[i].note +=
               std::string(oc.args[i].note.empty() ? "" : "; ") +
-              (origin->before_step ? "made before the first compared step, and differs"
-                                   : "made by ops of one run only, and differs beyond their "
-                                     "rounding");
+              (origin->carried       ? "a gradient accumulated onto a different value in each run, "
+                                       "and differs beyond rounding"
+               : origin->before_step ? "made before the first compared step, and differs"
+                                     : "made by ops of one run only, and differs beyond their "
+                                       "rounding");
           continue;
         }
       }

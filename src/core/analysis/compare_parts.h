@@ -57,7 +57,13 @@ struct InputOrigin {
   bool before_step = false;  ///< no op of the step made it, in either run
   bool data = false;         ///< the one-run ops that made it all ran before the model
   double bound = 0;          ///< the rounding the one-run ops that made it may add (relative)
+  /// A gradient accumulated onto a different value in each run (compare_dead.h): made_a/b
+  /// name the accumulation and what it added onto.
+  bool carried = false;
   std::vector<std::string> made_a, made_b;
+  /// The numbers the one-run ops of one run pass that those of the other do not
+  /// (OpCompare::made_by_values).
+  std::string values;
 };
 
 /// What compare_pair knows of the ops before it.

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "precprobe/analysis.h"
 #include "precprobe/error.h"
 #include "precprobe/repro.h"
 
@@ -268,7 +269,7 @@ std::string double_literal(double d) {
   if (std::isinf(d))
     return d > 0 ? "std::numeric_limits<double>::infinity()"
                  : "-std::numeric_limits<double>::infinity()";
-  std::string s = fmt::format("{:.17g}", d);
+  std::string s = shortest_number(d);  // reads back exactly: 0.2, not 0.20000000000000001
   if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
   return s;
 }
@@ -353,8 +354,9 @@ std::string repro_source(const OpRecord& r, const std::string& origin,
   for (size_t i = 0; i < r.inputs.size();) {
     const Arg& a = r.inputs[i];
     if (!a.is_tensor()) {
+      const std::string shown = display_value(a.value);
       args += fmt::format("    push({});  // in{}: {}\n", value_expr(a.value, i, name), i,
-                          a.value.size() > 60 ? a.value.substr(0, 60) + "..." : a.value);
+                          shown.size() > 60 ? shown.substr(0, 60) + "..." : shown);
       ++i;
       continue;
     }

@@ -326,6 +326,47 @@ TEST_CASE("masking: a key padding mask filled into a causal one raises nothing",
   CHECK_FALSE(healthy.any_nonfinite);
 }
 
+TEST_CASE("masking: a -inf an attention op is given is its attn_mask", "[masking]") {
+  // PyTorch 2.x's SDPA on CPU: the bool mask becomes -inf inside the forward op (not
+  // recorded at level L1); its backward kernel is given that float mask. A float mask built
+  // before recording and given to SDPA is the same. No writer before it, yet a mask.
+  DumpData d;
+  for (int64_t step = 0; step < 3; ++step) {
+    const bool nan = step == 2;  // a fully masked row, on a version whose SDPA makes NaN of it
+    add_step(d, step, 0,
+             {{"aten::scaled_dot_product_attention",
+               0,
+               {tens({2, 2, 8, 4}), tens({2, 2, 8, 4}), tens({2, 2, 8, 4}), tens({2, 1, 8, 8}, 56)},
+               {tens({2, 2, 8, 4}, 0, nan ? 8 : 0)}},
+              {"aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+               1,
+               {tens({2, 2, 8, 4}), tens({2, 1, 8, 8}, 56)},
+               {tens({2, 2, 8, 4})}}});
+  }
+  std::vector<OpRecord> first(d.ops.begin(), d.ops.begin() + 2);
+  CHECK(analysis_detail::mask_roles(first) ==
+        std::vector<MaskRole>{MaskRole::kWriter, MaskRole::kCarrier});
+  const OverflowResult o = find_overflow(d);
+  REQUIRE(o.found);
+  CHECK(o.origin.step == 2);
+  CHECK(o.origin.op == "aten::scaled_dot_product_attention");
+  CHECK_FALSE(o.masked_by);  // nothing recorded wrote it
+  REQUIRE(o.reason);
+  CHECK(*o.reason == "its inputs held 56 -inf of a mask and no NaN/+Inf; it made 8 NaN");
+  CHECK(o.masking.describe() ==
+        "56 elements of -inf given as a mask to aten::scaled_dot_product_attention (step 0), "
+        "masks in 3 steps; not counted as overflow");
+  DumpData healthy;
+  healthy.ops.assign(d.ops.begin(), d.ops.begin() + 4);
+  const OverflowResult h = find_overflow(healthy);
+  CHECK_FALSE(h.found);
+  CHECK_FALSE(h.any_nonfinite);
+  // Any other op given a -inf nothing recorded wrote still alarms (data, a buffer).
+  DumpData other;
+  add_step(other, 0, 0, {{"aten::add", 0, {tens({8}), tens({8}, 2)}, {tens({8}, 2)}}});
+  CHECK(find_overflow(other).any_nonfinite);
+}
+
 TEST_CASE("masking: a fully masked row is named at its softmax, with the mask", "[masking]") {
   const DumpData d = attention_run(30, 10);
   const OverflowResult o = find_overflow(d);

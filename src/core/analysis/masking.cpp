@@ -11,6 +11,8 @@
 #include <numeric>
 #include <tuple>
 
+#include "precprobe/mask_ops.h"
+
 namespace precprobe {
 namespace analysis_detail {
 namespace {
@@ -131,17 +133,24 @@ MaskRole MaskTracker::observe(const OpRecord& r, size_t index) {
     s.writers.clear();
   }
   if (writes_mask(r)) {
-    s.writers.push_back({r.op, r.seq, output_counts(r).ninf, index});
+    s.writers.push_back({r.op, r.seq, output_counts(r).ninf, index, false});
     return MaskRole::kWriter;
   }
-  if (s.writers.empty()) return MaskRole::kNone;
   const Counts in = input_counts(r);
   if (in.ninf == 0 || in.other_than_ninf()) return MaskRole::kNone;
   for (const MaskWrite& w : s.writers) {
     if (w.seq < r.seq && (writer_ == nullptr || w.seq > writer_->seq)) writer_ = &w;
   }
+  const bool nan_out = output_counts(r).other_than_ninf();
+  if (writer_ == nullptr && is_attention_op(r.op)) {
+    // A -inf given to an attention op with no writer before it: its attn_mask, made inside
+    // another op or before recording. Where the mask enters the records: a writer, given.
+    if (nan_out) return MaskRole::kBorn;
+    s.writers.push_back({r.op, r.seq, in.ninf, index, true});
+    return MaskRole::kWriter;
+  }
   if (writer_ == nullptr) return MaskRole::kNone;
-  return output_counts(r).other_than_ninf() ? MaskRole::kBorn : MaskRole::kCarrier;
+  return nan_out ? MaskRole::kBorn : MaskRole::kCarrier;
 }
 
 std::vector<MaskRole> mask_roles(const std::vector<OpRecord>& g,
@@ -182,7 +191,8 @@ void MaskingCounter::add(const OpRecord& r, MaskRole role) {
   m_.step = r.step;
   m_.seq = r.seq;
   m_.rank = r.rank;
-  m_.elements = output_counts(r).ninf;
+  m_.elements =
+      is_attention_op(r.op) && !writes_mask(r) ? input_counts(r).ninf : output_counts(r).ninf;
 }
 
 void MaskingCounter::merge(const MaskingCounter& o) {
@@ -208,7 +218,11 @@ MaskingSummary MaskingCounter::finish() const {
 
 std::string MaskingSummary::describe() const {
   if (!any()) return {};
-  std::string s = fmt::format("{} elements set to -inf by {} (step {})", elements, op, step);
+  // An attention op is the first writer only when it was given the mask (MaskWrite::given).
+  std::string s =
+      is_attention_op(op)
+          ? fmt::format("{} elements of -inf given as a mask to {} (step {})", elements, op, step)
+          : fmt::format("{} elements set to -inf by {} (step {})", elements, op, step);
   if (steps > 1) s += fmt::format(", masks in {} steps", steps);
   return s + "; not counted as overflow";
 }
@@ -221,6 +235,15 @@ nlohmann::json MaskingSummary::to_json() const {
           {"rank", rank},         {"seq", seq},
           {"elements", elements}, {"live_watch_hits", live_watch_hits},
           {"text", describe()}};
+}
+
+bool is_attention_op(std::string_view op) noexcept {
+  static constexpr std::string_view kParts[] = {"scaled_dot_product", "multi_head_attention",
+                                                "_flash_attention", "_efficient_attention",
+                                                "_cudnn_attention"};
+  for (std::string_view p : kParts)
+    if (op.find(p) != std::string_view::npos) return true;
+  return false;
 }
 
 MaskWatch::MaskWatch() : t_(std::make_unique<analysis_detail::MaskTracker>()) {}

@@ -14,8 +14,11 @@
 //   a softmax row with some -inf inputs;
 // - an op whose inputs are so and whose outputs hold NaN or +Inf turns the mask into a NaN
 //   there (a fully masked softmax row): the NaN is born at that op, an origin.
-// A -inf that arrives with no writer earlier in its step (data, a buffer built before the
-// step, an overflow) is judged as any non-finite value; one produced from finite inputs
+// - an attention op (is_attention_op(): SDPA, its kernels and backward ops, fused multi-head
+//   attention) given -inf and no NaN/+Inf with no writer before it takes it as its attn_mask:
+//   the mask enters the records there (a writer, MaskWrite::given), or its NaN is born there.
+// Any other -inf that arrives with no writer earlier in its step (data, a buffer built before
+// the step, an overflow) is judged as any non-finite value; one produced from finite inputs
 // without a -inf constant (log(0), x * 1e39) is an origin as before.
 //
 // Not thread-safe (a MaskTracker is fed by one thread).
@@ -70,8 +73,11 @@ inline bool is_masking(MaskRole r) noexcept {
 struct MaskWrite {
   std::string op;
   int64_t seq = 0;
-  int64_t elements = 0;  ///< -inf elements of its outputs
+  int64_t elements = 0;  ///< -inf elements of its outputs (given: of its inputs)
   size_t index = 0;      ///< the index the caller gave observe()
+  /// An attention op given a -inf mask that no recorded op of its step wrote (SDPA's bool
+  /// mask turned into -inf inside it, a float mask built before recording).
+  bool given = false;
 };
 
 /// The roles of a stream of records, per rank and step. Feed each (rank, step)'s records in

@@ -22,6 +22,7 @@
 #include "capture/observer_internal.h"
 #include "precprobe/debugger.h"
 #include "precprobe/error.h"
+#include "precprobe/mask_ops.h"
 #include "precprobe/masking.h"
 #include "scaler/scaled_grads.h"
 #include "support/own_code.h"
@@ -155,7 +156,11 @@ void Observer::overflow_end(const at::RecordFunction& fn, at::ObserverContext* c
     if (!bad_inputs.empty()) {
       // Given -inf: a mask extended (a padding mask filled into a causal one, recorded for
       // keep_overflow to judge), or in a step with a mask, a NaN born of it; else nothing.
-      if (!may_write_mask && mask_step_.load(std::memory_order_acquire) != current_step()) return;
+      // An attention op takes a -inf as its attn_mask even with no writer recorded before it
+      // (SDPA makes it inside, from a bool mask): its NaN is born there.
+      if (!may_write_mask && mask_step_.load(std::memory_order_acquire) != current_step() &&
+          !is_attention_op(info.name))
+        return;
       bool made_nan = false;
       for (const c10::IValue& v : outs)
         for_each_tensor(v, [&](const at::Tensor& t) { made_nan = made_nan || has_nan_or_pinf(t); });

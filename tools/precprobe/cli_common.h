@@ -17,11 +17,14 @@ class App;
 
 namespace precprobe::cli {
 
-/// The module attribution rule of summary and compare (src/core/analysis/modules.h,
-/// BackwardRule::kInherit), as their tables' headings say it.
+/// The module attribution rule of every command that names a module
+/// (src/core/analysis/modules.h; docs/cli.md, "Modules"), as their tables' headings say it.
 inline constexpr const char* kModuleRule =
-    "an op consuming parameter fc1.weight belongs to fc1, the ops after it inherit it; a "
-    "dropout op, the dropout module registered after fc1";
+    "an op reading parameter b0.fc1.weight belongs to b0.fc1, an op between two such reads "
+    "to their common ancestor (b0.fc1 and b0.fc2: b0; none below the top module: (root)), "
+    "a dropout op to the dropout module registered after the current one; outside the "
+    "modules: (top level), (after backward), (optimizer); a backward op belongs where its "
+    "forward op does";
 
 /// Exit statuses, as diff(1) uses them.
 enum ExitCode : int {

@@ -99,8 +99,7 @@ void print_ops(const PrecisionResult& r, size_t top, const Terminal& term) {
 
 void print_modules(const PrecisionResult& r, const Terminal& term) {
   const bool tensor = r.scaling == PrecisionScaling::kTensor;
-  std::cout << "modules (a forward op consuming parameter fc1.weight belongs to fc1, the ops after "
-               "it inherit it; a backward op belongs where its forward op does):\n";
+  std::cout << "modules (" << kModuleRule << "):\n";
   Table t({"module", "ops", "overflow", "subnormal", "flush to 0", "worst op", "plan"});
   for (const ModulePrecision& m : r.modules) {
     const PrecisionShares& s = tensor ? m.scaled : m.unscaled;

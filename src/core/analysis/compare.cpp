@@ -76,7 +76,7 @@ std::vector<std::string> modules_of(const std::vector<OpRecord>& ops,
   std::vector<analysis_detail::ModuleOp> m;
   m.reserve(ops.size());
   for (const OpRecord& r : ops) m.push_back(analysis_detail::module_op(r));
-  return analysis_detail::attribute_modules(m, order, analysis_detail::BackwardRule::kInherit);
+  return analysis_detail::attribute_modules(m, order);
 }
 
 // An op downstream of a near-tie flip (flips.h) that the rounding model alone would call

@@ -271,10 +271,10 @@ class PrecisionBuilder {
     return accs_[it->second];
   }
 
-  // One step in seq order. Modules (modules.h): a forward op reading a parameter belongs to
-  // its module and the forward ops after it inherit it; a backward op belongs to the module
-  // of the forward op that made its autograd node (the same "sn"), else the same rule within
-  // the backward. An op's module is the one of its first recorded step.
+  // One step in seq order. Modules: the rule of modules.h (a forward op reading a parameter
+  // belongs to its module, one between two such ops to their common ancestor; a backward op
+  // where the forward op that made its autograd node is). An op's module is the one of its
+  // first recorded step.
   void flush_step() {
     std::stable_sort(pending_.begin(), pending_.end(),
                      [](const Pending& a, const Pending& b) { return a.seq < b.seq; });

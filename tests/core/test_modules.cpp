@@ -166,15 +166,16 @@ std::vector<Op> gpt_step() {
       fwd("aten::linalg_vector_norm", "(after backward)"), fwd("aten::stack", "(after backward)"),
       fwd("aten::linalg_vector_norm", "(after backward)"), fwd("aten::clamp", "(after backward)"),
       fwd("aten::mul_", "(after backward)"),
-      // AdamW: p.mul_(1 - lr * wd) updates a parameter: the optimizer has started.
+      // AdamW (under NoGradGuard): p.mul_(1 - lr * wd) updates a parameter: the optimizer has
+      // started; its work on a parameter's state belongs to that parameter.
       opt("aten::mul_", "tok_emb", "tok_emb.weight"),
-      opt("aten::mul_", "(optimizer)"),  // exp_avg.mul_(beta1)
-      opt("aten::add_", "(optimizer)"),  // .add_(grad, 1 - beta1)
-      opt("aten::addcmul_", "(optimizer)"), opt("aten::sqrt", "(optimizer)"),
-      opt("aten::add_", "(optimizer)"),  // denom.add_(eps)
+      opt("aten::mul_", "tok_emb"),  // exp_avg.mul_(beta1)
+      opt("aten::add_", "tok_emb"),  // .add_(grad, 1 - beta1)
+      opt("aten::addcmul_", "tok_emb"), opt("aten::sqrt", "tok_emb"),
+      opt("aten::add_", "tok_emb"),  // denom.add_(eps)
       opt("aten::addcdiv_", "tok_emb", "tok_emb.weight"), opt("aten::mul_", "head", "head.weight"),
-      opt("aten::mul_", "(optimizer)"), opt("aten::addcdiv_", "head", "head.weight"),
-      opt("aten::zero_", "(optimizer)"),  // zero_grad after the step
+      opt("aten::mul_", "head"), opt("aten::addcdiv_", "head", "head.weight"),
+      opt("aten::zero_", "(optimizer)"),  // zero_grad after the step: no parameter after it
   };
 }
 
@@ -186,46 +187,32 @@ std::vector<Op> gan_step() {
       fwd("aten::zero_", "(top level)"),  // D->zero_grad(): before any parameter
       fwd("aten::linear", "D.0", 0, "D.0.weight"),
       fwd("aten::leaky_relu", "D", 1),  // inside D's Sequential
-      fwd("aten::linear", "D.2", 2, "D.2.weight"),
-      fwd("aten::sigmoid", "(top level)", 3),
+      fwd("aten::linear", "D.2", 2, "D.2.weight"), fwd("aten::sigmoid", "(top level)", 3),
       fwd("aten::binary_cross_entropy", "(top level)", 4),
       bwd("aten::binary_cross_entropy_backward", 4, "(top level)"),
-      bwd("aten::sigmoid_backward", 3, "(top level)"),
-      bwd("aten::mm", 2, "D.2", "D.2.weight"),
-      bwd("aten::leaky_relu_backward", 1, "D"),
-      bwd("aten::mm", 0, "D.0", "D.0.weight"),
+      bwd("aten::sigmoid_backward", 3, "(top level)"), bwd("aten::mm", 2, "D.2", "D.2.weight"),
+      bwd("aten::leaky_relu_backward", 1, "D"), bwd("aten::mm", 0, "D.0", "D.0.weight"),
       // torch::randn: after a backward, before G's first parameter: outside every module.
-      fwd("aten::randn", "(top level)"),
-      fwd("aten::linear", "G.fc", 10, "G.fc.weight"),
-      fwd("aten::relu", "G", 11),
-      fwd("aten::linear", "G.out", 12, "G.out.weight"),
+      fwd("aten::randn", "(top level)"), fwd("aten::linear", "G.fc", 10, "G.fc.weight"),
+      fwd("aten::relu", "G", 11), fwd("aten::linear", "G.out", 12, "G.out.weight"),
       fwd("aten::tanh", "(root)", 13),  // between the two models: their common top
-      fwd("aten::detach", "(root)"),
-      fwd("aten::linear", "D.0", 14, "D.0.weight"),
-      fwd("aten::leaky_relu", "D", 15),
-      fwd("aten::linear", "D.2", 16, "D.2.weight"),
+      fwd("aten::detach", "(root)"), fwd("aten::linear", "D.0", 14, "D.0.weight"),
+      fwd("aten::leaky_relu", "D", 15), fwd("aten::linear", "D.2", 16, "D.2.weight"),
       fwd("aten::binary_cross_entropy_with_logits", "(top level)", 17),
-      bwd("aten::mm", 16, "D.2", "D.2.weight"),
-      bwd("aten::leaky_relu_backward", 15, "D"),
-      // d_opt.step(): Adam's state of D.0 before its first update reads no parameter.
-      opt("aten::mul_", "(after backward)"),
-      opt("aten::addcmul_", "(after backward)"),
-      opt("aten::addcdiv_", "D.0", "D.0.weight"),
-      opt("aten::mul_", "(optimizer)"),
+      bwd("aten::mm", 16, "D.2", "D.2.weight"), bwd("aten::leaky_relu_backward", 15, "D"),
+      // d_opt.step(): Adam's state of D.0, then D.0's update; D.2's.
+      opt("aten::mul_", "D.0"), opt("aten::addcmul_", "D.0"),
+      opt("aten::addcdiv_", "D.0", "D.0.weight"), opt("aten::mul_", "D.2"),
       opt("aten::addcdiv_", "D.2", "D.2.weight"),
       // generator->zero_grad(), then D on G's output with grad mode on: a forward pass again.
-      fwd("aten::zero_", "(top level)"),
-      fwd("aten::linear", "D.0", 20, "D.0.weight"),
-      fwd("aten::leaky_relu", "D", 21),
-      fwd("aten::linear", "D.2", 22, "D.2.weight"),
+      fwd("aten::zero_", "(top level)"), fwd("aten::linear", "D.0", 20, "D.0.weight"),
+      fwd("aten::leaky_relu", "D", 21), fwd("aten::linear", "D.2", 22, "D.2.weight"),
       fwd("aten::binary_cross_entropy_with_logits", "(top level)", 23),
-      bwd("aten::mm", 22, "D.2", "D.2.weight"),
-      bwd("aten::tanh_backward", 13, "(root)"),
-      bwd("aten::mm", 10, "G.fc", "G.fc.weight"),
-      opt("aten::mul_", "(after backward)"),
-      opt("aten::addcdiv_", "G.fc", "G.fc.weight"),
-      opt("aten::sqrt", "(optimizer)"),
+      bwd("aten::mm", 22, "D.2", "D.2.weight"), bwd("aten::tanh_backward", 13, "(root)"),
+      bwd("aten::mm", 10, "G.fc", "G.fc.weight"), opt("aten::mul_", "G.fc"),
+      opt("aten::addcdiv_", "G.fc", "G.fc.weight"), opt("aten::sqrt", "G.out"),
       opt("aten::addcdiv_", "G.out", "G.out.weight"),
+      opt("aten::sqrt", "(optimizer)"),  // no parameter after it
   };
 }
 
@@ -341,15 +328,29 @@ TEST_CASE("modules: what ends a step's waiting ops", "[modules]") {
                 fwd("aten::norm", "(after backward)")});
   // A step with no parameter at all (no model given to start()).
   check_places({fwd("aten::randn", "(top level)"), fwd("aten::mul", "(top level)")});
-  // A step that begins with the optimizer (dbg.step() between backward and opt.step()).
-  check_places({opt("aten::mul_", "(top level)"), opt("aten::add_", "fc1", "fc1.weight"),
+  // A step that begins with the optimizer (dbg.step() between backward and opt.step()): its
+  // work on fc1's state, fc1's update.
+  check_places({opt("aten::mul_", "fc1"), opt("aten::add_", "fc1", "fc1.weight"),
                 opt("aten::mul_", "(optimizer)")});
   // Weight decay as Adam does it: grad.add(p, wd) reads the parameter, with grad mode off,
-  // after the backward: the optimizer's.
+  // after the backward: the optimizer's, and the state work before it is fc1's.
   check_places({fwd("aten::linear", "fc1", 0, "fc1.weight"), bwd("aten::mm", 0, "fc1"),
-                opt("aten::mul_", "(after backward)"),
+                opt("aten::mul_", "fc1"),
                 opt("aten::add", "fc1", "fc1.weight", /*self_param=*/false),
                 opt("aten::mul_", "(optimizer)")});
+  // Python's clip_grad_norm_ runs without grad mode, as the optimizer after it does: its ops
+  // are taken for the optimizer's work on the first parameter (LibTorch's runs with grad mode
+  // on: "(after backward)", as in the LSTM step).
+  check_places({fwd("aten::linear", "fc1", 0, "fc1.weight"), bwd("aten::mm", 0, "fc1"),
+                opt("aten::_foreach_norm", "fc1"), opt("aten::clamp", "fc1"),
+                opt("aten::_foreach_mul_", "fc1"), opt("aten::lerp_", "fc1"),
+                opt("aten::addcdiv_", "fc1", "fc1.weight")});
+  // An evaluation pass under no_grad before any backward is a forward pass like any other.
+  check_places({opt("aten::div", "(top level)"),
+                opt("aten::linear", "b0.fc1", "b0.fc1.weight", /*self_param=*/false),
+                opt("aten::relu", "b0"),
+                opt("aten::linear", "b0.fc2", "b0.fc2.weight", /*self_param=*/false),
+                opt("aten::argmax", "(top level)")});
   // An op nested in a parameter-reading op that reads none itself: the outer op's module.
   Op inner = fwd("aten::mm", "b0.fc1");
   inner.depth = 1;

@@ -181,6 +181,15 @@ void print_plan(const PrecisionResult& r, const Terminal& term) {
                "               at::autocast::set_enabled(false); y = m->forward(x.to(at::kFloat)); "
                "at::autocast::set_enabled(true);)")
       << '\n';
+  std::string outside;  // "(root)", "(top level)", ...: no child module to run so
+  for (const std::string& m : keep)
+    if (!m.empty() && m.front() == '(') outside += (outside.empty() ? "" : ", ") + m;
+  if (!outside.empty())
+    std::cout << paint(term, Tone::kDim,
+                       "              (" + outside +
+                           ": ops outside every child module (docs/cli.md, \"Modules\"): run "
+                           "those ops themselves so)")
+              << '\n';
 }
 
 }  // namespace

@@ -178,6 +178,7 @@ void ModuleAttributor::resolve(std::string_view module) {
   if (open_ < 0) return;
   groups_[static_cast<size_t>(open_)] = std::string(module);
   open_ = -1;
+  open_no_grad_ = false;
 }
 
 std::string_view ModuleAttributor::outside() const noexcept {
@@ -204,9 +205,13 @@ void ModuleAttributor::add(const ModuleOp& p) {
   const std::optional<int32_t> enclosing =
       calls.empty() ? std::nullopt : std::optional<int32_t>(calls.back().second);
   int32_t group = -1;
+  const bool no_grad = p.dir == Direction::kForward && p.grad == std::optional<bool>(false);
+  // Waiting ops an optimizer may have run: its work on a parameter's state (grad mode off)
+  // before it updates the parameter is that parameter's.
+  const bool optimizer_may_wait = open_no_grad_ && phase_ != Phase::kPass;
   if (p.dir == Direction::kBackward) {
     // The forward's last ops (the loss) are outside the modules.
-    resolve(kTopLevel);
+    resolve(optimizer_may_wait ? outside() : kTopLevel);
     phase_ = Phase::kBackwardDone;
     pass_anchor_.reset();
     auto node = p.sn >= 0 ? node_group_.find(p.sn) : node_group_.end();
@@ -221,9 +226,9 @@ void ModuleAttributor::add(const ModuleOp& p) {
     last_backward_ = group;
   } else if (p.consumed && enclosing) {  // inside an op of its own module, or an optimizer's
     group = placed(*p.consumed);
-  } else if (p.consumed && (p.updates_param ||
-                            (phase_ != Phase::kPass && p.grad == std::optional<bool>(false)))) {
-    resolve(outside());  // the optimizer's first parameter: clipping came before it
+  } else if (p.consumed && (p.updates_param || (no_grad && phase_ != Phase::kPass))) {
+    // The state it worked on for this parameter is its; what came before (clipping) is not.
+    resolve(open_no_grad_ ? std::string_view(*p.consumed) : outside());
     phase_ = Phase::kOptimizerRan;
     pass_anchor_.reset();
     group = placed(*p.consumed);
@@ -236,8 +241,9 @@ void ModuleAttributor::add(const ModuleOp& p) {
       ++dropouts_;
     }
     if (module) {  // a parameter read, or a dropout placed by the module order
-      resolve(phase_ == Phase::kPass && pass_anchor_ ? common_module(*pass_anchor_, *module)
-                                                     : std::string(kTopLevel));
+      resolve(optimizer_may_wait                       ? std::string(outside())
+              : phase_ == Phase::kPass && pass_anchor_ ? common_module(*pass_anchor_, *module)
+                                                       : std::string(kTopLevel));
       phase_ = Phase::kPass;
       pass_anchor_ = *module;
       if (p.consumed) {
@@ -246,7 +252,12 @@ void ModuleAttributor::add(const ModuleOp& p) {
       }
       group = placed(*module);
     } else {
+      // After a backward, ops with and without grad mode wait apart: what precedes an
+      // optimizer's work (clipping with grad mode on) is outside the modules.
+      if (open_ >= 0 && phase_ != Phase::kPass && open_no_grad_ != no_grad) resolve(outside());
+      const bool fresh = open_ < 0;
       group = open();
+      open_no_grad_ = (fresh || open_no_grad_) && no_grad;
     }
   }
   if (p.dir == Direction::kForward && p.sn >= 0) node_group_.try_emplace(p.sn, group);

@@ -21,16 +21,21 @@
 //   k-th such dropout module) and counts as P or N for the ops around it.
 // - An op nested in another (depth, thread: nesting.h) belongs where the op it ran in does,
 //   unless it reads a parameter itself.
+// - An optimizer op is a forward op that reads a parameter and updates one in place (its op
+//   name ends in '_' and its first tensor input is a parameter: p.addcdiv_,
+//   _foreach_mul_(params)) or, after a backward op, reads one with grad mode off (a weight
+//   decay's grad.add(p)); it keeps its parameter's module, and so do the ops with grad mode
+//   off that ran just before it and read no parameter (an optimizer's work on that
+//   parameter's state: Adam's moments, SGD's momentum buffer).
 // - Outside every module: "(top level)" before the first parameter read of a forward pass
 //   and after its last one (the data, a GAN's noise draw, the loss); "(after backward)" for
-//   the forward ops after a backward op of the step and before the optimizer (gradient
-//   clipping); "(optimizer)" for the ops that read no parameter once the optimizer has
-//   started. An optimizer op is a forward op reading a parameter that updates one in place
-//   (its op name ends in '_' and its first tensor input is a parameter: p.addcdiv_,
-//   _foreach_mul_(params)) or, after a backward op, that reads one with grad mode off (a
-//   weight decay's grad.add(p)). It keeps its parameter's module. A parameter-reading op
-//   after the optimizer with grad mode on starts a forward pass again (a GAN's second
-//   model). An op on a background thread (a data loader's) is "(top level)".
+//   the other forward ops after a backward op of the step and before the optimizer
+//   (LibTorch's clip_grad_norm_, which runs with grad mode on; Python's runs without it and
+//   is taken for the optimizer's work on its first parameter); "(optimizer)" for the ops
+//   that read no parameter once the optimizer has started and precede no parameter's update
+//   (zero_grad after opt.step()). A parameter-reading op after the optimizer with grad mode
+//   on starts a forward pass again (a GAN's second model). An op on a background thread (a
+//   data loader's) is "(top level)".
 // - A backward op belongs where the forward op that made its autograd node was placed (the
 //   same "sn"); one without such a node, to the module of the parameter it reads, else where
 //   the op it ran in is, else where the backward op before it is (the engine's own:
@@ -165,8 +170,9 @@ class ModuleAttributor {
   // Ops are placed in groups: those waiting for the next event share one, which resolve()
   // places at once. A group's module, nullopt while it waits.
   std::vector<std::optional<std::string>> groups_;
-  std::deque<int32_t> queue_;                        // the group of each op added and not yet taken
-  int32_t open_ = -1;                                // the waiting group, or -1
+  std::deque<int32_t> queue_;  // the group of each op added and not yet taken
+  int32_t open_ = -1;          // the waiting group, or -1
+  bool open_no_grad_ = false;  // every op of the waiting group ran with grad mode off
   std::unordered_map<int64_t, int32_t> node_group_;  // sn -> the group of its forward op
   // Per thread, the ops whose nested calls may still come: (depth, group).
   std::unordered_map<uint32_t, std::vector<std::pair<int32_t, int32_t>>> calls_;

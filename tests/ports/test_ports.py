@@ -7,8 +7,8 @@ side by side by `precprobe compare --first --by module --json`.
   their batches (per-sample ToTensor + Normalize in a DataLoader against a dataset divided by
   255 once and a per-sample Normalize + Stack), compute their loss (cross_entropy against
   log_softmax + nll_loss) or their metrics (argmax / eq / sum / item on one side only).
-- Each planted port bug is named at its first effect: the step, the op, the module (""
-  for the data pipeline before the model), and why (the cause).
+- Each planted port bug is named at its first effect: the step, the op, the module ("(top
+  level)" for the data pipeline before the model: docs/cli.md, "Modules"), and why (the cause).
 - --first and --by module name the same first op; precprobe.compare (Python) returns what the
   CLI prints, and `precprobe report --compare` names the same first op.
 
@@ -158,9 +158,9 @@ def test_faithful_port_compares_clean(pair, python_runs, data_root, tmp_path):
 
 # (pair, C++ flags, Python flags, config, expected step, op, module, cause, parameter)
 BUGS = [
-    ("cnn", ["--norm-mean", "0.2680"], [], None, 0, None, "", None, None),
+    ("cnn", ["--norm-mean", "0.2680"], [], None, 0, None, "(top level)", None, None),
     # The batch entering the model differs: named at the collate's stack, in the data.
-    ("cnn", ["--no-normalize"], [], None, 0, "aten::stack", "", "data", None),
+    ("cnn", ["--no-normalize"], [], None, 0, "aten::stack", "(top level)", "data", None),
     ("cnn", ["--momentum", "0.9"], [], None, 1, "aten::mul_", "conv1", None, "conv1.weight"),
     ("cnn", ["--bn-eps", "1e-3"], [], None, 0, "aten::batch_norm", "bn1", None, None),
     ("cnn", ["--dropout", "0.5"], [], {"keep_dropout": True}, 0, None, "dropout", None, None),
@@ -169,10 +169,10 @@ BUGS = [
     # by reflection (LibTorch pads, then convolves with padding 0).
     ("cnn", ["--no-bias"], [], None, 0, None, "fc1", None, "fc1.weight"),
     ("cnn", ["--reflect-padding"], [], None, 0, "aten::conv2d", "conv2", None, "conv2.weight"),
-    ("lstm", ["--no-normalize"], [], None, 0, "aten::stack", "", "data", None),
+    ("lstm", ["--no-normalize"], [], None, 0, "aten::stack", "(top level)", "data", None),
     ("lstm", ["--beta2", "0.99"], [], None, 0, None, "lstm", None, None),
     ("lstm", ["--adam-eps", "1e-6"], [], None, 0, None, "lstm", None, None),
-    ("transformer", ["--norm-mean", "0.2680"], [], None, 0, None, "", None, None),
+    ("transformer", ["--norm-mean", "0.2680"], [], None, 0, None, "(top level)", None, None),
     ("transformer", ["--weight-decay", "0.1"], [], None, 0, None, "embed", None, "embed.weight"),
     ("vae", ["--beta2", "0.99"], [], None, 0, None, "fc1", None, None),
     ("vae", [], ["--loader-generator", "global"], None, 0, "aten::randn_like", None, "draws",

@@ -408,7 +408,7 @@ class PrecisionBuilder {
       unscaled[it->second].add(acc.unscaled);
       scaled[it->second].add(acc.scaled);
       if (verdict_rank(acc.op.verdict) > verdict_rank(m.verdict)) m.verdict = acc.op.verdict;
-      // Ops before any parameter (data preparation) are no module one can keep in fp32.
+      // Every op is placed (modules.h); "" (no place) is no module one can keep in fp32.
       if (!acc.op.module.empty())
         m.keep_fp32 |=
             tensor ? acc.op.verdict == PrecisionVerdict::kKeepFp32 : !acc.op.fits_at_loss_scale;

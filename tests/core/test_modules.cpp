@@ -1,9 +1,10 @@
 // Module attribution (src/core/analysis/modules.h; docs/cli.md, "Modules") on the op
 // sequences of real training steps, every op's module written out by hand from where the
-// program ran it: a GPT-style block (ops between a block's children belong to the block), a
-// GAN step (the noise draw and the loss outside every module, the glue between the models
-// at the top), an LSTM language model with clip_grad_norm_ after the backward and SGD (what
-// reads gradients "(after backward)", the optimizer's own arithmetic "(optimizer)"). The
+// program ran it: a GPT-style block (ops between a block's children, and its closing residual,
+// belong to the block), a GAN step (the noise draw and the loss outside every module, the
+// generator's last tanh in G), an LSTM language model with clip_grad_norm_ after the backward
+// and SGD (what reads gradients "(after backward)"), the optimizers' work on a parameter's
+// state in that parameter's module, "(optimizer)" after their last update. The
 // streaming use (the live op watchpoints) gives the same modules as the batch one, and the
 // commands that name a module (summary, overflow, watch, compare) name these.
 #include <cmath>
@@ -126,8 +127,10 @@ void check_places(const std::vector<Op>& ops, const ModuleOrder* order = nullptr
   CHECK(stream.waiting() == 0);
 }
 
-// A GPT-style language model, one block shown whole (pre-LayerNorm, hand-written causal
-// attention with masked_fill, GELU MLP), then the final LayerNorm, the head and the loss; its
+// A GPT-style language model, one block shown whole (pre-LayerNorm; hand-written causal
+// attention in the block's own forward between its children qkv and proj, with masked_fill, as
+// tests/transformers' tfm_gpt; an MLP module with GELU), then the final LayerNorm, the head
+// and the loss; its
 // backward (autograd nodes by sn); clip_grad_norm_; AdamW (decoupled weight decay first:
 // p.mul_ in place), and zero_grad at the end.
 std::vector<Op> gpt_step() {
@@ -136,31 +139,31 @@ std::vector<Op> gpt_step() {
       fwd("aten::embedding", "pos_emb", 1, "pos_emb.weight"),
       fwd("aten::add", "(root)", 2),  // tok + pos, in the model's own forward
       fwd("aten::layer_norm", "b0.ln1", 3, "b0.ln1.weight"),
-      fwd("aten::linear", "b0.attn.qkv", 4, "b0.attn.qkv.weight"),
-      fwd("aten::split", "b0.attn", 5),  // q, k, v: the attention's own forward
-      fwd("aten::matmul", "b0.attn", 6), fwd("aten::masked_fill", "b0.attn", 7),
-      fwd("aten::softmax", "b0.attn", 8), fwd("aten::matmul", "b0.attn", 9),
-      fwd("aten::linear", "b0.attn.proj", 10, "b0.attn.proj.weight"),
+      fwd("aten::linear", "b0.qkv", 4, "b0.qkv.weight"),
+      fwd("aten::split", "b0", 5),  // q, k, v: the block's own attention
+      fwd("aten::matmul", "b0", 6), fwd("aten::masked_fill", "b0", 7),
+      fwd("aten::softmax", "b0", 8), fwd("aten::matmul", "b0", 9),
+      fwd("aten::linear", "b0.proj", 10, "b0.proj.weight"),
       fwd("aten::add", "b0", 11),  // the residual between the block's children
       fwd("aten::layer_norm", "b0.ln2", 12, "b0.ln2.weight"),
       fwd("aten::linear", "b0.mlp.fc1", 13, "b0.mlp.fc1.weight"), fwd("aten::gelu", "b0.mlp", 14),
       fwd("aten::linear", "b0.mlp.fc2", 15, "b0.mlp.fc2.weight"),
-      // The block's closing residual: after its last child, before the next module; the
-      // records cannot tell where the block's forward ends, so the common ancestor.
-      fwd("aten::add", "(root)", 16), fwd("aten::layer_norm", "ln_f", 17, "ln_f.weight"),
+      // The block's closing residual: after the last read of b0's subtree (b0.mlp.fc2),
+      // before the next module: in b0, the child of their common ancestor that holds fc2.
+      fwd("aten::add", "b0", 16), fwd("aten::layer_norm", "ln_f", 17, "ln_f.weight"),
       fwd("aten::linear", "head", 18, "head.weight"),
       fwd("aten::cross_entropy_loss", "(top level)", 19),  // the loss: outside the model
       bwd("aten::_log_softmax_backward_data", 19, "(top level)"),
       bwd("aten::mm", 18, "head", "head.weight"),
       bwd("aten::native_layer_norm_backward", 17, "ln_f", "ln_f.weight"),
-      bwd("aten::add", 16, "(root)"), bwd("aten::mm", 15, "b0.mlp.fc2", "b0.mlp.fc2.weight"),
+      bwd("aten::add", 16, "b0"), bwd("aten::mm", 15, "b0.mlp.fc2", "b0.mlp.fc2.weight"),
       bwd("aten::gelu_backward", 14, "b0.mlp"),
       bwd("aten::mm", 13, "b0.mlp.fc1", "b0.mlp.fc1.weight"),
-      bwd("aten::_softmax_backward_data", 8, "b0.attn"), bwd("aten::masked_fill", 7, "b0.attn"),
+      bwd("aten::_softmax_backward_data", 8, "b0"), bwd("aten::masked_fill", 7, "b0"),
       // The engine's own (no node of the step, no parameter): with the backward op before it,
       // not with the backward's last parameter (b0.mlp.fc1's).
-      bwd("aten::add", -1, "b0.attn"), bwd("aten::mm", 4, "b0.attn.qkv", "b0.attn.qkv.weight"),
-      bwd("torch::autograd::AccumulateGrad", -1, "b0.attn.qkv"),
+      bwd("aten::add", -1, "b0"), bwd("aten::mm", 4, "b0.qkv", "b0.qkv.weight"),
+      bwd("torch::autograd::AccumulateGrad", -1, "b0.qkv"),
       bwd("aten::embedding_dense_backward", 0, "tok_emb", "tok_emb.weight"),
       // clip_grad_norm_: the gradients' norms, the clip coefficient, the gradients scaled.
       fwd("aten::linalg_vector_norm", "(after backward)"), fwd("aten::stack", "(after backward)"),
@@ -180,7 +183,8 @@ std::vector<Op> gpt_step() {
 }
 
 // pytorch/examples' DCGAN as examples/train_gan.cpp runs it, one start() for both models
-// (parameters "G.*", "D.*"): D on real data, its backward; the noise drawn after it, G, D on
+// (parameters "G.*", "D.*"): D on real data, its backward; the noise drawn after it, G (its
+// last tanh after G.out, before D's first parameter: G's), D on
 // G's output; D's Adam; G's turn; G's Adam.
 std::vector<Op> gan_step() {
   return {
@@ -195,8 +199,8 @@ std::vector<Op> gan_step() {
       // torch::randn: after a backward, before G's first parameter: outside every module.
       fwd("aten::randn", "(top level)"), fwd("aten::linear", "G.fc", 10, "G.fc.weight"),
       fwd("aten::relu", "G", 11), fwd("aten::linear", "G.out", 12, "G.out.weight"),
-      fwd("aten::tanh", "(root)", 13),  // between the two models: their common top
-      fwd("aten::detach", "(root)"), fwd("aten::linear", "D.0", 14, "D.0.weight"),
+      fwd("aten::tanh", "G", 13),  // G's last op, before D's first
+      fwd("aten::detach", "G"), fwd("aten::linear", "D.0", 14, "D.0.weight"),
       fwd("aten::leaky_relu", "D", 15), fwd("aten::linear", "D.2", 16, "D.2.weight"),
       fwd("aten::binary_cross_entropy_with_logits", "(top level)", 17),
       bwd("aten::mm", 16, "D.2", "D.2.weight"), bwd("aten::leaky_relu_backward", 15, "D"),
@@ -208,7 +212,7 @@ std::vector<Op> gan_step() {
       fwd("aten::zero_", "(top level)"), fwd("aten::linear", "D.0", 20, "D.0.weight"),
       fwd("aten::leaky_relu", "D", 21), fwd("aten::linear", "D.2", 22, "D.2.weight"),
       fwd("aten::binary_cross_entropy_with_logits", "(top level)", 23),
-      bwd("aten::mm", 22, "D.2", "D.2.weight"), bwd("aten::tanh_backward", 13, "(root)"),
+      bwd("aten::mm", 22, "D.2", "D.2.weight"), bwd("aten::tanh_backward", 13, "G"),
       bwd("aten::mm", 10, "G.fc", "G.fc.weight"), opt("aten::mul_", "G.fc"),
       opt("aten::addcdiv_", "G.fc", "G.fc.weight"), opt("aten::sqrt", "G.out"),
       opt("aten::addcdiv_", "G.out", "G.out.weight"),
@@ -293,6 +297,20 @@ TEST_CASE("modules: the common ancestor of two module paths", "[modules]") {
   CHECK(common_module("(root)", "b0.ln1") == "(root)");
   CHECK(common_module("b0.ln1", "(root)") == "(root)");
   CHECK(common_module("lstm", "lstm") == "lstm");
+  using analysis_detail::module_between;
+  CHECK(module_between("b0.qkv", "b0.proj") == "b0");  // the block's own attention
+  CHECK(module_between("b0.mlp.fc1", "b0.mlp.fc2") == "b0.mlp");
+  CHECK(module_between("b0.mlp.fc2", "b1.ln1") == "b0");  // b0's closing residual
+  CHECK(module_between("b0.proj", "b0.ln2") == "b0");
+  CHECK(module_between("b0.attn.proj", "b0.ln2") == "b0.attn");           // (the rule's blind spot)
+  CHECK(module_between("layer1.0.bn2", "layer1.1.conv1") == "layer1.0");  // a ResNet block
+  CHECK(module_between("G.out", "D.0") == "G");
+  CHECK(module_between("fc1", "fc2") == "(root)");
+  CHECK(module_between("pos_emb", "b0.ln1") == "(root)");
+  CHECK(module_between("(root)", "b0.ln1") == "(root)");
+  CHECK(module_between("b0.fc2", "(root)") == "b0");
+  CHECK(module_between("lstm", "lstm") == "lstm");
+  CHECK(module_between("b0", "b0.fc1") == "b0");
   CHECK(analysis_detail::outside_modules("(top level)"));
   CHECK(analysis_detail::outside_modules("(after backward)"));
   CHECK(analysis_detail::outside_modules("(optimizer)"));
@@ -368,15 +386,14 @@ TEST_CASE("modules: a streaming reader gets each module once the next event plac
   // The add waited for ln1's parameter; everything up to qkv is placed.
   std::vector<std::string> got;
   while (a.ready()) got.push_back(a.take());
-  CHECK(got == std::vector<std::string>{"tok_emb", "pos_emb", "(root)", "b0.ln1", "b0.attn.qkv"});
+  CHECK(got == std::vector<std::string>{"tok_emb", "pos_emb", "(root)", "b0.ln1", "b0.qkv"});
   for (size_t k = 5; k < 10; ++k) add(k);  // split .. matmul: waiting for the next parameter
   CHECK_FALSE(a.ready());
   CHECK(a.waiting() == 5);
-  add(10);  // proj's weight: the five are in b0.attn
+  add(10);  // proj's weight: the five are in b0
   got.clear();
   while (a.ready()) got.push_back(a.take());
-  CHECK(got == std::vector<std::string>{"b0.attn", "b0.attn", "b0.attn", "b0.attn", "b0.attn",
-                                        "b0.attn.proj"});
+  CHECK(got == std::vector<std::string>{"b0", "b0", "b0", "b0", "b0", "b0.proj"});
   add(19);  // the loss: waits; the step's end says it was after the forward's last parameter
   CHECK_FALSE(a.ready());
   a.end_step();
@@ -395,8 +412,8 @@ TEST_CASE("modules: a streaming reader gets each module once the next event plac
 TEST_CASE("modules: summary, overflow, watch and compare name the same modules", "[modules]") {
   const std::vector<Op> ops = gpt_step();
   DumpData d = dump_of(ops, 3);
-  // Step 2: the masked_fill's output holds a NaN (its inputs finite): the origin, in b0.attn.
-  const size_t fill = index_of(ops, "aten::masked_fill", "b0.attn");
+  // Step 2: the masked_fill's output holds a NaN (its inputs finite): the origin, in b0.
+  const size_t fill = index_of(ops, "aten::masked_fill", "b0");
   OpRecord& bad = d.ops[2 * ops.size() + fill];
   REQUIRE(bad.step == 2);
   bad.outputs[0].tensor->nan = 1;
@@ -404,27 +421,27 @@ TEST_CASE("modules: summary, overflow, watch and compare name the same modules",
   const OverflowResult o = find_overflow(d);
   REQUIRE(o.found);
   CHECK(o.origin.op == "aten::masked_fill");
-  CHECK(o.origin_module == std::optional<std::string>("b0.attn"));
+  CHECK(o.origin_module == std::optional<std::string>("b0"));
 
   const SummaryResult s = summarize_dump(d, /*by_module=*/true);
   std::vector<std::string> names;
-  int64_t ops_in_attn = -1, nonfinite_in_attn = -1;
+  int64_t ops_in_b0 = -1, nonfinite_in_b0 = -1;
   for (const ModuleSummary& m : s.modules) {
     names.push_back(m.module);
-    if (m.module == "b0.attn") {
-      ops_in_attn = m.ops;
-      nonfinite_in_attn = m.nonfinite_ops;
+    if (m.module == "b0") {
+      ops_in_b0 = m.ops;
+      nonfinite_in_b0 = m.nonfinite_ops;
     }
   }
   // Each module once, in order of first appearance in step 0.
-  CHECK(names == std::vector<std::string>{"tok_emb", "pos_emb", "(root)", "b0.ln1", "b0.attn.qkv",
-                                          "b0.attn", "b0.attn.proj", "b0", "b0.ln2", "b0.mlp.fc1",
-                                          "b0.mlp", "b0.mlp.fc2", "ln_f", "head", "(top level)",
-                                          "(after backward)", "(optimizer)"});
-  // b0.attn: split, matmul, masked_fill, softmax, matmul, the backward of softmax and
-  // masked_fill and the engine's add after them, per step.
-  CHECK(ops_in_attn == 3 * 8);
-  CHECK(nonfinite_in_attn == 1);
+  CHECK(names == std::vector<std::string>{"tok_emb", "pos_emb", "(root)", "b0.ln1", "b0.qkv", "b0",
+                                          "b0.proj", "b0.ln2", "b0.mlp.fc1", "b0.mlp", "b0.mlp.fc2",
+                                          "ln_f", "head", "(top level)", "(after backward)",
+                                          "(optimizer)"});
+  // b0: split, matmul, masked_fill, softmax, matmul, the two residual adds, the backward of
+  // softmax, masked_fill and the closing add, and the engine's add after them, per step.
+  CHECK(ops_in_b0 == 3 * 11);
+  CHECK(nonfinite_in_b0 == 1);
 
   // The live watchpoint evaluator: the NaN's hit is held until proj places the masked_fill.
   OpWatcher w;
@@ -439,7 +456,7 @@ TEST_CASE("modules: summary, overflow, watch and compare name the same modules",
   CHECK(hits[0].watch == "tensor_overflow");
   CHECK(hits[0].step == 2);
   CHECK(hits[0].record == "aten::masked_fill.0.forward");
-  CHECK(hits[0].module == "b0.attn");
+  CHECK(hits[0].module == "b0");
 
   // compare --by module: a 1 % change of the gelu's output in A, from step 1 on.
   DumpData a = dump_of(ops, 2), b = dump_of(ops, 2);

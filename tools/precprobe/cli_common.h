@@ -21,7 +21,8 @@ namespace precprobe::cli {
 /// (src/core/analysis/modules.h; docs/cli.md, "Modules"), as their tables' headings say it.
 inline constexpr const char* kModuleRule =
     "an op reading parameter b0.fc1.weight belongs to b0.fc1, an op between two such reads "
-    "to their common ancestor (b0.fc1 and b0.fc2: b0; none below the top module: (root)), "
+    "to the module running then (b0.qkv and b0.proj: b0; b0.fc2 and b1.ln1: b0; fc1 and fc2: "
+    "(root)), "
     "a dropout op to the dropout module registered after the current one; outside the "
     "modules: (top level), (after backward), (optimizer); a backward op belongs where its "
     "forward op does";

@@ -73,6 +73,16 @@ std::string common_module(std::string_view a, std::string_view b) {
   return common == 0 ? std::string(kRootModule) : std::string(a.substr(0, common));
 }
 
+std::string module_between(std::string_view p, std::string_view n) {
+  std::string common = common_module(p, n);
+  if (p == kRootModule || p == common) return common;
+  // The child of `common` that holds p: the module p's subtree was in when its forward went on.
+  const size_t from = common == kRootModule ? 0 : common.size() + 1;
+  const size_t dot = p.find('.', from);
+  if (dot == std::string_view::npos) return common;  // p is that child: common's own forward
+  return std::string(p.substr(0, dot));
+}
+
 std::optional<std::string> consumed_module(const OpRecord& r) {
   for (const Arg& in : r.inputs) {
     if (!in.is_tensor() || in.tensor->param.empty()) continue;
@@ -242,7 +252,7 @@ void ModuleAttributor::add(const ModuleOp& p) {
     }
     if (module) {  // a parameter read, or a dropout placed by the module order
       resolve(optimizer_may_wait                       ? std::string(outside())
-              : phase_ == Phase::kPass && pass_anchor_ ? common_module(*pass_anchor_, *module)
+              : phase_ == Phase::kPass && pass_anchor_ ? module_between(*pass_anchor_, *module)
                                                        : std::string(kTopLevel));
       phase_ = Phase::kPass;
       pass_anchor_ = *module;

@@ -8,14 +8,14 @@
 // - A forward op that reads a parameter ("blocks.2.fc.weight") belongs to that parameter's
 //   module ("blocks.2.fc"); "(root)" for a parameter registered on the top module.
 // - A forward op that reads none, between two parameter-reading ops P and N of the same
-//   forward pass, belongs to their longest common ancestor (paths split on '.'): the
-//   masked_fill between b0.attn.qkv and b0.attn.proj to b0.attn, the gelu between b0.mlp.fc1
-//   and b0.mlp.fc2 to b0.mlp. P and N with no common ancestor below the top module (fc1 and
-//   fc2 of a plain MLP, the last layer of one block and the first of the next, the models
-//   of start(models) one after the other) give "(root)": the top module's own forward.
-//   An op after a module's last child and before the next module's first child (a block's
-//   closing residual add) is therefore placed in their common ancestor: the records cannot
-//   tell where a forward without parameters of its own ends.
+//   forward pass, belongs to the module whose forward was running: the child of their
+//   longest common ancestor L (paths split on '.') that holds P when P lies deeper in it,
+//   else L itself. So the masked_fill between b0.qkv and b0.proj is b0's, the gelu between
+//   b0.mlp.fc1 and b0.mlp.fc2 b0.mlp's, the closing residual add between b0.mlp.fc2 and
+//   b1.ln1 b0's, a GAN generator's last tanh between G.out and D.0 G's; the relu between a
+//   plain MLP's fc1 and fc2 is the top module's own, "(root)". Where a module's forward ends
+//   is not in the records: an op after a nested child's last read (the residual add after
+//   b0.attn.proj, before b0.ln2) is placed in that child (b0.attn), not in b0.
 // - A dropout op, which reads no parameter, belongs to the dropout module meta.json's module
 //   order registers after the current module (the k-th dropout op since that module to its
 //   k-th such dropout module) and counts as P or N for the ops around it.
@@ -79,6 +79,12 @@ bool outside_modules(std::string_view module) noexcept;
 /// The longest common ancestor of two module paths ("b0.attn.qkv" and "b0.attn.proj":
 /// "b0.attn"), "(root)" when they have none below the top module (or one is "(root)").
 std::string common_module(std::string_view a, std::string_view b);
+
+/// Where an op between a read of module `p` and the next read of module `n` of one forward
+/// pass ran: the child of their common ancestor that holds `p` ("b0.fc2", "b1.ln1": "b0", the
+/// block's closing residual), or the common ancestor itself when `p` is that child ("b0.qkv",
+/// "b0.proj": "b0").
+std::string module_between(std::string_view p, std::string_view n);
 
 /// meta.json's "modules" (docs/dump-format.md): the model's modules that own parameters
 /// directly and its dropout modules, in named_modules() order (registration order).

@@ -10,9 +10,8 @@
 #   libtorch2-suite.sh BUILD_DIR [XVERSION_DUMP]
 #   QUICK=1   only the tests whose outcome depends on LibTorch's version (the probe's tests,
 #             the reliability drivers, the find_package consumer, repro, pytest, the port
-#             pairs, the cross-version compare), building only what they need; the
-#             Transformers of tests/transformers are built but not run here until they have
-#             passed on 2.x (issues 66 and 67, open), nor are the gan and lm port pairs
+#             pairs, the Transformers of tests/transformers, the cross-version compare),
+#             building only what they need
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir="$1"
@@ -26,16 +25,16 @@ if [[ "${QUICK:-0}" != "1" ]]; then
   BUILD_DIR="$build_dir" scripts/build.sh -DPRECPROBE_BUILD_BENCH=OFF -DPRECPROBE_PIC_PROBE=ON \
     -DPRECPROBE_UNITY_BUILD=ON "${xversion[@]}"
   cd "$build_dir" && exec ctest --output-on-failure -j "$jobs" -LE 'slow|epoch' \
-    -E '^(browser|flat|transformers)\.'
+    -E '^(browser|flat)\.'
 fi
 targets="probe_tests capture_tests test_precision_reality test_reliability test_crash
   precprobe_reliability_child precprobe_repro_train precprobe_cli train_fashion_mnist
   precprobe_make_anomaly_dump tfm_gpt tfm_encoder"
 run="^($(cd tests/probe && ls test_*.cpp | sed 's/\.cpp$//' | grep -v '^test_stats_cuda$' |
-         paste -sd '|')|test_reliability|test_crash):|^xversion\.|^consumer\.(install|find_package)|^repro_e2e$"
+         paste -sd '|')|test_reliability|test_crash):|^xversion\.|^consumer\.(install|find_package)|^repro_e2e$|^transformers\\.cpp$"
 if python3 -c "import torch" 2>/dev/null; then
   targets+=" precprobe_python precprobe_pytest_tool port_cnn port_lstm port_transformer port_vae port_gan port_lm"
-  run+="|^python:|^ports\."
+  run+="|^python:|^ports\.|^transformers\.python$"
 fi
 TARGETS="$targets" BUILD_DIR="$build_dir" scripts/build.sh -DPRECPROBE_BUILD_BENCH=OFF \
   -DPRECPROBE_PIC_PROBE=ON -DPRECPROBE_UNITY_BUILD=ON "${xversion[@]}"

@@ -112,9 +112,15 @@ class OpWatcher {
   /// The model's module order from meta.json ("modules"), for dropout modules (as summary and
   /// compare place them). Call before the first observe().
   void set_modules(const RunMeta& meta);
-  /// Judges one record; appends the hits it starts to `hits`. Never throws (a bad_alloc loses
-  /// the record's hits).
+  /// Judges one record; appends to `hits` the hits of the records whose module is now known,
+  /// in record order. A record that reads no parameter is placed in its module by a later
+  /// one (the next parameter read, a backward op: docs/cli.md, "Modules"), so its hits come
+  /// with that record's, or with the next step's first record, or from end_step(). Never
+  /// throws (a bad_alloc loses the record's hits).
   void observe(const OpRecord& r, std::vector<OpWatchHit>& hits) noexcept;
+  /// The step's records are all given (its end, or the stream's): appends the hits of the
+  /// records still waiting for their module. The next record starts a step.
+  void end_step(std::vector<OpWatchHit>& hits) noexcept;
   const OpWatchOptions& options() const noexcept;
 
  private:

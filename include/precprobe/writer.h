@@ -73,7 +73,8 @@ struct WriterOptions {
   /// JSON Lines or CSV.
   OpsEncoding ops_encoding = OpsEncoding::kJsonLines;
   /// The op watchpoints judged on the writer thread as each op record is written
-  /// (precprobe/op_watch.h); each hit also goes to events.jsonl.zst ("watch"). nullopt: off.
+  /// (precprobe/op_watch.h); each hit also goes to events.jsonl.zst ("watch"), once its op's
+  /// module is known (at the latest before the step's step_end event). nullopt: off.
   std::optional<OpWatchOptions> watch;
 };
 

@@ -184,7 +184,7 @@ struct DumpWriter::Impl {
   bool submit(R&& r) noexcept;
   void request_flush(bool wait, int64_t step_end = -1) noexcept;
   void write_step_end(int64_t step);
-  void watch(const OpRecord& r);
+  void watch(const OpRecord* r);
   void run() noexcept;
   void process(Item& item);
   // The argument vectors of `item` (an op record just written) kept for take_spare_args();
@@ -300,6 +300,11 @@ void DumpWriter::Impl::run() noexcept {
     batch.clear();
     end_aged_frames(Clock::now());
   }
+  try {  // a last step never ended: the hits of its ops that waited for their module
+    if (watcher && !failed.load(std::memory_order_relaxed)) watch(nullptr);
+  } catch (const std::exception& e) {
+    fail(std::string("out of memory in the writer thread: ") + e.what());
+  }
   close_streams();
   std::lock_guard<std::mutex> lock(mu);
   thread_done = true;
@@ -336,6 +341,8 @@ void DumpWriter::Impl::publish_spares() noexcept {
 
 void DumpWriter::Impl::process(Item& item) {
   if (auto* f = std::get_if<FlushRequest>(&item)) {
+    // The step's last hits (of ops that waited for their module) before its step_end event.
+    if (f->step_end >= 0 && watcher && !failed.load(std::memory_order_relaxed)) watch(nullptr);
     end_all_frames(opt.fsync);
     if (f->step_end >= 0) write_step_end(f->step_end);
     std::lock_guard<std::mutex> lock(mu);
@@ -380,12 +387,14 @@ void DumpWriter::Impl::encode(StreamKind kind, const Item& item) {
       item);
   if (s.records++ == 0) s.first = Clock::now();
   if (s.records >= opt.flush_every_records) end_frame(i);
-  if (watcher && kind == StreamKind::kOps) watch(std::get<OpRecord>(item));
+  if (watcher && kind == StreamKind::kOps) watch(&std::get<OpRecord>(item));
 }
 
 // The record as written, judged: each hit's event follows it into events.jsonl.zst (not a
-// submitted record: the counters stay those of submit()).
-void DumpWriter::Impl::watch(const OpRecord& r) {
+// submitted record: the counters stay those of submit()). An op that reads no parameter waits
+// for its module (modules.h): its hits come with a later record's, or at its step's end
+// (`r` nullptr).
+void DumpWriter::Impl::watch(const OpRecord* r) {
   // A plain load first: the read-modify-write only once, when meta.json brought the modules.
   if (modules_pending.load(std::memory_order_relaxed) && modules_pending.exchange(false)) {
     std::lock_guard<std::mutex> lock(meta_mu);
@@ -393,7 +402,10 @@ void DumpWriter::Impl::watch(const OpRecord& r) {
     pending_modules.reset();
   }
   fresh_hits.clear();
-  watcher->observe(r, fresh_hits);
+  if (r)
+    watcher->observe(*r, fresh_hits);
+  else
+    watcher->end_step(fresh_hits);
   if (fresh_hits.empty()) return;
   Stream& events = streams[static_cast<size_t>(StreamKind::kEvents)];
   for (const OpWatchHit& h : fresh_hits) {

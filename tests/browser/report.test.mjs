@@ -122,10 +122,11 @@ const uplotPoints = (page, id, series) =>
         "non-finite timeline: 60 steps, 1 with NaN/Inf");
   check((await page.evaluate(() => window.precprobeReport.charts["chart-nonfinite"].data[1][30])) === 10,
         "non-finite timeline: 10 ops with NaN/Inf at step 30 (seq 4..13)");
-  // The op watchpoints: the +Inf of aten::mul at step 30 is the one hit (tensor_overflow).
+  // The op watchpoints: the +Inf of aten::mul at step 30 is the one hit (tensor_overflow); the
+  // mul runs after fc2, the forward's last parameter: outside the modules, "(top level)".
   const opWatch = await page.$$eval("#verdict tr", (rs) => rs.map((r) => [r.querySelector("th")?.textContent, r.querySelector("td")?.textContent])
     .filter((x) => x[0] === "op watch").map((x) => x[1])[0] || "");
-  check(opWatch === "1 hit (earliest: tensor_overflow in fc2 at step 30)", `verdict: the op watch hit named (${opWatch})`);
+  check(opWatch === "1 hit (earliest: tensor_overflow in (top level) at step 30)", `verdict: the op watch hit named (${opWatch})`);
   check((await num(page, "#table-op-watch", "rows")) === 1, "op watchpoints: one hit listed");
   const hitRow = await page.$eval("#table-op-watch tbody tr", (e) => e.textContent).catch(() => "");
   check(/aten::mul\.\d+\.forward/.test(hitRow) && /tensor_overflow/.test(hitRow), `op watchpoints: the hit's record and rule (${hitRow})`);
@@ -246,12 +247,13 @@ const uplotPoints = (page, id, series) =>
 
 {
   // Range statistics: the module x format view of precprobe precision (test_cli_precision has
-  // the figures: fc1's aten::mul and fc2's aten::linear pass fp16's 65504).
+  // the figures: the aten::mul in the model's own forward, "(root)", and fc2's aten::linear
+  // pass fp16's 65504).
   const { page, close } = await open("golden_range.html");
   const rows = await page.$$eval("#table-precision tr", (trs) => trs.map((t) => t.textContent));
-  check(rows.length === 5 && /^modulefp16bf16e4m3e5m2/.test(rows[0]), "golden range: module x format table, 3 modules");
-  check(rows.some((r) => r.startsWith("fc1fits_with_scaling \u2022fits")),
-        "golden range: fc1 fits fp16 only with scaling, the plan keeps it in fp32, fits bf16");
+  check(rows.length === 6 && /^modulefp16bf16e4m3e5m2/.test(rows[0]), `golden range: module x format table, 4 modules (${rows})`);
+  check(rows.some((r) => r.startsWith("(root)fits_with_scaling \u2022fits")),
+        "golden range: (root) fits fp16 only with scaling, the plan keeps it in fp32, fits bf16");
   check((await page.$$eval("#precision", (s) => s.length)) === 1, "golden range: precision section present");
   await close();
 }

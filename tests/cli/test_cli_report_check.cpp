@@ -27,10 +27,14 @@ TEST_CASE("report: one HTML page carrying the analyses", "[cli][report]") {
   CHECK(d["nonfinite"]["ops"][2] == 4.0);
   CHECK(d["nonfinite"]["ops"][1].get<int64_t>() + 4 ==
         summary("overflow")["nonfinite_op_records"].get<int64_t>());
-  // The op watchpoints as `precprobe watch --json` gives them: the overflow at fc2's linear.
-  CHECK(d["op_watch"]["hits_total"] == 1);
+  // The op watchpoints as `precprobe watch --json` gives them: the overflow at fc2's linear,
+  // then in the loss (outside the model: a module of its own, "(top level)").
+  CHECK(d["op_watch"]["hits_total"] == 2);
   CHECK(d["op_watch"]["hits"][0]["watch"] == "tensor_overflow");
   CHECK(d["op_watch"]["hits"][0]["record"] == "aten::linear.0.forward");
+  CHECK(d["op_watch"]["hits"][0]["module"] == "fc2");
+  CHECK(d["op_watch"]["hits"][1]["record"] == "aten::cross_entropy_loss.0.forward");
+  CHECK(d["op_watch"]["hits"][1]["module"] == "(top level)");
   CHECK(d["op_watch"]["first_nonfinite_step"] == 1);
 
   Run c = run("report " + dump("diverged_1pct") + " --compare " + dump("clean") + " -o '" + dir +
@@ -107,13 +111,14 @@ TEST_CASE("check: the checklist on the probe's own records", "[cli][check]") {
   CHECK(ov["evidence"].get<std::string>().find("aten::addmm.1.forward") != std::string::npos);
   for (auto& item : o["items"])
     if (item["id"] != "mp.overflow") CHECK(item["verdict"] != "problem");
-  // The op watchpoints' one hit is the overflow itself (tensor_overflow), not a second problem.
+  // The op watchpoints' hits are the overflow itself (tensor_overflow in fc2, then in the
+  // loss), not a second problem.
   json& ow = *find_item(o, "num.op_watch");
   CHECK(ow["verdict"] == "ok");
-  CHECK(ow["figures"]["hits"] == 1.0);
+  CHECK(ow["figures"]["hits"] == 2.0);
   CHECK(
       ow["evidence"].get<std::string>().find(
-          "1 tensor_overflow hit(s), the overflow itself (mp.overflow), first in fc2 at step 1") !=
+          "2 tensor_overflow hit(s), the overflow itself (mp.overflow), first in fc2 at step 1") !=
       std::string::npos);
 
   // The module hash recorded at start, from its two 32-bit halves in the events stream.

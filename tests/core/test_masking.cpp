@@ -375,7 +375,7 @@ TEST_CASE("masking: a fully masked row is named at its softmax, with the mask", 
   CHECK(o.origin.name == "aten::softmax.0.forward");
   CHECK(o.origin.step == 10);
   CHECK(o.origin.seq == 4);
-  CHECK(o.origin_module == std::optional<std::string>("b0.qkv"));
+  CHECK(o.origin_module == std::optional<std::string>("b0"));  // between qkv and proj
   CHECK(o.reason == std::optional<std::string>(
                         "every element of 2 of its 16 rows was -inf: fully masked rows"));
   REQUIRE(o.masked_by);
@@ -383,7 +383,7 @@ TEST_CASE("masking: a fully masked row is named at its softmax, with the mask", 
   CHECK(o.masked_by->name == "aten::masked_fill.0.forward");
   CHECK(o.masked_by->step == 10);
   CHECK(o.masked_by->seq == 2);
-  CHECK(o.masked_by->module == std::optional<std::string>("b0.qkv"));
+  CHECK(o.masked_by->module == std::optional<std::string>("b0"));
   const RankOverflow& r = o.ranks.at(0);
   CHECK(r.steps_affected == 20);  // 10..29
   CHECK(r.first_steps_affected == std::vector<int64_t>{10, 11, 12, 13, 14, 15, 16, 17, 18, 19});
@@ -399,7 +399,7 @@ TEST_CASE("masking: a fully masked row is named at its softmax, with the mask", 
   CHECK(j["reason"] == "every element of 2 of its 16 rows was -inf: fully masked rows");
   CHECK(j["masked_by"]["name"] == "aten::masked_fill.0.forward");
   CHECK(j["masked_by"]["seq"] == 2);
-  CHECK(j["masked_by"]["module"] == "b0.qkv");
+  CHECK(j["masked_by"]["module"] == "b0");
   CHECK(j["ranks"][0]["reason"] == j["reason"]);
 
   const SummaryResult s = summarize_dump(d);
@@ -413,9 +413,9 @@ TEST_CASE("masking: a fully masked row is named at its softmax, with the mask", 
   REQUIRE(item != nullptr);
   CHECK(item->verdict == Verdict::kProblem);
   CHECK(item->evidence ==
-        "first NaN/Inf produced by aten::softmax.0.forward in module b0.qkv (rank 0, step 10, "
+        "first NaN/Inf produced by aten::softmax.0.forward in module b0 (rank 0, step 10, "
         "seq 4): every element of 2 of its 16 rows was -inf: fully masked rows (masked by "
-        "aten::masked_fill.0.forward, seq 2, module b0.qkv)");
+        "aten::masked_fill.0.forward, seq 2, module b0)");
 
   // The watchpoints fire first at the softmax of step 10, not at a mask before.
   const std::vector<OpWatchHit> hits = watch(d);
@@ -423,7 +423,7 @@ TEST_CASE("masking: a fully masked row is named at its softmax, with the mask", 
   CHECK(hits[0].watch == "tensor_overflow");
   CHECK(hits[0].record == "aten::softmax.0.forward");
   CHECK(hits[0].step == 10);
-  CHECK(hits[0].module == "b0.qkv");
+  CHECK(hits[0].module == "b0");
   for (const OpWatchHit& h : hits) CHECK(h.step >= 10);
 }
 

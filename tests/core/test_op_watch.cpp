@@ -1,7 +1,7 @@
 // The op watchpoints' evaluator on synthetic records (precprobe/op_watch.h): each condition
 // against values computed here, what is watched and what is not, one hit per episode, the
-// module as summary attributes it, the options' errors, the hit's event line read back, and
-// check's item.
+// module as summary attributes it (the op between mlp's children in mlp), the options' errors, the
+// hit's event line read back, and check's item.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -18,19 +18,23 @@ using namespace precprobe::test;
 
 namespace {
 
-// One step of the model's forward: fc1's linear (reads fc1.weight), then `op` on its output.
-// `y`: the values of op's output (requires grad).
+// One step of the model's forward: mlp.fc1's linear (reads mlp.fc1.weight), then `op` on its
+// output, then mlp.fc2's linear (its output the same each step): `op` runs in mlp's forward,
+// between its children (module mlp). `y`: the values of op's output (requires grad).
 std::vector<OpRecord> forward_step(int64_t step, const std::vector<double>& y,
                                    const std::string& op = "aten::mul", bool requires_grad = true) {
   Arg w = targ({0.5, -0.5});
-  w.tensor->param = "fc1.weight";
+  w.tensor->param = "mlp.fc1.weight";
+  Arg w2 = w;
+  w2.tensor->param = "mlp.fc2.weight";
   Arg h = targ({1, 2});
   h.tensor->requires_grad = true;
   Arg out = targ(y);
   out.tensor->requires_grad = requires_grad;
   OpRecord lin = make_op(step, 0, {"aten::linear", 0, {targ({1, 1}), w}, {h}});
   OpRecord act = make_op(step, 0, {op, 1, {h}, {out}});
-  return {lin, act};
+  OpRecord lin2 = make_op(step, 0, {"aten::linear", 2, {out, w2}, {h}});
+  return {lin, act, lin2};
 }
 
 std::vector<OpWatchHit> run(OpWatcher& w, const std::vector<std::vector<double>>& per_step,
@@ -39,6 +43,7 @@ std::vector<OpWatchHit> run(OpWatcher& w, const std::vector<std::vector<double>>
   for (size_t s = 0; s < per_step.size(); ++s)
     for (const OpRecord& r : forward_step(static_cast<int64_t>(s), per_step[s], op))
       w.observe(r, hits);
+  w.end_step(hits);
   return hits;
 }
 
@@ -54,7 +59,7 @@ TEST_CASE("op watch: tensor_too_large against the op's own median, after the war
   REQUIRE(hits.size() == 1);
   CHECK(hits[0].watch == "tensor_too_large");
   CHECK(hits[0].step == 6);
-  CHECK(hits[0].module == "fc1");
+  CHECK(hits[0].module == "mlp");
   CHECK(hits[0].op == "aten::mul");
   CHECK(hits[0].record == "aten::mul.0.forward");
   CHECK(hits[0].value == Approx(10.5));
@@ -129,7 +134,7 @@ TEST_CASE("op watch: a ReLU's dead fraction on steps in a row, against its histo
   CHECK(hits[0].watch == "activation_dead_fraction");
   CHECK(hits[0].step == 14);
   CHECK(hits[0].value == Approx(0.95));
-  CHECK(hits[0].module == "fc1");
+  CHECK(hits[0].module == "mlp");
   // A ReLU that was always that sparse is its own normal.
   OpWatcher sparse;
   CHECK(run(sparse, std::vector<std::vector<double>>(16, dead), "aten::relu").empty());
@@ -181,7 +186,7 @@ TEST_CASE("op watch: values beyond a configured range or a planned dtype", "[op_
   o.range_max = 1e6;
   OpWatcher w(o);
   const auto hits = run(w, {{1, 2}, {70000, 1}, {2e6, 1}});
-  REQUIRE(hits.size() == 1);  // one episode of tensor_range in fc1
+  REQUIRE(hits.size() == 1);  // one episode of tensor_range in mlp
   CHECK(hits[0].watch == "tensor_range");
   CHECK(hits[0].step == 1);
   CHECK(hits[0].threshold == 65504);
@@ -274,7 +279,7 @@ TEST_CASE("op watch: check's item names the first hit and how early it came", "[
   CHECK(c.figure("first_step").value_or(-1) == 5);
   CHECK(c.figure("steps_before_nonfinite").value_or(-1) == 2);
   CHECK_THAT(c.evidence, Catch::Matchers::ContainsSubstring(
-                             "first tensor_too_large in fc1 at step 5: aten::mul.0.forward"));
+                             "first tensor_too_large in mlp at step 5: aten::mul.0.forward"));
   CHECK_THAT(c.evidence,
              Catch::Matchers::ContainsSubstring("2 step(s) before the first NaN/Inf at step 7"));
   // Causes before symptoms: the warning is listed before the overflow it announces.

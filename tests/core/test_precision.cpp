@@ -287,7 +287,8 @@ TEST_CASE("precision: verdicts, modules, loss scale and GradScaler's default on 
   CHECK(r.ops[1].unscaled.flush_to_zero == 1.0);
   CHECK(r.ops[1].module == "fc2");
   CHECK(op_named(r, "aten::relu.0.forward").verdict == PrecisionVerdict::kFits);
-  CHECK(op_named(r, "aten::relu.0.forward").module == "fc1");
+  // After the forward's only parameter read, as a loss would be: outside the modules.
+  CHECK(op_named(r, "aten::relu.0.forward").module == "(top level)");
   CHECK(op_named(r, "aten::mm.1.backward").module == "fc2");
   CHECK(op_named(r, "aten::mm.1.backward").verdict == PrecisionVerdict::kFits);
   // Gradients: binades -30, -29, -29, -31 and 2, 0. Nothing may flush (12 elements, 0.1 %):
@@ -305,11 +306,13 @@ TEST_CASE("precision: verdicts, modules, loss scale and GradScaler's default on 
   CHECK(ls.default_65536.first_skipped_step == 0);
   CHECK(ls.default_65536.final_scale == 16384);
   // Plan: fc1's forward overflows as is; fc2's gradients fit at the loss scale.
-  REQUIRE(r.modules.size() == 2);
+  REQUIRE(r.modules.size() == 3);
   CHECK(r.modules[0].module == "fc1");
   CHECK(r.modules[0].keep_fp32);
-  CHECK(r.modules[1].module == "fc2");
+  CHECK(r.modules[1].module == "(top level)");
   CHECK_FALSE(r.modules[1].keep_fp32);
+  CHECK(r.modules[2].module == "fc2");
+  CHECK_FALSE(r.modules[2].keep_fp32);
   CHECK(r.keep_fp32_modules() == std::vector<std::string>{"fc1"});
 
   o.format = FloatFormat::find("bf16");
@@ -382,13 +385,15 @@ TEST_CASE(
             {"aten::add", 7, {}, {ranged({4})}}});
   PrecisionOptions o;
   o.format = FloatFormat::find("bf16");
+  // Without the module order: the ops between fc1 and fc2 in the model's own forward, those
+  // after fc2 (its last parameter) outside the modules.
   const std::vector<std::pair<std::string, std::string>> without = {
-      {"aten::relu.0.forward", "fc1"},
-      {"aten::dropout.0.forward", "fc1"},
-      {"aten::native_dropout.0.forward", "fc1"},
-      {"aten::dropout.1.forward", "fc2"},
-      {"aten::feature_dropout.0.forward", "fc2"},
-      {"aten::add.0.forward", "fc2"}};
+      {"aten::relu.0.forward", "(root)"},
+      {"aten::dropout.0.forward", "(root)"},
+      {"aten::native_dropout.0.forward", "(root)"},
+      {"aten::dropout.1.forward", "(top level)"},
+      {"aten::feature_dropout.0.forward", "(top level)"},
+      {"aten::add.0.forward", "(top level)"}};
   for (const auto& [op, module] : without) {
     INFO(op);
     CHECK(op_named(analyse_precision(d, o), op).module == module);
@@ -399,22 +404,25 @@ TEST_CASE(
       R"([["fc1","params"],["drop1","dropout"],["act","dropout_not"],["fc2","params"],)"
       R"(["drop2a","dropout"],["drop2b","dropout"],["head","params"]])");
   d.ranks.push_back(rank);
+  // The relu between fc1 and drop1: their common ancestor; the add after the last dropout
+  // module, the forward's last one placed: outside the modules.
   const std::vector<std::pair<std::string, std::string>> with = {
-      {"aten::relu.0.forward", "fc1"},
+      {"aten::relu.0.forward", "(root)"},
       {"aten::dropout.0.forward", "drop1"},
       {"aten::native_dropout.0.forward", "drop1"},
       {"aten::dropout.1.forward", "drop2a"},
       {"aten::feature_dropout.0.forward", "drop2b"},
-      {"aten::add.0.forward", "drop2b"}};
+      {"aten::add.0.forward", "(top level)"}};
   const PrecisionResult r = analyse_precision(d, o);
   for (const auto& [op, module] : with) {
     INFO(op);
     CHECK(op_named(r, op).module == module);
   }
-  // A third dropout after fc2 has no module of its own left: it stays with the last one.
+  // A third dropout after fc2 has no module of its own left: placed as any op that reads no
+  // parameter (here after the forward's last placed op).
   add_step(d, 0, 0, {{"aten::dropout", 8, {}, {ranged({4})}, 2}});
-  CHECK(op_named(analyse_precision(d, o), "aten::dropout.2.forward").module == "drop2b");
+  CHECK(op_named(analyse_precision(d, o), "aten::dropout.2.forward").module == "(top level)");
   // An order that is not a list of [path, kind] pairs is ignored, never a failure.
   d.ranks[0].meta->other["modules"] = nlohmann::json::parse(R"([["fc1"], 3])");
-  CHECK(op_named(analyse_precision(d, o), "aten::dropout.0.forward").module == "fc1");
+  CHECK(op_named(analyse_precision(d, o), "aten::dropout.0.forward").module == "(root)");
 }

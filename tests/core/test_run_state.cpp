@@ -276,9 +276,9 @@ TEST_CASE("check says ok for a stopped run and names the signal of a signalled o
 
 TEST_CASE("overflow names the module of its origin", "[run_state][overflow]") {
   DumpData d;
-  // Step 0: fc1's addmm, a relu inheriting fc1, then fc2's addmm; the exp after it (fc2's
-  // module by inheritance) overflows. In backward, ExpBackward0's mul belongs to the
-  // module of the forward exp (same sn).
+  // Step 0: fc1's addmm, a relu, then fc2's addmm; the exp after it overflows: after the
+  // forward's last parameter read, outside the modules. In backward, ExpBackward0's mul
+  // belongs where the forward exp was placed (same sn).
   OpRecord a = op(0, 0, "aten::addmm", "fc1.weight");
   OpRecord relu = op(0, 1, "aten::relu");
   OpRecord b = op(0, 2, "aten::addmm", "fc2.weight");
@@ -289,10 +289,15 @@ TEST_CASE("overflow names the module of its origin", "[run_state][overflow]") {
   OverflowResult r = find_overflow(d);
   REQUIRE(r.found);
   CHECK(r.origin.op == "aten::exp");
-  CHECK(r.origin_module == "fc2");
-  CHECK(r.to_json()["module"] == "fc2");
+  CHECK(r.origin_module == "(top level)");
+  CHECK(r.to_json()["module"] == "(top level)");
+  // The relu between fc1 and fc2: the model's own forward.
+  relu.outputs[0].tensor->pinf = 1;
+  d.ops = {a, relu, b, e};
+  CHECK(find_overflow(d).origin_module == "(root)");
+  relu.outputs[0].tensor->pinf = 0;
 
-  // The same overflow in backward: the mul of ExpBackward0 (sn 7) belongs to fc2 too,
+  // The same overflow in backward: the mul of ExpBackward0 (sn 7) belongs where the exp is,
   // although the backward's last parameter read was fc1's.
   e.outputs[0].tensor->pinf = 0;
   OpRecord g = op(0, 4, "aten::mm", "fc1.weight");
@@ -305,7 +310,7 @@ TEST_CASE("overflow names the module of its origin", "[run_state][overflow]") {
   r = find_overflow(d);
   REQUIRE(r.found);
   CHECK(r.origin.op == "aten::mul");
-  CHECK(r.origin_module == "fc2");
+  CHECK(r.origin_module == "(top level)");
 
   // No parameter named: no module.
   d.ops = {op(0, 0, "aten::add"), e};

@@ -107,8 +107,12 @@ TEST_CASE("start(models): parameters named <model>.<parameter>, any form of modu
   DumpReader reader(dir.path().string());
   std::set<std::string> modules;
   for (const auto& m : summarize_dump(reader, {}, true).modules) modules.insert(m.module);
-  // "": the input's aten::randn, before any module.
-  CHECK(modules == std::set<std::string>{"", "G.fc", "G.drop", "G.out", "D.0", "D.2"});
+  // (top level): the input's aten::randn before any module, and D's sigmoid and the sum
+  // after its last parameter; G: the relu between G.fc and G.drop, and G's tanh after G.out
+  // (before D's first parameter); D: the LeakyReLU between D.0 and D.2 (docs/cli.md,
+  // "Modules").
+  CHECK(modules == std::set<std::string>{"(top level)", "G.fc", "G", "G.drop", "G.out", "D.0",
+                                         "D", "D.2"});
 }
 
 TEST_CASE("start(models): set-up errors name the bad value", "[multi]") {

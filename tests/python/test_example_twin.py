@@ -118,7 +118,7 @@ KEEP_DROPOUT = {"keep_dropout": True}
      "aten::batch_norm", "bn1"),
     ("fc without its bias", ["--no-fc-bias"], [], None, "aten::matmul", "fc"),
     ("a constant 1.01 where the original has 1.0", ["--act-scale", "1.01"],
-     ["--act-scale", "1.0"], None, "aten::mul", "conv1"),
+     ["--act-scale", "1.0"], None, "aten::mul", "(root)"),  # Net's forward, conv1 -> bn1
     ("dropout p 0.2 where the original has 0.1", ["--dropout", "0.2"], ["--dropout", "0.1"],
      KEEP_DROPOUT, "aten::dropout", "drop"),
 ])
@@ -144,9 +144,10 @@ def test_planted_port_bug_is_found_and_named(twin_state, tmp_path, bug, cpp_flag
     assert rc == 1 and res["found"], bug
     # The first divergent op: the bug's own op, at step 0 (A is the port, B the original).
     assert (res["op"], res["step"], res["direction"]) == (op, 0, "forward"), bug
-    # The module: that of the last parameter the op's step consumed (docs/cli.md); a dropout,
-    # which reads none, that of the dropout module registered after it (meta.json's
-    # "modules": LibTorch's C++ modules have no forward hooks).
+    # The module whose forward ran the op (docs/cli.md, "Modules"): the op between conv1 and
+    # bn1 is the model's own, "(root)"; a dropout, which reads no parameter, that of the
+    # dropout module registered after the last one read (meta.json's "modules": LibTorch's C++
+    # modules have no forward hooks).
     first = [o for o in res["divergent"] if (o["step"], o["seq"]) == (res["step"], res["seq"])]
     assert first, bug
     assert first[0]["module"] == module, (bug, first[0])

@@ -91,8 +91,6 @@ def skip_reason(prog):
 
 # Parts of issue 66 still open: the cases that wait on them are expected to fail (strict, but
 # for `mha`: a case that passes fails the run, so the mark goes when the work lands).
-PLACEMENT = ("issue 66 item 3, open: an op between two children of a block is still placed in "
-             "the last child that read a parameter, the loss in the last module")
 CHECK_MODULE = ("issue 66 item 2, open: an overflow_check dump holds no op reading a parameter, "
                 "so its origin is placed in no module")
 
@@ -348,7 +346,7 @@ def test_healthy_masking_is_shown_as_masking(prog, dtype, run):
         assert m["elements"] == masked_elements_step0("gpt")
 
 
-@pytest.mark.parametrize("prog,dtype", cases(["gpt"], pending={"gpt": PLACEMENT}))
+@pytest.mark.parametrize("prog,dtype", cases(["gpt"]))
 def test_healthy_masking_line_names_its_module(prog, dtype, run):
     """Issue 66 item 1's example: "... masked with -inf by aten::masked_fill in b0"."""
     s, _ = cli_json("summary", run(prog, dtype, "stats").dump, codes=(0,))
@@ -370,7 +368,7 @@ def assert_origin(o, prog, dtype, *, masked_by=True):
         assert mb["seq"] < o["seq"]
 
 
-@pytest.mark.parametrize("prog,dtype", cases(pending={"gpt": PLACEMENT}))
+@pytest.mark.parametrize("prog,dtype", cases())
 def test_planted_overflow_names_the_softmax(prog, dtype, run):
     r = run(prog, dtype, "stats", True)
     o, code = cli_json("overflow", r.dump)
@@ -383,7 +381,7 @@ def test_planted_overflow_names_the_softmax(prog, dtype, run):
         assert o["masked_by"]["module"] == "b0", o["masked_by"]
 
 
-@pytest.mark.parametrize("prog,dtype", cases(pending={"gpt": PLACEMENT}))
+@pytest.mark.parametrize("prog,dtype", cases())
 def test_planted_summary_and_check_name_the_softmax(prog, dtype, run):
     r = run(prog, dtype, "stats", True)
     nan = planted_goes_nan(run, prog, dtype)
@@ -412,7 +410,7 @@ def test_planted_overflow_check_names_the_softmax(prog, dtype, run):
     assert_origin(o, prog, dtype, masked_by=False)
 
 
-@pytest.mark.parametrize("prog,dtype", cases(pending={"gpt": PLACEMENT}))
+@pytest.mark.parametrize("prog,dtype", cases())
 def test_planted_on_anomaly_replay_names_the_softmax(prog, dtype, run):
     r = run(prog, dtype, "on_anomaly", True)
     anomalies = events(r.dump, "anomaly")
@@ -476,7 +474,7 @@ def block_truth(ops, block, nxt):
     return truth
 
 
-@pytest.mark.parametrize("prog,dtype", cases(["gpt", "hf"], pending={"gpt": PLACEMENT, "hf": PLACEMENT}))
+@pytest.mark.parametrize("prog,dtype", cases(["gpt", "hf"]))
 def test_placement_of_block_b0(prog, dtype, run):
     dump = run(prog, dtype, "stats").dump
     truth = block_truth(forward_ops(dump, 1), "b0", "b1")
@@ -493,7 +491,7 @@ def test_placement_of_block_b0(prog, dtype, run):
         assert "aten::masked_fill.0.forward" in own, sorted(truth.items())
 
 
-@pytest.mark.parametrize("prog,dtype", cases(["gpt", "hf"], pending={"gpt": PLACEMENT, "hf": PLACEMENT}))
+@pytest.mark.parametrize("prog,dtype", cases(["gpt", "hf"]))
 def test_placement_outside_every_module(prog, dtype, run):
     dump = run(prog, dtype, "stats").dump
     p, _ = cli_json("precision", dump, "--to", "bf16")

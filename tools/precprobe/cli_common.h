@@ -17,11 +17,15 @@ class App;
 
 namespace precprobe::cli {
 
-/// The module attribution rule of summary and compare (src/core/analysis/modules.h,
-/// BackwardRule::kInherit), as their tables' headings say it.
+/// The module attribution rule of every command that names a module
+/// (src/core/analysis/modules.h; docs/cli.md, "Modules"), as their tables' headings say it.
 inline constexpr const char* kModuleRule =
-    "an op consuming parameter fc1.weight belongs to fc1, the ops after it inherit it; a "
-    "dropout op, the dropout module registered after fc1";
+    "an op reading parameter b0.fc1.weight belongs to b0.fc1, an op between two such reads "
+    "to the module running then (b0.qkv and b0.proj: b0; b0.fc2 and b1.ln1: b0; fc1 and fc2: "
+    "(root)), "
+    "a dropout op to the dropout module registered after the current one; outside the "
+    "modules: (top level), (after backward), (optimizer); a backward op belongs where its "
+    "forward op does";
 
 /// Exit statuses, as diff(1) uses them.
 enum ExitCode : int {

@@ -99,8 +99,7 @@ void print_ops(const PrecisionResult& r, size_t top, const Terminal& term) {
 
 void print_modules(const PrecisionResult& r, const Terminal& term) {
   const bool tensor = r.scaling == PrecisionScaling::kTensor;
-  std::cout << "modules (a forward op consuming parameter fc1.weight belongs to fc1, the ops after "
-               "it inherit it; a backward op belongs where its forward op does):\n";
+  std::cout << "modules (" << kModuleRule << "):\n";
   Table t({"module", "ops", "overflow", "subnormal", "flush to 0", "worst op", "plan"});
   for (const ModulePrecision& m : r.modules) {
     const PrecisionShares& s = tensor ? m.scaled : m.unscaled;
@@ -182,6 +181,15 @@ void print_plan(const PrecisionResult& r, const Terminal& term) {
                "               at::autocast::set_enabled(false); y = m->forward(x.to(at::kFloat)); "
                "at::autocast::set_enabled(true);)")
       << '\n';
+  std::string outside;  // "(root)", "(top level)", ...: no child module to run so
+  for (const std::string& m : keep)
+    if (!m.empty() && m.front() == '(') outside += (outside.empty() ? "" : ", ") + m;
+  if (!outside.empty())
+    std::cout << paint(term, Tone::kDim,
+                       "              (" + outside +
+                           ": ops outside every child module (docs/cli.md, \"Modules\"): run "
+                           "those ops themselves so)")
+              << '\n';
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // OpBrief and the JSON conversions shared by the analyses.
 #include <cmath>
 #include <unordered_map>
+#include <utility>
 
 #include "json_util.h"
 #include "modules.h"
@@ -55,12 +56,39 @@ nlohmann::json to_json(const StreamStatus& s) {
                         {"message", s.message}};
 }
 
+bool outside_modules(std::string_view module) noexcept {
+  return module == kTopLevel || module == kAfterBackward || module == kOptimizer;
+}
+
+std::string common_module(std::string_view a, std::string_view b) {
+  if (a == b) return std::string(a);
+  if (a == kRootModule || b == kRootModule) return std::string(kRootModule);
+  // The longest prefix of whole components: "b0.q" and "b0.qkv" share "b0", not "b0.q".
+  size_t common = 0;
+  for (size_t i = 0;; ++i) {
+    const bool end_a = i == a.size(), end_b = i == b.size();
+    if ((end_a || a[i] == '.') && (end_b || b[i] == '.')) common = i;
+    if (end_a || end_b || a[i] != b[i]) break;
+  }
+  return common == 0 ? std::string(kRootModule) : std::string(a.substr(0, common));
+}
+
+std::string module_between(std::string_view p, std::string_view n) {
+  std::string common = common_module(p, n);
+  if (p == kRootModule || p == common) return common;
+  // The child of `common` that holds p: the module p's subtree was in when its forward went on.
+  const size_t from = common == kRootModule ? 0 : common.size() + 1;
+  const size_t dot = p.find('.', from);
+  if (dot == std::string_view::npos) return common;  // p is that child: common's own forward
+  return std::string(p.substr(0, dot));
+}
+
 std::optional<std::string> consumed_module(const OpRecord& r) {
   for (const Arg& in : r.inputs) {
     if (!in.is_tensor() || in.tensor->param.empty()) continue;
     const std::string& p = in.tensor->param;
     const size_t dot = p.rfind('.');
-    return dot == std::string::npos ? std::string("(root)") : p.substr(0, dot);
+    return dot == std::string::npos ? std::string(kRootModule) : p.substr(0, dot);
   }
   return std::nullopt;
 }
@@ -119,47 +147,168 @@ bool is_dropout_op(std::string_view op) noexcept {
   return false;
 }
 
-ModuleOp module_op(const OpRecord& r) {
-  return {consumed_module(r), r.dir, r.seqnr, is_dropout_op(r.op), r.depth};
+bool updates_parameter(const OpRecord& r) noexcept {
+  if (r.op.empty() || r.op.back() != '_') return false;
+  for (const Arg& in : r.inputs)
+    if (in.is_tensor()) return !in.tensor->param.empty();
+  return false;
 }
 
-std::string ModuleAttributor::next(const ModuleOp& p) {
-  const bool by_node = rule_ == BackwardRule::kByNode;
-  std::string* current = p.dir == Direction::kBackward && by_node ? &backward_ : &forward_;
-  if (p.consumed) {
-    *current = *p.consumed;
-    if (p.dir == Direction::kForward) {
-      anchor_ = *p.consumed;
-      dropouts_ = 0;
-    }
-  } else if (order_ && p.dir == Direction::kForward && p.dropout) {
-    const bool nested = has_last_forward_ && last_forward_dropout_ && last_forward_depth_ < p.depth;
-    if (!nested) {
-      if (auto m = order_->dropout_after(anchor_, dropouts_)) forward_ = std::move(*m);
+ModuleOp module_op(const OpRecord& r) {
+  ModuleOp p;
+  p.consumed = consumed_module(r);
+  p.dir = r.dir;
+  p.sn = r.seqnr;
+  p.dropout = is_dropout_op(r.op);
+  p.depth = r.depth;
+  p.thread = r.thread;
+  p.grad = r.grad;
+  p.updates_param = p.consumed && updates_parameter(r);
+  p.background = r.background;
+  return p;
+}
+
+int32_t ModuleAttributor::placed(const std::string& module) {
+  // Consecutive ops of one module share a group: a step holds few groups.
+  if (!groups_.empty() && groups_.back() && *groups_.back() == module)
+    return static_cast<int32_t>(groups_.size() - 1);
+  groups_.emplace_back(module);
+  return static_cast<int32_t>(groups_.size() - 1);
+}
+
+int32_t ModuleAttributor::open() {
+  if (open_ < 0) {
+    open_ = static_cast<int32_t>(groups_.size());
+    groups_.emplace_back();
+  }
+  return open_;
+}
+
+void ModuleAttributor::resolve(std::string_view module) {
+  if (open_ < 0) return;
+  groups_[static_cast<size_t>(open_)] = std::string(module);
+  open_ = -1;
+  open_no_grad_ = false;
+}
+
+std::string_view ModuleAttributor::outside() const noexcept {
+  switch (phase_) {
+    case Phase::kBackwardDone:
+      return kAfterBackward;
+    case Phase::kOptimizerRan:
+      return kOptimizer;
+    case Phase::kPass:
+      break;
+  }
+  return kTopLevel;
+}
+
+void ModuleAttributor::add(const ModuleOp& p) {
+  if (p.background) {  // a data loader's thread: no part of the step's passes
+    queue_.push_back(placed(std::string(kTopLevel)));
+    return;
+  }
+  // The op this one ran in (nesting.h): the nearest earlier op of its thread, still open,
+  // that is less deep.
+  std::vector<std::pair<int32_t, int32_t>>& calls = calls_[p.thread];
+  while (!calls.empty() && calls.back().first >= p.depth) calls.pop_back();
+  const std::optional<int32_t> enclosing =
+      calls.empty() ? std::nullopt : std::optional<int32_t>(calls.back().second);
+  int32_t group = -1;
+  const bool no_grad = p.dir == Direction::kForward && p.grad == std::optional<bool>(false);
+  // Waiting ops an optimizer may have run: its work on a parameter's state (grad mode off)
+  // before it updates the parameter is that parameter's.
+  const bool optimizer_may_wait = open_no_grad_ && phase_ != Phase::kPass;
+  if (p.dir == Direction::kBackward) {
+    // The forward's last ops (the loss) are outside the modules.
+    resolve(optimizer_may_wait ? outside() : kTopLevel);
+    phase_ = Phase::kBackwardDone;
+    pass_anchor_.reset();
+    auto node = p.sn >= 0 ? node_group_.find(p.sn) : node_group_.end();
+    if (node != node_group_.end())
+      group = node->second;
+    else if (p.consumed)
+      group = placed(*p.consumed);
+    else if (enclosing)
+      group = *enclosing;
+    else  // the engine's own (AccumulateGrad, a sum of gradients): with the op before it
+      group = last_backward_ >= 0 ? last_backward_ : placed(std::string(kTopLevel));
+    last_backward_ = group;
+  } else if (p.consumed && enclosing) {  // inside an op of its own module, or an optimizer's
+    group = placed(*p.consumed);
+  } else if (p.consumed && (p.updates_param || (no_grad && phase_ != Phase::kPass))) {
+    // The state it worked on for this parameter is its; what came before (clipping) is not.
+    resolve(open_no_grad_ ? std::string_view(*p.consumed) : outside());
+    phase_ = Phase::kOptimizerRan;
+    pass_anchor_.reset();
+    group = placed(*p.consumed);
+  } else if (enclosing) {
+    group = *enclosing;
+  } else {
+    std::optional<std::string> module = p.consumed;
+    if (!module && p.dropout && order_) {
+      module = order_->dropout_after(anchor_, dropouts_);
       ++dropouts_;
     }
+    if (module) {  // a parameter read, or a dropout placed by the module order
+      resolve(optimizer_may_wait                       ? std::string(outside())
+              : phase_ == Phase::kPass && pass_anchor_ ? module_between(*pass_anchor_, *module)
+                                                       : std::string(kTopLevel));
+      phase_ = Phase::kPass;
+      pass_anchor_ = *module;
+      if (p.consumed) {
+        anchor_ = *p.consumed;
+        dropouts_ = 0;
+      }
+      group = placed(*module);
+    } else {
+      // After a backward, ops with and without grad mode wait apart: what precedes an
+      // optimizer's work (clipping with grad mode on) is outside the modules.
+      if (open_ >= 0 && phase_ != Phase::kPass && open_no_grad_ != no_grad) resolve(outside());
+      const bool fresh = open_ < 0;
+      group = open();
+      open_no_grad_ = (fresh || open_no_grad_) && no_grad;
+    }
   }
-  if (p.dir == Direction::kForward) {
-    has_last_forward_ = true;
-    last_forward_dropout_ = p.dropout;
-    last_forward_depth_ = p.depth;
-  }
-  std::string module = *current;
-  if (by_node && p.dir == Direction::kForward && p.sn >= 0) {
-    node_module_.try_emplace(p.sn, module);
-  } else if (by_node && p.dir == Direction::kBackward && p.sn >= 0) {
-    auto it = node_module_.find(p.sn);
-    if (it != node_module_.end()) module = it->second;
-  }
+  if (p.dir == Direction::kForward && p.sn >= 0) node_group_.try_emplace(p.sn, group);
+  calls.emplace_back(p.depth, group);
+  queue_.push_back(group);
+}
+
+void ModuleAttributor::end_step() {
+  resolve(outside());
+  reset_step();
+}
+
+void ModuleAttributor::reset_step() {
+  // The groups of ops not yet taken stay; what places the next ops starts again.
+  node_group_.clear();
+  calls_.clear();
+  phase_ = Phase::kPass;
+  pass_anchor_.reset();
+  anchor_.clear();
+  dropouts_ = 0;
+  last_backward_ = -1;
+}
+
+std::string ModuleAttributor::take() {
+  const auto g = static_cast<size_t>(queue_.front());
+  queue_.pop_front();
+  std::string module = *groups_[g];
+  // Between steps, once every op is taken, nothing refers to a group any more.
+  if (queue_.empty() && open_ < 0 && node_group_.empty() && calls_.empty() && last_backward_ < 0)
+    groups_.clear();
   return module;
 }
 
 std::vector<std::string> attribute_modules(const std::vector<ModuleOp>& ops,
-                                           const ModuleOrder* order, BackwardRule rule) {
+                                           const ModuleOrder* order) {
   std::vector<std::string> out;
   out.reserve(ops.size());
-  ModuleAttributor attribute(order, rule);
-  for (const ModuleOp& p : ops) out.push_back(attribute.next(p));
+  ModuleAttributor attribute(order);
+  for (const ModuleOp& p : ops) attribute.add(p);
+  attribute.end_step();
+  while (attribute.ready()) out.push_back(attribute.take());
   return out;
 }
 

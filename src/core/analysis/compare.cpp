@@ -80,7 +80,7 @@ std::vector<std::string> modules_of(const std::vector<OpRecord>& ops,
   std::vector<analysis_detail::ModuleOp> m;
   m.reserve(ops.size());
   for (const OpRecord& r : ops) m.push_back(analysis_detail::module_op(r));
-  return analysis_detail::attribute_modules(m, order, analysis_detail::BackwardRule::kInherit);
+  return analysis_detail::attribute_modules(m, order);
 }
 
 // An op downstream of a near-tie flip (flips.h) that the rounding model alone would call
@@ -166,10 +166,9 @@ GroupResult compare_group(const GroupKey& key, const std::vector<OpRecord>& a,
   res.ops_a = static_cast<int64_t>(a.size());
   res.ops_b = static_cast<int64_t>(b.size());
   res.groups_compared = 1;
-  std::vector<std::string> module_of = modules_of(a, order_a);
+  // An optimizer's op is placed with the parameter it works for by the rule itself.
+  const std::vector<std::string> module_of = modules_of(a, order_a);
   const std::vector<std::string> param_of = params_of(a);
-  for (size_t k = 0; k < a.size(); ++k)  // an optimizer's op: its parameter's module
-    if (!param_of[k].empty() && !consumed_module(a[k])) module_of[k] = module_of_param(param_of[k]);
   const GroupPairing paired = pair_ops(a, b, opt.max_align_cost);
   add_sequence_diffs(a, b, paired.pairs, res.sequence_diffs);
   Origins origins(a, b, paired.pairs, first_step);

@@ -46,12 +46,6 @@ inline std::vector<std::string> params_of(const std::vector<OpRecord>& ops) {
   return out;
 }
 
-// "conv1" for "conv1.weight", "(root)" for a parameter of the top module.
-inline std::string module_of_param(const std::string& param) {
-  const size_t dot = param.rfind('.');
-  return dot == std::string::npos ? "(root)" : param.substr(0, dot);
-}
-
 // Where the tensor inputs of each paired op were made (provenance.h), judged once per pair.
 class Origins {
  public:

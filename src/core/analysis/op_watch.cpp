@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <limits>
 #include <map>
 #include <unordered_map>
@@ -106,10 +107,25 @@ struct OpWatcher::Impl {
     double value, threshold;
     std::string detail;
   };
+  // The conditions an op met, judged when it came, held until its module is known (an op
+  // that reads no parameter is placed by the next one that does: modules.h).
+  struct Judged {
+    uint64_t index;  // of the op among those given to `attribute` this step
+    int64_t step, seq;
+    int rank;
+    std::string record, op;
+    std::vector<Candidate> found;
+  };
+  std::deque<Judged> judged;
+  uint64_t added = 0, placed = 0;  // ops given to `attribute` this step, and placed
 
   void observe(const OpRecord& r, std::vector<OpWatchHit>& hits);
+  void judge(const OpRecord& r, analysis_detail::MaskRole role, std::vector<Candidate>& found);
   void judge_fraction(Site& s, double frac, double thr, int64_t steps, const char* watch,
                       const char* what, std::vector<Candidate>& out);
+  // The hits of the ops whose module is now known, in op order.
+  void place(std::vector<OpWatchHit>& hits);
+  void end_step(std::vector<OpWatchHit>& hits);
 };
 
 void OpWatcher::Impl::judge_fraction(Site& s, double frac, double thr, int64_t steps,
@@ -134,11 +150,57 @@ void OpWatcher::Impl::observe(const OpRecord& r, std::vector<OpWatchHit>& hits) 
   const analysis_detail::MaskRole role = masks.observe(r);
   if (r.background) return;
   if (r.step != step) {
+    end_step(hits);
     step = r.step;
-    attribute = ModuleAttributor(order.entries.empty() ? nullptr : &order);
   }
-  std::string module = attribute.next(analysis_detail::module_op(r));
-  if (r.dir != Direction::kForward || r.grad == std::optional<bool>(false)) return;
+  attribute.add(analysis_detail::module_op(r));
+  const uint64_t index = added++;
+  std::vector<Candidate> found;
+  if (r.dir == Direction::kForward && r.grad != std::optional<bool>(false)) judge(r, role, found);
+  if (!found.empty())
+    judged.push_back({index, r.step, r.seq, r.rank, r.name(), r.op, std::move(found)});
+  place(hits);
+}
+
+void OpWatcher::Impl::place(std::vector<OpWatchHit>& hits) {
+  while (attribute.ready()) {
+    const std::string module = attribute.take();
+    const uint64_t index = placed++;
+    if (judged.empty() || judged.front().index != index) continue;
+    Judged& j = judged.front();
+    for (Candidate& c : j.found) {
+      auto [it, fresh] = held.try_emplace({module, c.watch}, j.step);
+      const bool starts = fresh || it->second < j.step - 1;
+      it->second = j.step;
+      if (!starts) continue;
+      OpWatchHit h;
+      h.step = j.step;
+      h.name = std::string(kWatchEventName);
+      h.value = c.value;
+      h.watch = c.watch;
+      h.module = module;
+      h.record = j.record;
+      h.op = j.op;
+      h.seq = j.seq;
+      h.threshold = c.threshold;
+      h.detail = std::move(c.detail);
+      h.rank = j.rank;
+      hits.push_back(std::move(h));
+    }
+    judged.pop_front();
+  }
+}
+
+void OpWatcher::Impl::end_step(std::vector<OpWatchHit>& hits) {
+  attribute.end_step();
+  place(hits);
+  attribute = ModuleAttributor(order.entries.empty() ? nullptr : &order);
+  judged.clear();  // (placed above: every op of an ended step is)
+  added = placed = 0;
+}
+
+void OpWatcher::Impl::judge(const OpRecord& r, analysis_detail::MaskRole role,
+                            std::vector<Candidate>& found) {
   if (r.outputs.empty() || !r.outputs[0].is_tensor() || r.outputs_uninitialized()) return;
   const TensorStats& t = *r.outputs[0].tensor;
   if (!t.requires_grad || !is_floating(t.dtype) || t.numel <= 0) return;
@@ -147,7 +209,6 @@ void OpWatcher::Impl::observe(const OpRecord& r, std::vector<OpWatchHit>& hits) 
   Site& s = sites[name];
   const auto window = static_cast<size_t>(o.median_window);
   const auto warmup = static_cast<size_t>(o.warmup);
-  std::vector<Candidate> found;
   const double amax = t.abs_max();
   const double finite_nonzero = static_cast<double>(t.pos + t.neg);
 
@@ -214,25 +275,6 @@ void OpWatcher::Impl::observe(const OpRecord& r, std::vector<OpWatchHit>& hits) 
     s.max_abs.push(amax, window);
     if (t.norm > 0) s.norm.push(t.norm, window);
   }
-  for (Candidate& c : found) {
-    auto [it, fresh] = held.try_emplace({module, c.watch}, r.step);
-    const bool starts = fresh || it->second < r.step - 1;
-    it->second = r.step;
-    if (!starts) continue;
-    OpWatchHit h;
-    h.step = r.step;
-    h.name = std::string(kWatchEventName);
-    h.value = c.value;
-    h.watch = c.watch;
-    h.module = module;
-    h.record = name;
-    h.op = r.op;
-    h.seq = r.seq;
-    h.threshold = c.threshold;
-    h.detail = std::move(c.detail);
-    h.rank = r.rank;
-    hits.push_back(std::move(h));
-  }
 }
 
 OpWatcher::OpWatcher(OpWatchOptions options) : impl_(std::make_unique<Impl>()) {
@@ -250,6 +292,15 @@ void OpWatcher::observe(const OpRecord& r, std::vector<OpWatchHit>& hits) noexce
   try {
     impl_->observe(r, hits);
   } catch (...) {  // bad_alloc: this record's hits are lost, the run goes on
+  }
+}
+
+void OpWatcher::end_step(std::vector<OpWatchHit>& hits) noexcept {
+  if (!impl_->o.enable) return;
+  try {
+    impl_->end_step(hits);
+    impl_->step = std::numeric_limits<int64_t>::min();
+  } catch (...) {  // bad_alloc: the waiting ops' hits are lost
   }
 }
 
@@ -289,6 +340,7 @@ void WatchReportBuilder::add(const OpRecord& r) {
 }
 
 WatchReport WatchReportBuilder::finish(std::vector<OpWatchHit> recorded) {
+  for (auto& [rank, w] : watchers_) w->end_step(hits_[rank]);
   WatchReport rep = rep_;
   for (auto& [rank, hits] : hits_) rep.hits.insert(rep.hits.end(), hits.begin(), hits.end());
   rep.recorded = std::move(recorded);

@@ -54,8 +54,8 @@ struct StepState {
   analysis_detail::MaskingCounter masking;
 };
 
-// The module of g[c] as `precprobe precision` attributes it (modules.h); nullopt when no op
-// of the step before it consumed a named parameter.
+// The module of g[c] as every command places ops (modules.h); nullopt when no op of the step
+// reads a named parameter (no model given to start()).
 std::optional<std::string> module_of(const std::vector<OpRecord>& g, size_t c,
                                      const analysis_detail::ModuleOrder* modules) {
   std::vector<size_t> order(g.size());
@@ -65,14 +65,15 @@ std::optional<std::string> module_of(const std::vector<OpRecord>& g, size_t c,
   std::vector<analysis_detail::ModuleOp> ops;
   ops.reserve(g.size());
   size_t at = 0;
+  bool named = false;
   for (size_t k = 0; k < order.size(); ++k) {
     const OpRecord& r = g[order[k]];
     if (order[k] == c) at = k;
     ops.push_back(analysis_detail::module_op(r));
+    named = named || ops.back().consumed.has_value();
   }
-  std::string m = std::move(analysis_detail::attribute_modules(ops, modules)[at]);
-  if (m.empty()) return std::nullopt;
-  return m;
+  if (!named) return std::nullopt;
+  return std::move(analysis_detail::attribute_modules(ops, modules)[at]);
 }
 
 StepState analyse_group(const std::vector<OpRecord>& g, const analysis_detail::ModuleOrder* order) {

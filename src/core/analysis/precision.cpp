@@ -322,10 +322,10 @@ class PrecisionBuilder {
     return accs_[it->second];
   }
 
-  // One step in seq order. Modules (modules.h): a forward op reading a parameter belongs to
-  // its module and the forward ops after it inherit it; a backward op belongs to the module
-  // of the forward op that made its autograd node (the same "sn"), else the same rule within
-  // the backward. An op's module is the one of its first recorded step.
+  // One step in seq order. Modules: the rule of modules.h (a forward op reading a parameter
+  // belongs to its module, one between two such ops to their common ancestor; a backward op
+  // where the forward op that made its autograd node is). An op's module is the one of its
+  // first recorded step.
   void flush_step() {
     std::stable_sort(pending_.begin(), pending_.end(),
                      [](const Pending& a, const Pending& b) { return a.seq < b.seq; });
@@ -459,7 +459,7 @@ class PrecisionBuilder {
       unscaled[it->second].add(acc.unscaled);
       scaled[it->second].add(acc.scaled);
       if (verdict_rank(acc.op.verdict) > verdict_rank(m.verdict)) m.verdict = acc.op.verdict;
-      // Ops before any parameter (data preparation) are no module one can keep in fp32.
+      // Every op is placed (modules.h); "" (no place) is no module one can keep in fp32.
       if (!acc.op.module.empty())
         m.keep_fp32 |=
             tensor ? acc.op.verdict == PrecisionVerdict::kKeepFp32 : !acc.op.fits_at_loss_scale;

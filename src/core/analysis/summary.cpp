@@ -64,8 +64,8 @@ class ModuleCounter {
     std::vector<analysis_detail::ModuleOp> ops;
     ops.reserve(step_.size());
     for (Op& op : step_) ops.push_back(std::move(op.module));
-    std::vector<std::string> module_of = analysis_detail::attribute_modules(
-        ops, analysis_detail::order_of(orders_, rank_), analysis_detail::BackwardRule::kInherit);
+    std::vector<std::string> module_of =
+        analysis_detail::attribute_modules(ops, analysis_detail::order_of(orders_, rank_));
     for (size_t i = 0; i < step_.size(); ++i) {
       const Op& op = step_[i];
       const std::string& current = module_of[i];

@@ -91,6 +91,8 @@ def skip_reason(prog):
 
 # Parts of issue 66 still open: the cases that wait on them are expected to fail (strict, but
 # for `mha`: a case that passes fails the run, so the mark goes when the work lands).
+MASKING_MODULE = ("issue 66 item 1, open: summary's masking line names the op and step of the "
+                  "first mask, not yet its module")
 CHECK_MODULE = ("issue 66 item 2, open: an overflow_check dump holds no op reading a parameter, "
                 "so its origin is placed in no module")
 
@@ -346,7 +348,7 @@ def test_healthy_masking_is_shown_as_masking(prog, dtype, run):
         assert m["elements"] == masked_elements_step0("gpt")
 
 
-@pytest.mark.parametrize("prog,dtype", cases(["gpt"]))
+@pytest.mark.parametrize("prog,dtype", cases(["gpt"], pending={"gpt": MASKING_MODULE}))
 def test_healthy_masking_line_names_its_module(prog, dtype, run):
     """Issue 66 item 1's example: "... masked with -inf by aten::masked_fill in b0"."""
     s, _ = cli_json("summary", run(prog, dtype, "stats").dump, codes=(0,))

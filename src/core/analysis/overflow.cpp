@@ -100,11 +100,13 @@ StepState analyse_group(const std::vector<OpRecord>& g, const analysis_detail::M
   const size_t c = tree.innermost_earliest(cands);
   s.origin = OpBrief::from(g[c]);
   s.origin_module = module_of(g, c, order);
-  if (roles[c] == MaskRole::kBorn && writer_of[c]) {
-    const OpRecord& w = g[*writer_of[c]];
+  if (roles[c] == MaskRole::kBorn) {
     s.reason = analysis_detail::born_reason(g[c]);
-    s.masked_by =
-        MaskedBy{w.op, w.name(), w.step, w.seq, w.rank, module_of(g, *writer_of[c], order)};
+    if (writer_of[c]) {  // none when an attention op's mask came from no recorded op
+      const OpRecord& w = g[*writer_of[c]];
+      s.masked_by =
+          MaskedBy{w.op, w.name(), w.step, w.seq, w.rank, module_of(g, *writer_of[c], order)};
+    }
   }
   // Spread: ops that started after the origin, and the ops around it (they end after it).
   for (size_t i = 0; i < g.size(); ++i) {

@@ -493,17 +493,20 @@ void AnomalyWatch::replay(int64_t step, c10::function_ref<std::vector<at::Tensor
       }
     }
     const OverflowResult r = find_overflow(data);
-    if (r.found && r.masked_by) {
+    if (r.found && r.reason) {
       // A mask's -inf turned into NaN (a fully masked softmax row): the rule is the core's
       // (src/core/analysis/masking.h), the same answer as `precprobe overflow`.
       o.op = r.origin.op;
       o.record = r.origin.name;
       o.classification = "invalid";
-      o.why = r.reason.value_or("its inputs held a mask's -inf and it made NaN") +
-              "; the -inf was written by " + r.masked_by->name +
-              (r.masked_by->module && !r.masked_by->module->empty() ? " in " + *r.masked_by->module
-                                                                    : std::string()) +
-              ", a mask";
+      o.why = *r.reason;
+      if (r.masked_by) {
+        const std::optional<std::string>& m = r.masked_by->module;
+        o.why += "; the -inf was written by " + r.masked_by->name +
+                 (m && !m->empty() ? " in " + *m : std::string()) + ", a mask";
+      } else {
+        o.why += "; the -inf was its attention mask's";
+      }
       if (const OriginTracker::Candidate* c = tracker.find(r.origin.seq))
         save_inputs(c->inputs, rank_dir_ + "/tensors/step" + std::to_string(step), o.record,
                     options_.zstd_level, options_.max_tensor_bytes);

@@ -334,10 +334,12 @@ def test_healthy_on_anomaly_replays_nothing(prog, dtype, run):
     assert s["anomalies"] == [] and s["op_records"] == 0
 
 
-@pytest.mark.parametrize("prog,dtype", cases([p for p in PROGRAMS if p != "hf"]))
+@pytest.mark.parametrize("prog,dtype", cases([p for p in PROGRAMS if p not in ("hf", "sdpa")]))
 def test_healthy_masking_is_shown_as_masking(prog, dtype, run):
     """summary's masking line: the -inf masks counted and said as masking (hf's finfo.min
-    mask writes no -inf: nothing to say)."""
+    mask writes no -inf: nothing to say; sdpa's bool mask becomes -inf inside the op, seen only
+    as an input of its backward kernel, which summary's per-frame digests of non-finite
+    outputs do not show: nothing to say either, and nothing raised, as the tests above check)."""
     s, _ = cli_json("summary", run(prog, dtype, "stats").dump, codes=(0,))
     m = s["masking"]
     assert m is not None and m["writers"] > 0 and m["steps"] == STEPS

@@ -176,7 +176,19 @@ TEST_CASE("masking: who writes a mask, who carries it", "[masking]") {
   OpRecord nan_out = fill;
   nan_out.outputs[0] = tens({8}, 3, 1);
   CHECK_FALSE(analysis_detail::writes_mask(nan_out));
-  OpRecord other_op = fill;  // not an op that fills with a value
+  // Large negative fills (precision leaves them out): finfo(float32).min, -1e9, finfo(fp16).min.
+  OpRecord hf = fill;
+  hf.inputs[2] = varg("-3.4028234663852886e+38");
+  CHECK(analysis_detail::mask_fill_value(hf) == -3.4028234663852886e+38);
+  CHECK(analysis_detail::mask_fill_value(finite_value) == -1e9);
+  hf.inputs[2] = varg("-65504.0");
+  CHECK(analysis_detail::mask_fill_value(hf) == -65504.0);
+  hf.inputs[2] = varg("-10000.0");  // fits float16: nothing to leave out
+  CHECK_FALSE(analysis_detail::mask_fill_value(hf));
+  hf.op = "aten::add";
+  hf.inputs[2] = varg("-1000000000.0");
+  CHECK_FALSE(analysis_detail::mask_fill_value(hf));  // not an op that fills
+  OpRecord other_op = fill;                           // not an op that fills with a value
   other_op.op = "aten::clamp";
   CHECK_FALSE(analysis_detail::writes_mask(other_op));
   // fill_ overwrites self (here the garbage of an empty): self is not read.

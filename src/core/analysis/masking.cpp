@@ -125,6 +125,17 @@ bool writes_mask(const OpRecord& r) noexcept {
   return out.ninf > in.ninf && !out.other_than_ninf();
 }
 
+std::optional<double> mask_fill_value(const OpRecord& r) {
+  if (!may_write_mask(r.op)) return std::nullopt;
+  for (const Arg& a : r.inputs) {
+    if (a.tensor || a.value.empty()) continue;
+    char* end = nullptr;
+    const double v = std::strtod(a.value.c_str(), &end);
+    if (end == a.value.c_str() + a.value.size() && std::isfinite(v) && v <= -65504.0) return v;
+  }
+  return std::nullopt;
+}
+
 MaskRole MaskTracker::observe(const OpRecord& r, size_t index) {
   writer_ = nullptr;
   Step& s = ranks_[r.rank];

@@ -53,6 +53,12 @@ bool may_write_mask(std::string_view op) noexcept;
 /// JSON string); -Infinity and a number beyond the double range read the same.
 bool is_minus_inf_value(std::string_view json) noexcept;
 
+/// A mask's large negative fill: the non-tensor value given to an op that may write a mask
+/// when it is at or below float16's lowest, finfo(float16).min = -65504 (Hugging Face fills
+/// with finfo(dtype).min, older code with -1e9). Its elements are the program's intent, not
+/// values a format must hold (`precprobe precision`, docs/precision.md "Masks").
+std::optional<double> mask_fill_value(const OpRecord& r);
+
 /// The op-local half of the rule: `r` wrote a mask's -inf (see above).
 bool writes_mask(const OpRecord& r) noexcept;
 

@@ -54,21 +54,6 @@ int binade_of(double x) {
 
 int verdict_rank(PrecisionVerdict v) { return static_cast<int>(v); }
 
-// A mask's large negative fill: an op that may write a mask (masking.h) given a non-tensor
-// value at or below float16's lowest, finfo(float16).min = -65504 (the Hugging Face
-// convention fills with finfo(dtype).min; older code with -1e9). Its elements are the
-// program's intent, not values a format must hold (docs/precision.md, "Masks").
-std::optional<double> mask_fill_value(const OpRecord& r) {
-  if (!analysis_detail::may_write_mask(r.op)) return std::nullopt;
-  for (const Arg& a : r.inputs) {
-    if (a.tensor || a.value.empty()) continue;
-    char* end = nullptr;
-    const double v = std::strtod(a.value.c_str(), &end);
-    if (end == a.value.c_str() + a.value.size() && std::isfinite(v) && v <= -65504.0) return v;
-  }
-  return std::nullopt;
-}
-
 }  // namespace
 
 const FloatFormat* FloatFormat::find(std::string_view name) noexcept {
@@ -188,7 +173,7 @@ class PrecisionBuilder {
     out_.step_min = std::min(out_.step_min.value_or(r.step), r.step);
     out_.step_max = std::max(out_.step_max.value_or(r.step), r.step);
     pending_.push_back({r.seq, analysis_detail::module_op(r), std::string(), {}});
-    if (std::optional<double> fill = mask_fill_value(r)) mask_fills_.insert(*fill);
+    if (std::optional<double> fill = analysis_detail::mask_fill_value(r)) mask_fills_.insert(*fill);
     if (r.outputs_uninitialized()) return;
     Pending& p = pending_.back();
     std::vector<const TensorStats*> judged;
@@ -492,7 +477,8 @@ class PrecisionBuilder {
   std::set<std::string> passing_on_;
   std::vector<Pending> pending_;
   bool module_step_ = false;
-  std::set<double> mask_fills_;  // the mask fill values of the step (mask_fill_value())
+  std::set<double>
+      mask_fills_;  // the mask fill values of the step (analysis_detail::mask_fill_value())
   std::map<int, analysis_detail::ModuleOrder> orders_;
   int rank_ = 0;
   int64_t step_ = 0;

@@ -12,6 +12,7 @@
 
 #include "analysis/masking.h"
 #include "core/analysis_fixtures.h"
+#include "core/masking_fixtures.h"
 #include "core/temp_dir.h"
 #include "precprobe/analysis.h"
 #include "precprobe/checklist.h"
@@ -25,42 +26,6 @@ using namespace precprobe::test;
 using analysis_detail::MaskRole;
 
 namespace {
-
-// Statistics of a float tensor of `shape` holding `ninf` -inf, `nan` NaN and `pinf` +Inf, the
-// other elements in [0.1, 0.9]; an activation (requires grad) unless said.
-Arg tens(std::vector<int64_t> shape, int64_t ninf = 0, int64_t nan = 0, int64_t pinf = 0,
-         std::string param = "", bool rg = true) {
-  TensorStats t;
-  t.dtype = "Float";
-  t.shape = std::move(shape);
-  t.numel = 1;
-  for (int64_t d : t.shape) t.numel *= d;
-  t.ninf = ninf;
-  t.nan = nan;
-  t.pinf = pinf;
-  t.pos = t.numel - ninf - nan - pinf;
-  t.min = 0.1;
-  t.max = 0.9;
-  t.mean = 0.5;
-  t.norm = 0.5 * std::sqrt(static_cast<double>(t.pos));
-  t.requires_grad = rg;
-  t.param = std::move(param);
-  return Arg{t, ""};
-}
-
-Arg mask_arg() {  // a bool mask: no statistics of interest
-  TensorStats t;
-  t.dtype = "Bool";
-  t.shape = {8, 8};
-  t.numel = 64;
-  t.zero = 36;
-  t.pos = 28;
-  t.min = 0;
-  t.max = 1;
-  return Arg{t, ""};
-}
-
-const Arg kMinusInf = varg("\"-inf\"");  // as the probe writes a -inf scalar (arg_json.cpp)
 
 // One step of a causal attention layer over scores [2, 8, 8] (16 rows of 8; the causal mask
 // hides 28 keys per head: 56 -inf), then the output projection and the loss. From
@@ -290,93 +255,6 @@ TEST_CASE("masking: a healthy causal attention raises nothing", "[masking]") {
   REQUIRE(w != nullptr);
   CHECK(w->verdict == Verdict::kOk);
   CHECK(w->figure("hits") == 0.0);
-}
-
-TEST_CASE("masking: a key padding mask filled into a causal one raises nothing", "[masking]") {
-  // torch::nn::MultiheadAttention's order: the causal mask made with full(-inf) and added to
-  // the scores, then the key padding filled in with masked_fill: its input already holds the
-  // causal -inf, and it adds 40 more. From step 2 padding hides every key of 2 rows: NaN.
-  DumpData d;
-  for (int64_t step = 0; step < 4; ++step) {
-    const bool full = step >= 2;
-    const int64_t padded = 56 + (full ? 42 : 40), nan = full ? 16 : 0;
-    add_step(
-        d, step, 0,
-        {{"aten::full", 0, {varg("[8,8]"), kMinusInf}, {tens({8, 8}, 64)}},
-         {"aten::triu", 1, {tens({8, 8}, 64), varg("1")}, {tens({8, 8}, 28)}},
-         {"aten::linear",
-          2,
-          {tens({2, 8, 4}), tens({12, 4}, 0, 0, 0, "attn.in_proj_weight")},
-          {tens({2, 8, 12})}},
-         {"aten::add_", 3, {tens({2, 8, 8}), tens({8, 8}, 28), varg("1")}, {tens({2, 8, 8}, 56)}},
-         {"aten::masked_fill",
-          4,
-          {tens({2, 8, 8}, 56), mask_arg(), kMinusInf},
-          {tens({2, 8, 8}, padded)}},
-         {"aten::softmax",
-          5,
-          {tens({2, 8, 8}, padded), varg("-1"), varg("null")},
-          {tens({2, 8, 8}, 0, nan)}}});
-  }
-  const std::vector<MaskRole> roles =
-      analysis_detail::mask_roles(std::vector<OpRecord>(d.ops.begin(), d.ops.begin() + 6));
-  CHECK(roles == std::vector<MaskRole>{MaskRole::kWriter, MaskRole::kCarrier, MaskRole::kNone,
-                                       MaskRole::kCarrier, MaskRole::kWriter, MaskRole::kCarrier});
-  const OverflowResult o = find_overflow(d);
-  REQUIRE(o.found);
-  CHECK(o.origin.step == 2);
-  CHECK(o.origin.op == "aten::softmax");
-  REQUIRE(o.masked_by);
-  CHECK(o.masked_by->op == "aten::masked_fill");  // the fill that left no key, not the causal
-  REQUIRE(o.ranks.size() == 1);
-  CHECK_FALSE(o.ranks[0].nonfinite_before_origin);  // steps 0-1 raise nothing
-  CHECK(o.masking.writers == 8);
-  DumpData first_two;
-  first_two.ops.assign(d.ops.begin(), d.ops.begin() + 12);
-  const OverflowResult healthy = find_overflow(first_two);
-  CHECK_FALSE(healthy.found);
-  CHECK_FALSE(healthy.any_nonfinite);
-}
-
-TEST_CASE("masking: a -inf an attention op is given is its attn_mask", "[masking]") {
-  // PyTorch 2.x's SDPA on CPU: the bool mask becomes -inf inside the forward op (not
-  // recorded at level L1); its backward kernel is given that float mask. A float mask built
-  // before recording and given to SDPA is the same. No writer before it, yet a mask.
-  DumpData d;
-  for (int64_t step = 0; step < 3; ++step) {
-    const bool nan = step == 2;  // a fully masked row, on a version whose SDPA makes NaN of it
-    add_step(d, step, 0,
-             {{"aten::scaled_dot_product_attention",
-               0,
-               {tens({2, 2, 8, 4}), tens({2, 2, 8, 4}), tens({2, 2, 8, 4}), tens({2, 1, 8, 8}, 56)},
-               {tens({2, 2, 8, 4}, 0, nan ? 8 : 0)}},
-              {"aten::_scaled_dot_product_flash_attention_for_cpu_backward",
-               1,
-               {tens({2, 2, 8, 4}), tens({2, 1, 8, 8}, 56)},
-               {tens({2, 2, 8, 4})}}});
-  }
-  std::vector<OpRecord> first(d.ops.begin(), d.ops.begin() + 2);
-  CHECK(analysis_detail::mask_roles(first) ==
-        std::vector<MaskRole>{MaskRole::kWriter, MaskRole::kCarrier});
-  const OverflowResult o = find_overflow(d);
-  REQUIRE(o.found);
-  CHECK(o.origin.step == 2);
-  CHECK(o.origin.op == "aten::scaled_dot_product_attention");
-  CHECK_FALSE(o.masked_by);  // nothing recorded wrote it
-  REQUIRE(o.reason);
-  CHECK(*o.reason == "its inputs held 56 -inf of a mask and no NaN/+Inf; it made 8 NaN");
-  CHECK(o.masking.describe() ==
-        "56 elements of -inf given as a mask to aten::scaled_dot_product_attention (step 0), "
-        "masks in 3 steps; not counted as overflow");
-  DumpData healthy;
-  healthy.ops.assign(d.ops.begin(), d.ops.begin() + 4);
-  const OverflowResult h = find_overflow(healthy);
-  CHECK_FALSE(h.found);
-  CHECK_FALSE(h.any_nonfinite);
-  // Any other op given a -inf nothing recorded wrote still alarms (data, a buffer).
-  DumpData other;
-  add_step(other, 0, 0, {{"aten::add", 0, {tens({8}), tens({8}, 2)}, {tens({8}, 2)}}});
-  CHECK(find_overflow(other).any_nonfinite);
 }
 
 TEST_CASE("masking: a fully masked row is named at its softmax, with the mask", "[masking]") {

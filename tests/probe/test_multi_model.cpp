@@ -111,8 +111,8 @@ TEST_CASE("start(models): parameters named <model>.<parameter>, any form of modu
   // after its last parameter; G: the relu between G.fc and G.drop, and G's tanh after G.out
   // (before D's first parameter); D: the LeakyReLU between D.0 and D.2 (docs/cli.md,
   // "Modules").
-  CHECK(modules == std::set<std::string>{"(top level)", "G.fc", "G", "G.drop", "G.out", "D.0",
-                                         "D", "D.2"});
+  CHECK(modules ==
+        std::set<std::string>{"(top level)", "G.fc", "G", "G.drop", "G.out", "D.0", "D", "D.2"});
 }
 
 TEST_CASE("start(models): set-up errors name the bad value", "[multi]") {

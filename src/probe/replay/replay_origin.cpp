@@ -168,12 +168,6 @@ bool all_finite(const at::Tensor& t) {
   return t.isfinite().all().item<bool>();
 }
 
-bool no_nan_or_pinf(const at::Tensor& t) {
-  if (!is_float(t) || t.numel() == 0) return true;
-  if (at::isComplexType(t.scalar_type())) return all_finite(t);
-  return !at::logical_or(t.isnan(), t.isposinf()).any().item<bool>();
-}
-
 struct OriginTracker::Call {
   int64_t seq = 0;
   bool minus_inf_inputs = false;
@@ -205,7 +199,7 @@ std::shared_ptr<OriginTracker::Call> OriginTracker::on_start(
       // -inf alone (a mask's) leaves it a candidate; NaN or +Inf came from an earlier op.
       bool masked = true;
       for_each_tensor(inputs[i],
-                      [&](const at::Tensor& t) { masked = masked && no_nan_or_pinf(t); });
+                      [&](const at::Tensor& t) { masked = masked && !has_nan_or_pinf(t); });
       if (!masked) {
         std::lock_guard<std::mutex> lk(mu_);
         bad_inputs_.push_back(header.seq);
@@ -241,7 +235,7 @@ void OriginTracker::on_end(Call& call, const std::vector<c10::IValue>& outputs) 
     // Given a mask's -inf, only NaN or +Inf out makes an origin (-inf out is carried on).
     for (const c10::IValue& v : outputs) {
       for_each_tensor(v, [&](const at::Tensor& t) {
-        if (!bad && (call.minus_inf_inputs ? !no_nan_or_pinf(t) : !all_finite(t))) {
+        if (!bad && (call.minus_inf_inputs ? has_nan_or_pinf(t) : !all_finite(t))) {
           bad = true;
           dtype = t.scalar_type();
         }

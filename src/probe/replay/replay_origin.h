@@ -104,8 +104,6 @@ OriginVerdict classify_origin(const OriginTracker::Candidate& c);
 
 /// True when every element of `t` is finite (non-floating tensors are).
 bool all_finite(const at::Tensor& t);
-/// True when `t` holds no NaN and no +Inf (-inf allowed; non-floating tensors do).
-bool no_nan_or_pinf(const at::Tensor& t);
 
 /// Writes the tensors of `inputs` as `<dir>/<record_name>.in<i>.npy.zst`, `i` counted as
 /// the record's "in" array counts (one per argument, one per tensor of a list). Returns

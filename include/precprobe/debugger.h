@@ -305,6 +305,14 @@ class PrecisionDebugger {
   /// ends the step run_step ran (not one more).
   void step();
 
+  /// The ops that follow run inside an optimizer's step() (true), or no longer (false). The
+  /// records carry it ("opt": docs/dump-format.md), and the commands that name a module tell
+  /// the optimizer's work from what ran between backward and it, gradient clipping under
+  /// no_grad included (docs/cli.md, "Modules"). LibTorch's optimizers have no hooks: a C++
+  /// program may call it around opt.step(); the Python door calls it from PyTorch's
+  /// optimizer step hooks. step() clears it. Never throws.
+  void mark_optimizer(bool in_step) noexcept;
+
   /// The step being recorded (0 before the first step()); after run_step(), the step it ran
   /// until the next run_step(), step() or stop().
   int64_t current_step() const noexcept;

@@ -34,16 +34,19 @@ struct MaskingSummary {
   int64_t step = 0, seq = 0;
   int rank = 0;
   int64_t elements = 0;
+  /// summary only: the module of the first writer, as every command places it (docs/cli.md,
+  /// "Modules"); nullopt when no op of its step reads a named parameter.
+  std::optional<std::string> module;
   /// summary only: the tensor_overflow hits the run wrote live (an older writer) at masking
   /// ops, left out of SummaryResult::op_watch_hits.
   int64_t live_watch_hits = 0;
 
   bool any() const noexcept { return writers > 0; }
-  /// For people: "31744 elements set to -inf by aten::masked_fill (step 0), masks in 30
+  /// For people: "31744 elements set to -inf by aten::masked_fill in b0 (step 0), masks in 30
   /// steps; not counted as overflow".
   std::string describe() const;
   /// null when !any(); else {"writers", "carriers", "steps", "op", "name", "step", "rank",
-  /// "seq", "elements", "live_watch_hits", "text"}.
+  /// "seq", "module", "elements", "live_watch_hits", "text"}.
   nlohmann::json to_json() const;
 };
 

@@ -108,7 +108,16 @@ struct OpRecord {
   /// the one running when it ran (timing decides), its call index counts its own thread's
   /// calls; `compare` leaves such ops out of the step's sequence.
   bool background = false;
-  std::string scope;         ///< "scope": precprobe::Scope path, "a/b/c" (written if any)
+  /// "opt": ran inside an optimizer's step() as the program told it (the Python door hooks
+  /// each optimizer's step): `"opt":true`, absent otherwise (not told, or not in a step).
+  /// The analyses tell gradient clipping after backward from the optimizer's work by it
+  /// (docs/cli.md, "Modules").
+  bool optimizer = false;
+  std::string scope;  ///< "scope": precprobe::Scope path, "a/b/c" (written if any)
+  /// "mod": the module the probe placed the op in while the program ran, by the rule of the
+  /// analyses (docs/cli.md, "Modules"), where the dump does not hold the ops that place it:
+  /// the records of `"task": "overflow_check"`. Written if any; the analyses take it as is.
+  std::string module;
   std::string node;          ///< "node": backward only: autograd node, e.g. "MulBackward0"
   std::vector<Arg> inputs;   ///< "in"
   std::vector<Arg> outputs;  ///< "out"

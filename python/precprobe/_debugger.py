@@ -63,6 +63,27 @@ def _optimizer_list(optimizer):
     return opts
 
 
+def _mark_optimizer_steps(dbg):
+    """The ops every optimizer's step() runs are marked in the records ("opt"), so that the
+    commands tell its work from what ran between backward and it (clip_grad_norm_, which runs
+    under no_grad from PyTorch 2.0 on: docs/cli.md, "Modules"). PyTorch 2.0 on has global
+    optimizer step hooks; 1.13 has none (its clip_grad_norm_ runs with grad mode on, which
+    tells it apart). The handles, to remove at stop()."""
+    try:
+        from torch.optim.optimizer import (register_optimizer_step_post_hook,
+                                           register_optimizer_step_pre_hook)
+    except ImportError:
+        return []
+
+    def pre(optimizer, args, kwargs):
+        dbg.mark_optimizer(True)
+
+    def post(optimizer, args, kwargs):
+        dbg.mark_optimizer(False)
+
+    return [register_optimizer_step_pre_hook(pre), register_optimizer_step_post_hook(post)]
+
+
 class PrecisionDebugger:
     """Records per-op tensor statistics of the steps a config selects.
 
@@ -109,6 +130,7 @@ class PrecisionDebugger:
         self._snapshots = []
         self._scaler = None
         self._models = []  # the modules of the running start(), for observe_batch
+        self._optimizer_hooks = []  # _mark_optimizer_steps()
         self._seeded = False
         _live.add(self)
 
@@ -141,6 +163,7 @@ class PrecisionDebugger:
             specs, named, modules = [_model_spec("", model)], False, [model]
         params = [[p for g in o.param_groups for p in g["params"]] for o in opts]
         self._dbg.start(specs, named, params)
+        self._optimizer_hooks = _mark_optimizer_steps(self._dbg)
         self._models = modules
         self._snapshots = [OptimizerSnapshot(o) for o in opts] if self._on_anomaly() else []
         if not self._seeded and self._options.get("seed") is not None:
@@ -206,6 +229,9 @@ class PrecisionDebugger:
         if self._scaler is not None:
             self._scaler.close()
             self._scaler = None
+        for h in getattr(self, "_optimizer_hooks", ()):
+            h.remove()
+        self._optimizer_hooks = []
         self._dbg.stop()
         self._models = []
 

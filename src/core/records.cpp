@@ -316,8 +316,10 @@ void append_json(const OpRecord& r, std::string& out) {
   o.int64(r.seqnr);
   if (r.grad == false) o.lit(",\"grad\":false");  // on (the common case) or unknown: absent
   if (r.background) o.lit(",\"bg\":true");
+  if (r.optimizer) o.lit(",\"opt\":true");
   o.put(',');
   if (!r.scope.empty()) str_field(o, "\"scope\":", r.scope);
+  if (!r.module.empty()) str_field(o, "\"mod\":", r.module);
   if (!r.node.empty()) str_field(o, "\"node\":", r.node);
   append_args("\"in\":", 5, r.inputs, o);
   append_args("\"out\":", 6, r.outputs, o);

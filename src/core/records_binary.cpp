@@ -197,12 +197,14 @@ void BinaryOpEncoder::append(const OpRecord& r, std::string& frame) {
   const uint64_t overload = r.overload.empty() ? 0 : common_id(r.overload, frame);
   const uint64_t scope = r.scope.empty() ? 0 : string_id(r.scope, frame);
   const uint64_t node = r.node.empty() ? 0 : string_id(r.node, frame);
+  const uint64_t module = r.module.empty() ? 0 : string_id(r.module, frame);
   const uint64_t flags = (r.dir == Direction::kBackward ? kBackward : 0) |
                          (r.grad == false ? kGradOff : 0) | (r.background ? kBackground : 0) |
                          (r.overload.empty() ? 0 : kHasOverload) |
-                         (r.scope.empty() ? 0 : kHasScope) | (r.node.empty() ? 0 : kHasNode);
+                         (r.scope.empty() ? 0 : kHasScope) | (r.node.empty() ? 0 : kHasNode) |
+                         (r.optimizer ? kOptimizerStep : 0) | (r.module.empty() ? 0 : kHasModule);
   {
-    Room w(body_, kMaxVarint * 11);
+    Room w(body_, kMaxVarint * 12);
     char* p = w.p;
     p = put_varint(p, flags);
     p = put_signed(p, r.step);
@@ -215,6 +217,7 @@ void BinaryOpEncoder::append(const OpRecord& r, std::string& frame) {
     p = put_signed(p, r.seqnr);
     if (!r.scope.empty()) p = put_varint(p, scope);
     if (!r.node.empty()) p = put_varint(p, node);
+    if (!r.module.empty()) p = put_varint(p, module);
     w.p = p;
     w.done();
   }

@@ -14,7 +14,7 @@ enum Tag : uint8_t { kTagString = 1, kTagRecord = 2 };
 
 // Record flags.
 inline constexpr uint64_t kBackward = 1, kGradOff = 2, kBackground = 4, kHasOverload = 8,
-                          kHasScope = 16, kHasNode = 32;
+                          kHasScope = 16, kHasNode = 32, kOptimizerStep = 64, kHasModule = 128;
 // Argument kinds.
 inline constexpr uint8_t kValueArg = 0, kTensorArg = 1;
 // Tensor flags.

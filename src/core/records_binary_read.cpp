@@ -280,6 +280,7 @@ bool read_record(Body& in, OpRecord& r) {
     r.grad.reset();
   }
   r.background = (flags & kBackground) != 0;
+  r.optimizer = (flags & kOptimizerStep) != 0;
   if (!in.signed64(r.step) || !in.signed64(r.seq) || !in.string(r.op)) return false;
   r.overload.clear();
   if ((flags & kHasOverload) != 0 && !in.string(r.overload)) return false;
@@ -296,6 +297,8 @@ bool read_record(Body& in, OpRecord& r) {
   r.node.clear();
   if ((flags & kHasScope) != 0 && !in.string(r.scope)) return false;
   if ((flags & kHasNode) != 0 && !in.string(r.node)) return false;
+  r.module.clear();
+  if ((flags & kHasModule) != 0 && !in.string(r.module)) return false;
   if (!read_args(in, r.inputs) || !read_args(in, r.outputs)) return false;
   if (!in.at_end()) return in.fail("bytes after the record");
   r.rank = 0;

@@ -395,23 +395,26 @@ enum OpKey : int {
   kSn,
   kGrad,
   kBg,
+  kOpt,
   kScope,
+  kMod,
   kNode,
   kIn,
   kOut,
   kOpKeys,
   kUnknownOpKey = kOpKeys
 };
-constexpr std::string_view kOpKeyNames[kOpKeys] = {"step", "seq",   "op",    "ovl", "call",
-                                                   "dir",  "thr",   "depth", "sn",  "grad",
-                                                   "bg",   "scope", "node",  "in",  "out"};
+constexpr std::string_view kOpKeyNames[kOpKeys] = {"step",  "seq",   "op",   "ovl",  "call", "dir",
+                                                   "thr",   "depth", "sn",   "grad", "bg",   "opt",
+                                                   "scope", "mod",   "node", "in",   "out"};
 
 constexpr json::KeyLiteral kOpKeyLiterals[kOpKeys] = {
-    json::KeyLiteral("step"), json::KeyLiteral("seq"),   json::KeyLiteral("op"),
-    json::KeyLiteral("ovl"),  json::KeyLiteral("call"),  json::KeyLiteral("dir"),
-    json::KeyLiteral("thr"),  json::KeyLiteral("depth"), json::KeyLiteral("sn"),
-    json::KeyLiteral("grad"), json::KeyLiteral("bg"),    json::KeyLiteral("scope"),
-    json::KeyLiteral("node"), json::KeyLiteral("in"),    json::KeyLiteral("out")};
+    json::KeyLiteral("step"),  json::KeyLiteral("seq"),   json::KeyLiteral("op"),
+    json::KeyLiteral("ovl"),   json::KeyLiteral("call"),  json::KeyLiteral("dir"),
+    json::KeyLiteral("thr"),   json::KeyLiteral("depth"), json::KeyLiteral("sn"),
+    json::KeyLiteral("grad"),  json::KeyLiteral("bg"),    json::KeyLiteral("opt"),
+    json::KeyLiteral("scope"), json::KeyLiteral("mod"),   json::KeyLiteral("node"),
+    json::KeyLiteral("in"),    json::KeyLiteral("out")};
 
 int next_op_key(Cursor& c, int& expected) {
   for (int i = expected; i < kOpKeys && i < expected + 4; ++i) {
@@ -456,8 +459,12 @@ bool op_value(Cursor& c, int id, OpRecord& r) {
     }
     case kBg:
       return c.boolean(r.background);
+    case kOpt:
+      return c.boolean(r.optimizer);
     case kScope:
       return c.string(r.scope);
+    case kMod:
+      return c.string(r.module);
     case kNode:
       return c.string(r.node);
     case kIn:
@@ -520,10 +527,16 @@ bool parse_op_fast(Cursor& c, OpRecord& r) {
     r.grad.reset();
   }
   r.background = c.token(",\"bg\":true");
+  r.optimizer = c.token(",\"opt\":true");
   if (c.token(",\"scope\":")) {
     if (!c.string(r.scope)) return false;
   } else {
     r.scope.clear();
+  }
+  if (c.token(",\"mod\":")) {
+    if (!c.string(r.module)) return false;
+  } else {
+    r.module.clear();
   }
   if (c.token(",\"node\":")) {
     if (!c.string(r.node)) return false;
@@ -549,9 +562,11 @@ bool parse_record(std::string_view line, OpRecord& out, std::string* error) {
   out.seqnr = -1;
   out.grad.reset();
   out.background = false;
+  out.optimizer = false;
   out.op.clear();
   out.overload.clear();
   out.scope.clear();
+  out.module.clear();
   out.node.clear();
   out.dir = Direction::kForward;
   out.thread = 0;

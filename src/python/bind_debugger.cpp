@@ -96,6 +96,10 @@ class PyDebugger {
     locked([&] { dbg_->step(); });
   }
 
+  void mark_optimizer(bool in_step) {
+    locked([&] { dbg_->mark_optimizer(in_step); });
+  }
+
   py::object run_step(const py::function& fn) {
     py::object result;
     bool several = false;
@@ -256,6 +260,7 @@ void bind_debugger(py::module_& m) {
       .def("start", &PyDebugger::start, py::arg("models"), py::arg("named"), py::arg("optimizers"))
       .def("stop", &PyDebugger::stop)
       .def("step", &PyDebugger::step)
+      .def("mark_optimizer", &PyDebugger::mark_optimizer, py::arg("in_step"))
       .def("run_step", &PyDebugger::run_step, py::arg("fn"))
       .def("log_scalar", &PyDebugger::log_scalar, py::arg("name"), py::arg("value"))
       .def("observe_batch", &PyDebugger::observe_batch, py::arg("inputs"), py::arg("targets"),

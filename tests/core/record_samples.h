@@ -64,7 +64,8 @@ inline std::string diff(const OpRecord& a, const OpRecord& b) {
   if (a.dir != b.dir || a.thread != b.thread || a.depth != b.depth || a.seqnr != b.seqnr) {
     return "dir/thr/depth/sn";
   }
-  if (a.scope != b.scope || a.node != b.node) return "scope/node";
+  if (a.scope != b.scope || a.node != b.node || a.module != b.module) return "scope/node/mod";
+  if (a.background != b.background || a.optimizer != b.optimizer) return "bg/opt";
   // "grad" is written only when off: on reads back as unknown (DumpReader makes it on).
   if ((a.grad == false) != (b.grad == false)) return "grad";
   auto d = diff(a.inputs, b.inputs);

@@ -221,9 +221,10 @@ TEST_CASE("masking: a healthy causal attention raises nothing", "[masking]") {
   CHECK(o.masking.step == 0);
   CHECK(o.masking.seq == 2);
   CHECK(o.masking.elements == 56);
+  CHECK(o.masking.module == std::optional<std::string>("b0"));  // the block's own forward
   CHECK(o.masking.describe() ==
-        "56 elements set to -inf by aten::masked_fill (step 0), masks in 30 steps; not counted "
-        "as overflow");
+        "56 elements set to -inf by aten::masked_fill in b0 (step 0), masks in 30 steps; not "
+        "counted as overflow");
   const nlohmann::json j = o.to_json();
   CHECK(j["found"] == false);
   CHECK(j["any_nonfinite"] == false);
@@ -240,6 +241,7 @@ TEST_CASE("masking: a healthy causal attention raises nothing", "[masking]") {
   CHECK_FALSE(s.first_nonfinite_step);
   CHECK(s.masking.writers == 30);
   CHECK(s.masking.carriers == 60);
+  CHECK(s.masking.module == o.masking.module);
   CHECK(s.masking.describe() == o.masking.describe());
   CHECK(s.to_json()["masking"]["steps"] == 30);
 

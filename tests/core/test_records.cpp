@@ -49,10 +49,10 @@ TEST_CASE("helpers: direction names, msprobe-style name, abs_max, non-finite fla
   CHECK(bad.non_finite() == 1);
 
   // Uninitialized memory from the empty family is garbage, never an overflow.
-  for (const char* op : {"aten::empty", "aten::empty_like", "aten::empty_strided",
-                         "aten::new_empty", "aten::new_empty_strided", "aten::empty_permuted",
-                         "aten::empty_quantized", "aten::_empty_affine_quantized",
-                         "aten::_empty_per_channel_affine_quantized"}) {
+  for (const char* op :
+       {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty",
+        "aten::new_empty_strided", "aten::empty_permuted", "aten::empty_quantized",
+        "aten::_empty_affine_quantized", "aten::_empty_per_channel_affine_quantized"}) {
     r.op = op;
     CHECK(r.outputs_uninitialized());
     CHECK_FALSE(r.outputs_non_finite());
@@ -113,6 +113,18 @@ TEST_CASE("op record: exact JSON text with short keys and omitted defaults", "[r
         R"({"step":2,"seq":7,"op":"aten::addmm","ovl":"Tensor","call":3,"dir":"backward",)"
         R"("thr":1,"depth":0,"sn":42,"scope":"enc/b1","node":"AddmmBackward0","in":[],"out":[]})"
         "\n");
+
+  // overflow_check's module and an optimizer's step, in the writer's key order.
+  r.dir = Direction::kForward;
+  r.node.clear();
+  r.optimizer = true;
+  r.module = "b0";
+  line.clear();
+  append_json(r, line);
+  CHECK(line ==
+        R"({"step":2,"seq":7,"op":"aten::addmm","ovl":"Tensor","call":3,"dir":"forward",)"
+        R"("thr":1,"depth":0,"sn":42,"opt":true,"scope":"enc/b1","mod":"b0","in":[],"out":[]})"
+        "\n");
 }
 
 TEST_CASE("op record: every field round-trips, special doubles and extreme integers", "[records]") {
@@ -128,6 +140,9 @@ TEST_CASE("op record: every field round-trips, special doubles and extreme integ
   r.seqnr = -1;
   r.scope = "a/b/c";
   r.node = "MulBackward0";
+  r.background = true;
+  r.optimizer = true;
+  r.module = "blocks.0.attn \"q\"";
 
   std::vector<double> specials = {kNaN,    kInf,   -kInf,         -0.0,     0.0,
                                   DBL_MIN, 5e-324, DBL_MAX,       -DBL_MAX, 0.1,

@@ -76,6 +76,8 @@ std::vector<OpRecord> special_records() {
   r.dir = Direction::kBackward;
   r.grad = false;
   r.background = true;
+  r.optimizer = true;
+  r.module = "encoder.layer.0";
   r.thread = 4000000000u;
   r.depth = -3;
   r.seqnr = -1;

@@ -230,21 +230,29 @@ MaskingSummary MaskingCounter::finish() const {
 std::string MaskingSummary::describe() const {
   if (!any()) return {};
   // An attention op is the first writer only when it was given the mask (MaskWrite::given).
+  const std::string in = module ? " in " + *module : std::string();
   std::string s =
       is_attention_op(op)
-          ? fmt::format("{} elements of -inf given as a mask to {} (step {})", elements, op, step)
-          : fmt::format("{} elements set to -inf by {} (step {})", elements, op, step);
+          ? fmt::format("{} elements of -inf given as a mask to {}{} (step {})", elements, op, in,
+                        step)
+          : fmt::format("{} elements set to -inf by {}{} (step {})", elements, op, in, step);
   if (steps > 1) s += fmt::format(", masks in {} steps", steps);
   return s + "; not counted as overflow";
 }
 
 nlohmann::json MaskingSummary::to_json() const {
   if (!any()) return nullptr;
-  return {{"writers", writers},   {"carriers", carriers},
-          {"steps", steps},       {"op", op},
-          {"name", name},         {"step", step},
-          {"rank", rank},         {"seq", seq},
-          {"elements", elements}, {"live_watch_hits", live_watch_hits},
+  return {{"writers", writers},
+          {"carriers", carriers},
+          {"steps", steps},
+          {"op", op},
+          {"name", name},
+          {"step", step},
+          {"rank", rank},
+          {"seq", seq},
+          {"module", module ? nlohmann::json(*module) : nlohmann::json()},
+          {"elements", elements},
+          {"live_watch_hits", live_watch_hits},
           {"text", describe()}};
 }
 

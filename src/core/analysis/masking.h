@@ -125,6 +125,9 @@ class MaskingCounter {
   /// Adds what another counter holds (another step's, another rank's).
   void merge(const MaskingCounter& o);
   MaskingSummary finish() const;
+  /// The first writer so far (writers == 0: none), and the module it ran in.
+  const MaskingSummary& first() const noexcept { return m_; }
+  void set_module(std::optional<std::string> module) { m_.module = std::move(module); }
 
  private:
   MaskingSummary m_;

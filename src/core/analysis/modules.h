@@ -16,6 +16,14 @@
 //   plain MLP's fc1 and fc2 is the top module's own, "(root)". Where a module's forward ends
 //   is not in the records: an op after a nested child's last read (the residual add after
 //   b0.attn.proj, before b0.ln2) is placed in that child (b0.attn), not in b0.
+// - A Sequential's forward only calls its children in order (meta.json's "module_types" says
+//   which modules are Sequentials, and each module's children): the ops between P and N that
+//   its children owning no parameter ran are theirs. A child whose forward is one ATen call
+//   (an activation, Flatten, a pooling: ModuleOrder::one_op) ran one op: the first after P
+//   when it follows P's child (D.3's sigmoid after D.2, before the loss), the last before N
+//   when it precedes N's (a leading Flatten). Between P's and N's children of the same
+//   Sequential, the one child left once those are counted ran every other op there (the
+//   leaky_relu between D.0 and D.2 is D.1's).
 // - A dropout op, which reads no parameter, belongs to the dropout module meta.json's module
 //   order registers after the current module (the k-th dropout op since that module to its
 //   k-th such dropout module) and counts as P or N for the ops around it.
@@ -30,16 +38,23 @@
 // - Outside every module: "(top level)" before the first parameter read of a forward pass
 //   and after its last one (the data, a GAN's noise draw, the loss); "(after backward)" for
 //   the other forward ops after a backward op of the step and before the optimizer
-//   (LibTorch's clip_grad_norm_, which runs with grad mode on; Python's runs without it and
-//   is taken for the optimizer's work on its first parameter); "(optimizer)" for the ops
+//   (LibTorch's clip_grad_norm_, which runs with grad mode on; PyTorch 2.x's runs without
+//   it, and is taken for the optimizer's work on its first parameter unless the program
+//   tells the optimizer's ops, as the Python door does: below); "(optimizer)" for the ops
 //   that read no parameter once the optimizer has started and precede no parameter's update
-//   (zero_grad after opt.step()). A parameter-reading op after the optimizer with grad mode
+//   (zero_grad after opt.step()). Where the program tells which ops ran in an optimizer's
+//   step (OpRecord::optimizer: the Python door hooks optimizer.step()), the ops waiting when
+//   the first of them comes are not its work: "(after backward)" (PyTorch 2.x's
+//   clip_grad_norm_, with grad mode off). A parameter-reading op after the optimizer with grad mode
 //   on starts a forward pass again (a GAN's second model). An op on a background thread (a
 //   data loader's) is "(top level)".
 // - A backward op belongs where the forward op that made its autograd node was placed (the
 //   same "sn"); one without such a node, to the module of the parameter it reads, else where
 //   the op it ran in is, else where the backward op before it is (the engine's own:
 //   AccumulateGrad after the node that made the gradient; "(top level)" for the first).
+//
+// - A record the probe placed while the program ran (OpRecord::module: overflow_check's) is
+//   in that module.
 //
 // A forward op that reads no parameter is placed only once the next event arrives (the next
 // parameter read, a backward op, the step's end): ModuleAttributor hands out the modules of
@@ -58,6 +73,7 @@
 #include <vector>
 
 #include "precprobe/dump_format.h"
+#include "precprobe/module_placement.h"
 #include "precprobe/reader.h"
 #include "precprobe/records.h"
 
@@ -87,19 +103,46 @@ std::string common_module(std::string_view a, std::string_view b);
 std::string module_between(std::string_view p, std::string_view n);
 
 /// meta.json's "modules" (docs/dump-format.md): the model's modules that own parameters
-/// directly and its dropout modules, in named_modules() order (registration order).
+/// directly and its dropout modules, in named_modules() order (registration order); and its
+/// "module_types": every module's type, which places the ops of a Sequential's parameterless
+/// children (gap()).
 struct ModuleOrder {
   struct Entry {
     std::string path;  ///< as consumed_module() names it ("(root)" for the top module)
     bool dropout = false;
   };
   std::vector<Entry> entries;
+  /// Each module's type name without namespace or "Impl" ("Sequential", "LeakyReLU"), by path.
+  std::unordered_map<std::string, std::string> types;
+  /// Each module's children in registration order, by the parent's path.
+  std::unordered_map<std::string, std::vector<std::string>> children;
 
-  /// From meta.json's "modules"; empty when absent or not an array of [path, kind] pairs.
+  /// From meta.json's "modules" and "module_types"; each part empty when absent or not an
+  /// array of [path, kind] / [path, type] pairs.
   static ModuleOrder of(const RunMeta& meta);
+  bool empty() const noexcept { return entries.empty() && types.empty(); }
   /// The `k`-th dropout module (0-based) registered after the module `anchor` ("" : from the
   /// start) and before the next module owning parameters; nullopt when there is none.
   std::optional<std::string> dropout_after(const std::string& anchor, int64_t k) const;
+
+  /// The modules whose forward ran between a read of module `p` and the next read of module
+  /// `n` of one forward pass (nullopt: the pass starts, or ends) because a Sequential ran
+  /// them: a Sequential's forward only calls its children in order, so its children after
+  /// p's (where n is outside it) ran after p, those before n's (where p is outside it) ran
+  /// before n, and those between p's and n's ran between them. `front`: the children that
+  /// ran first after p, in order; `back`: those that ran last before n, in order. Where p's
+  /// and n's are children of the same Sequential, `between`: `front` holds the children
+  /// between them, which ran every op between (`back` is empty).
+  struct Gap {
+    std::vector<std::string> front, back;
+    bool between = false;
+  };
+  Gap gap(const std::optional<std::string>& p, const std::optional<std::string>& n) const;
+  /// Whether the module at `path` is of a type whose forward is one ATen call (an
+  /// activation: ReLU, LeakyReLU, GELU, Sigmoid, Tanh, Softmax, ...; Flatten; a pooling).
+  bool one_op(const std::string& path) const;
+  /// Whether the module at `path` is a dropout (its type name holds "Dropout").
+  bool dropout(const std::string& path) const;
 };
 
 /// Each rank's ModuleOrder, from its meta.json.
@@ -119,18 +162,8 @@ std::optional<std::string> consumed_module(const OpRecord& r);
 /// input (a list's first element) is a parameter.
 bool updates_parameter(const OpRecord& r) noexcept;
 
-/// What the module attribution needs of one op of a step.
-struct ModuleOp {
-  std::optional<std::string> consumed;  ///< consumed_module() of the record
-  Direction dir = Direction::kForward;
-  int64_t sn = -1;             ///< OpRecord::seqnr: links a forward op to its autograd node
-  bool dropout = false;        ///< is_dropout_op() of the record's op
-  int32_t depth = 0;           ///< OpRecord::depth
-  uint32_t thread = 0;         ///< OpRecord::thread
-  std::optional<bool> grad;    ///< OpRecord::grad (nullopt: unknown)
-  bool updates_param = false;  ///< updates_parameter() of the record
-  bool background = false;     ///< OpRecord::background
-};
+/// What the module attribution needs of one op of a step (precprobe/module_placement.h).
+using precprobe::ModuleOp;
 
 /// The ModuleOp of a record.
 ModuleOp module_op(const OpRecord& r);
@@ -159,6 +192,8 @@ class ModuleAttributor {
   }
   /// That module; ready() must be true.
   std::string take();
+  /// Drops it, as take() without the copy; ready() must be true.
+  void skip();
   /// Ops added and not yet taken.
   size_t waiting() const noexcept { return queue_.size(); }
 
@@ -169,16 +204,21 @@ class ModuleAttributor {
   int32_t placed(const std::string& module);  // a group of ops whose module is known
   int32_t open();                             // the group of the ops waiting to be placed
   void resolve(std::string_view module);      // places the waiting ops
+  // Places the waiting ops of a forward pass between reads of `p` and `n` (ModuleOrder::gap):
+  // those a Sequential's children ran in them, the others in `module`.
+  void resolve_gap(const std::optional<std::string>& p, const std::optional<std::string>& n,
+                   std::string_view module);
   std::string_view outside() const noexcept;  // where the phase puts ops outside modules
   void reset_step();
 
   const ModuleOrder* order_;
-  // Ops are placed in groups: those waiting for the next event share one, which resolve()
-  // places at once. A group's module, nullopt while it waits.
+  // Ops are placed in groups: each op waiting for the next event has one (with the ops it
+  // ran nested), which resolve() places at once. A group's module, nullopt while it waits.
   std::vector<std::optional<std::string>> groups_;
-  std::deque<int32_t> queue_;  // the group of each op added and not yet taken
-  int32_t open_ = -1;          // the waiting group, or -1
-  bool open_no_grad_ = false;  // every op of the waiting group ran with grad mode off
+  std::deque<int32_t> queue_;    // the group of each op added and not yet taken
+  std::vector<int32_t> open_;    // the waiting groups, in order
+  bool open_no_grad_ = false;    // every waiting op ran with grad mode off
+  bool open_optimizer_ = false;  // every waiting op ran in an optimizer's step, as told
   std::unordered_map<int64_t, int32_t> node_group_;  // sn -> the group of its forward op
   // Per thread, the ops whose nested calls may still come: (depth, group).
   std::unordered_map<uint32_t, std::vector<std::pair<int32_t, int32_t>>> calls_;

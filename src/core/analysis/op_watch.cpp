@@ -194,7 +194,7 @@ void OpWatcher::Impl::place(std::vector<OpWatchHit>& hits) {
 void OpWatcher::Impl::end_step(std::vector<OpWatchHit>& hits) {
   attribute.end_step();
   place(hits);
-  attribute = ModuleAttributor(order.entries.empty() ? nullptr : &order);
+  attribute = ModuleAttributor(order.empty() ? nullptr : &order);
   judged.clear();  // (placed above: every op of an ended step is)
   added = placed = 0;
 }

@@ -70,7 +70,7 @@ std::optional<std::string> module_of(const std::vector<OpRecord>& g, size_t c,
     const OpRecord& r = g[order[k]];
     if (order[k] == c) at = k;
     ops.push_back(analysis_detail::module_op(r));
-    named = named || ops.back().consumed.has_value();
+    named = named || ops.back().consumed.has_value() || ops.back().placed.has_value();
   }
   if (!named) return std::nullopt;
   return std::move(analysis_detail::attribute_modules(ops, modules)[at]);
@@ -176,10 +176,17 @@ bool analyse_groups(RecordSource& src, const std::map<int, analysis_detail::Modu
                     OverflowResult& out) {
   std::vector<OpRecord> group;
   bool any_bad = false;
+  std::set<int> writer_placed;  // the ranks whose first mask writer has its module
   auto flush = [&] {
     if (group.empty()) return;
     const int rank = group.front().rank;
-    StepState s = analyse_group(group, analysis_detail::order_of(orders, rank));
+    const analysis_detail::ModuleOrder* order = analysis_detail::order_of(orders, rank);
+    StepState s = analyse_group(group, order);
+    // The masking line's module: that of each rank's first writer (its steps come in order).
+    if (s.masking.first().writers > 0 && writer_placed.insert(rank).second) {
+      for (size_t i = 0; i < group.size(); ++i)
+        if (group[i].seq == s.masking.first().seq) s.masking.set_module(module_of(group, i, order));
+    }
     any_bad = any_bad || s.any_bad;
     merge(per_rank[rank][group.front().step], std::move(s));
     group.clear();

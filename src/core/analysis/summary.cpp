@@ -91,6 +91,61 @@ class ModuleCounter {
   std::vector<ModuleSummary> modules_;
 };
 
+// The module of the masking line's first writer, as every command places it (modules.h): the
+// ops of each step read are held until the step ends, and a step holding a writer earlier than
+// the one placed places its own. Steps after the one placed are not held.
+class WriterModule {
+ public:
+  explicit WriterModule(std::map<int, analysis_detail::ModuleOrder> orders)
+      : orders_(std::move(orders)) {}
+
+  void add(const OpRecord& r, bool writer) {
+    if (!ops_.empty() && (r.rank != rank_ || r.step != step_)) flush();
+    if (best_ && r.step > std::get<0>(*best_)) return;
+    rank_ = r.rank;
+    step_ = r.step;
+    ops_.emplace_back(r.seq, analysis_detail::module_op(r));
+    if (writer && (!writer_seq_ || r.seq < *writer_seq_)) writer_seq_ = r.seq;
+  }
+
+  void finish(MaskingSummary& m) {
+    flush();
+    if (m.any() && best_ == std::make_tuple(m.step, m.seq, m.rank)) m.module = module_;
+  }
+
+ private:
+  void flush() {
+    if (writer_seq_ && (!best_ || std::make_tuple(step_, *writer_seq_, rank_) < *best_)) {
+      std::stable_sort(ops_.begin(), ops_.end(),
+                       [](const auto& a, const auto& b) { return a.first < b.first; });
+      std::vector<analysis_detail::ModuleOp> ops;
+      ops.reserve(ops_.size());
+      size_t at = 0;
+      bool named = false;
+      for (auto& [seq, op] : ops_) {
+        if (seq == *writer_seq_) at = ops.size();
+        named = named || op.consumed || op.placed;
+        ops.push_back(std::move(op));
+      }
+      best_ = std::make_tuple(step_, *writer_seq_, rank_);
+      module_.reset();
+      if (named)
+        module_ = std::move(
+            analysis_detail::attribute_modules(ops, analysis_detail::order_of(orders_, rank_))[at]);
+    }
+    ops_.clear();
+    writer_seq_.reset();
+  }
+
+  std::map<int, analysis_detail::ModuleOrder> orders_;
+  int rank_ = 0;
+  int64_t step_ = 0;
+  std::vector<std::pair<int64_t, analysis_detail::ModuleOp>> ops_;  // (seq, op) of the step
+  std::optional<int64_t> writer_seq_;                               // its first writer
+  std::optional<std::tuple<int64_t, int64_t, int>> best_;           // (step, seq, rank)
+  std::optional<std::string> module_;                               // of best_
+};
+
 // The op records, a mask's -inf aside (masking.h). `hits`: the live tensor_overflow hits; those
 // at a mask's writer or carrier are moved to `at_masks`.
 void count_ops(RecordSource& src, SummaryResult& s, const std::set<RecordKey>& hits,
@@ -100,11 +155,13 @@ void count_ops(RecordSource& src, SummaryResult& s, const std::set<RecordKey>& h
   ModuleCounter modules(analysis_detail::module_orders(s.ranks));
   analysis_detail::MaskTracker masks;
   analysis_detail::MaskingCounter masking;
+  WriterModule writer_module(analysis_detail::module_orders(s.ranks));
   auto add = [&](const OpRecord& r) {
     ++s.op_records;
     ++per_step[r.step];
     const MaskRole role = masks.observe(r);
     masking.add(r, role);
+    writer_module.add(r, role == MaskRole::kWriter);
     const bool nonfinite = !analysis_detail::is_masking(role) && r.outputs_non_finite();
     if (analysis_detail::is_masking(role) && hits.count({r.rank, r.step, r.seq}) != 0)
       at_masks.insert({r.rank, r.step, r.seq});
@@ -150,6 +207,7 @@ void count_ops(RecordSource& src, SummaryResult& s, const std::set<RecordKey>& h
   }
   if (s.by_module) modules.finish(s);
   s.masking = masking.finish();
+  writer_module.finish(s.masking);
   s.records_per_step.assign(per_step.begin(), per_step.end());
   for (const auto& [op, n] : bad) s.nonfinite_ops.push_back({op, n});
   std::stable_sort(s.nonfinite_ops.begin(), s.nonfinite_ops.end(),

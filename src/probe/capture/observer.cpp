@@ -116,16 +116,20 @@ void Observer::set_parameters(const std::vector<std::pair<std::string, at::Tenso
   for (const auto& [name, t] : named) {
     param_tensors_.push_back(t);
     const void* s = storage_of(t);
-    if (s != nullptr) params_.emplace(s, std::make_pair(name, t.numel()));
+    const size_t dot = name.rfind('.');
+    if (s != nullptr)
+      params_.emplace(
+          s, ParamName{name, t.numel(), dot == std::string::npos ? "(root)" : name.substr(0, dot)});
   }
+  placing_ = finite_ != nullptr && !params_.empty();  // overflow_check places its records
 }
 
 const std::string* Observer::parameter_name(const at::Tensor& t) const {
   if (params_.empty()) return nullptr;
   auto it = params_.find(storage_of(t));
   // A view of the whole parameter (weight.t()) keeps the name; a slice does not.
-  if (it == params_.end() || it->second.second != t.numel()) return nullptr;
-  return &it->second.first;
+  if (it == params_.end() || it->second.numel != t.numel()) return nullptr;
+  return &it->second.name;
 }
 
 void Observer::take_control() noexcept {
@@ -188,6 +192,8 @@ void Observer::begin_step(int64_t step) {
 }
 
 void Observer::end_step() {
+  end_placement();
+  optimizer_step_.store(false, std::memory_order_relaxed);  // a step() that threw left it
   auto marker = make_pending_op();
   marker->flush_marker = true;
   {
@@ -198,7 +204,10 @@ void Observer::end_step() {
   engine_->clear_cache();
 }
 
-void Observer::drain() { engine_->drain(); }
+void Observer::drain() {
+  end_placement();
+  engine_->drain();
+}
 
 uint32_t Observer::thread_index() {
   ThreadState& ts = thread_state();
@@ -267,6 +276,8 @@ std::unique_ptr<at::ObserverContext> Observer::on_op_start(const at::RecordFunct
     const bool wanted = !overflow_done() && (options_.level == Level::kL2 || depth == 0);
     if (wanted && finite_) {
       fast = overflow_start(fn, info, depth, grad_on);
+    } else if (finite_ && placing_held() && (options_.level == Level::kL2 || depth == 0)) {
+      overflow_place(fn, info, depth, grad_on);  // a record waits for its module
     } else if (wanted) {
       ThreadState& ts = thread_state();
       const Direction dir = ts.nodes.empty() ? Direction::kForward : Direction::kBackward;
@@ -293,6 +304,7 @@ std::unique_ptr<at::ObserverContext> Observer::on_op_start(const at::RecordFunct
           h.seqnr = ts.nodes.back().seqnr;
         } else {
           h.grad = grad_on;  // a training pass (on) or an evaluation/sampling pass (off)
+          h.optimizer = !background && optimizer_step_.load(std::memory_order_relaxed);
         }
         ctx = std::make_unique<OpContext>();
         ctx->origin = info.name.c_str();

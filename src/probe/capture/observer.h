@@ -18,10 +18,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -29,6 +31,7 @@
 #include <vector>
 
 #include "precprobe/masking.h"
+#include "precprobe/module_placement.h"
 #include "precprobe/options.h"
 #include "precprobe/writer.h"
 #include "stats/stats_engine.h"
@@ -78,6 +81,14 @@ class Observer {
   void set_parameters(const std::vector<std::pair<std::string, at::Tensor>>& named);
   /// The parameter name of `t`, or nullptr.
   const std::string* parameter_name(const at::Tensor& t) const;
+  /// The model's modules, meta.json's {"modules": ..., "module_types": ...}, which place
+  /// overflow_check's records in their modules (observer_place.cpp); only while detached.
+  void set_modules(const nlohmann::json& module_meta);
+  /// The ops that follow run in an optimizer's step() (true) or not (OpRecord::optimizer),
+  /// as the program tells (PrecisionDebugger::mark_optimizer). Any thread.
+  void mark_optimizer(bool in_step) noexcept {
+    optimizer_step_.store(in_step, std::memory_order_relaxed);
+  }
 
   /// Installs / removes the global callback. attach() throws precprobe::Error when another
   /// Observer is attached.
@@ -136,6 +147,11 @@ class Observer {
                                                       const OpInfo& info, int32_t depth,
                                                       bool grad_on);
   void overflow_end(const at::RecordFunction& fn, at::ObserverContext* ctx);
+  /// overflow_check once it is done: the ops still placed while a record waits for its module.
+  void overflow_place(const at::RecordFunction& fn, const OpInfo& info, int32_t depth,
+                      bool grad_on);
+  /// Whether overflow_place() has work: a record waits for its module. Any thread.
+  bool placing_held() const noexcept { return holding_.load(std::memory_order_acquire); }
 
  private:
   struct Selection {
@@ -176,6 +192,23 @@ class Observer {
                       const std::string* save_path, const CaptureOptions& how);
   std::string tensor_path(const std::string& name, bool input, size_t index) const;
   void emit(PendingOp& op);
+  // overflow_check's placement (observer_place.cpp), under engine_->order_mutex().
+  /// Adds the op to the placement; its index in the step, or -1 when nothing is placed (no
+  /// model). The held records whose module is now known are moved to `release` (to end_op()
+  /// once the lock is let go).
+  int64_t place_locked(const at::RecordFunction& fn, c10::ArrayRef<const c10::IValue> inputs,
+                       const OpInfo& info, int32_t depth, Direction dir, bool background,
+                       bool grad_on, const ThreadState& ts,
+                       std::vector<std::shared_ptr<PendingOp>>& release);
+  /// The module of the op placed at `index`, or nullopt while the ops after it have not
+  /// decided it.
+  std::optional<std::string> module_at_locked(int64_t index);
+  /// Sets the module of `op` (placed at `index`) now, or holds it (not ended) until it is
+  /// known: true when held.
+  bool place_record_locked(const std::shared_ptr<PendingOp>& op, int64_t index);
+  void release_known_locked(std::vector<std::shared_ptr<PendingOp>>& release);
+  /// The step's end (or drain): every op placed; the held records are ended.
+  void end_placement();
   /// overflow_check: whether `r` is written (an origin); a mask writer is held back (may be
   /// moved from) and written before a NaN born of its mask.
   bool keep_overflow(OpRecord& r);
@@ -215,8 +248,13 @@ class Observer {
   std::atomic<const ThreadState*> controller_{nullptr};  ///< see outside_step()
   uint64_t handle_ = 0;
 
-  // Parameters: StorageImpl* -> (name, numel). Read-only while attached.
-  std::unordered_map<const void*, std::pair<std::string, int64_t>> params_;
+  // Parameters: StorageImpl* -> (name, numel, module). Read-only while attached.
+  struct ParamName {
+    std::string name;
+    int64_t numel = 0;
+    std::string module;  // "b0.qkv" of "b0.qkv.weight"; "(root)" for the top module's
+  };
+  std::unordered_map<const void*, ParamName> params_;
   std::vector<at::Tensor> param_tensors_;  // the same parameters, for their gradients
 
   std::mutex flagged_mu_;  // scaled-gradient reads already recorded: (step, op)
@@ -261,8 +299,18 @@ class Observer {
   std::atomic<bool> grad_hook_armed_{false};
   std::atomic<bool> backward_seen_{false};  ///< an autograd node ran this step
   std::atomic<OriginTracker*> origin_tracker_{nullptr};
-  int64_t overflow_count_ = 0;          // emitter only
-  std::unique_ptr<FiniteMemo> finite_;  // overflow_check only
+  int64_t overflow_count_ = 0;               // emitter only
+  std::unique_ptr<FiniteMemo> finite_;       // overflow_check only
+  std::atomic<bool> optimizer_step_{false};  // mark_optimizer()
+  // overflow_check's placement, under engine_->order_mutex(): the rule, the ops placed and
+  // taken this step, the modules taken last (for a record made after later ops were taken),
+  // and the records waiting for their module, by index.
+  ModulePlacer placer_;
+  bool placing_ = false;  // overflow_check with a model
+  int64_t placed_ = 0, taken_ = 0;
+  std::deque<std::pair<int64_t, std::string>> taken_modules_;
+  std::vector<std::pair<int64_t, std::shared_ptr<PendingOp>>> held_;
+  std::atomic<bool> holding_{false};  // !held_.empty()
 };
 
 }  // namespace detail

@@ -39,6 +39,7 @@ struct OverflowContext final : at::ObserverContext {
   bool grad_on = false;             // the caller's grad mode
   bool background = false;          // a thread outside the step (Observer::outside_step)
   bool written_non_finite = false;  // an argument it writes held NaN/Inf before
+  int64_t place_index = -1;         // its index in the step's placement (observer_place.cpp)
   // The op's inputs, held from its start: the dispatcher frees the boxed arguments right
   // after the start callbacks, so fn.inputs() must not be read at the end (a TensorList
   // built for the call, as torch::stack({a, b}) builds one, is gone by then). Reading them
@@ -83,20 +84,26 @@ std::unique_ptr<at::ObserverContext> Observer::overflow_start(const at::RecordFu
   ThreadState& ts = thread_state();
   const Direction dir = ts.nodes.empty() ? Direction::kForward : Direction::kBackward;
   const bool background = outside_step(ts);
-  int64_t call = 0;
+  auto inputs = fn.inputs();
+  int64_t call = 0, place_index = -1;
+  bool record = false;
+  std::vector<std::shared_ptr<PendingOp>> release;  // held records now placed
   {
     std::lock_guard<std::mutex> lk(engine_->order_mutex());
     call = next_call(ts, background, dir, info);
-    if (!select(info.name, dir, call, background).record) return nullptr;
+    place_index = place_locked(fn, inputs, info, depth, dir, background, grad_on, ts, release);
+    record = select(info.name, dir, call, background).record;
   }
+  for (const auto& op : release) engine_->end_op(*op);
+  if (!record) return nullptr;
   auto ctx = std::make_unique<OverflowContext>();
   ctx->info = &info;
   ctx->call = call;
+  ctx->place_index = place_index;
   ctx->depth = depth;
   ctx->dir = dir;
   ctx->grad_on = grad_on;
   ctx->background = background;
-  auto inputs = fn.inputs();
   ctx->inputs.assign(inputs.begin(), inputs.end());
   if (!info.write_args.empty()) {
     for (size_t i : info.write_args) {
@@ -114,6 +121,7 @@ void Observer::overflow_end(const at::RecordFunction& fn, at::ObserverContext* c
   auto* c = static_cast<OverflowContext*>(ctx);
   const OpInfo& info = *c->info;
   std::shared_ptr<PendingOp> op;
+  bool held = false;  // waits for its module (observer_place.cpp)
   try {
     OwnCodeGuard own;  // our own ATen calls are not observed
     GradOffGuard no_grad;
@@ -190,7 +198,10 @@ void Observer::overflow_end(const at::RecordFunction& fn, at::ObserverContext* c
       h.node = ts.nodes.back().name;
       h.seqnr = ts.nodes.back().seqnr;
     }
-    if (c->dir == Direction::kForward) h.grad = c->grad_on;
+    if (c->dir == Direction::kForward) {
+      h.grad = c->grad_on;
+      h.optimizer = !c->background && optimizer_step_.load(std::memory_order_relaxed);
+    }
     if (c->dir == Direction::kForward && c->grad_on && any_requires_grad(inputs))
       h.seqnr = fn.seqNr();
     for (size_t i = 0; i < inputs.size(); ++i) {
@@ -203,6 +214,8 @@ void Observer::overflow_end(const at::RecordFunction& fn, at::ObserverContext* c
     how.fresh = !info.write_args.empty();
     capture_args(c10::ArrayRef<const c10::IValue>(outs.data(), outs.size()), op->out, *op, nullptr,
                  false, how, nullptr);
+    std::lock_guard<std::mutex> lk(engine_->order_mutex());
+    held = place_record_locked(op, c->place_index);
   } catch (const std::exception& e) {
     errors_.fetch_add(1, std::memory_order_relaxed);
     report_error(std::string("precprobe: checking the outputs of ") + info.name +
@@ -211,7 +224,7 @@ void Observer::overflow_end(const at::RecordFunction& fn, at::ObserverContext* c
     errors_.fetch_add(1, std::memory_order_relaxed);
     report_error("precprobe: checking the outputs of " + info.name + " for NaN/Inf failed");
   }
-  if (op) engine_->end_op(*op);
+  if (op && !held) engine_->end_op(*op);
 }
 
 }  // namespace detail

@@ -158,7 +158,8 @@ RunMeta PrecisionDebugger::Impl::run_meta(bool final_meta) const {
   m.level = std::string(to_string(options.level));
   m.config = options.to_json_value();
   if (!seed_report.is_null()) m.seed_report = seed_report;
-  if (!module_order.is_null()) m.other["modules"] = module_order;
+  if (module_order.is_object())
+    for (const auto& [key, value] : module_order.items()) m.other[key] = value;
   m.host = host_name();
   m.pid = static_cast<int64_t>(::getpid());
   m.device = "cpu";
@@ -324,6 +325,7 @@ void PrecisionDebugger::start(const std::shared_ptr<torch::nn::Module>& model) {
         for (const auto& p : model->named_parameters(/*recurse=*/true))
           named.emplace_back(p.key(), p.value());
       d.observer->set_parameters(named);
+      d.observer->set_modules(d.module_order);
       if (model && d.writer) {
         ScalarRecord r;
         r.step = d.step;

@@ -45,8 +45,8 @@ struct PrecisionDebugger::Impl {
   int64_t step = 0;
   int64_t observer_step = -1;  // the step the observer's naming state belongs to
   std::string start_time;
-  nlohmann::json seed_report;                            // null unless seeded
-  nlohmann::json module_order;                           // meta.json's "modules"; null: none
+  nlohmann::json seed_report;   // null unless seeded
+  nlohmann::json module_order;  // meta.json's "modules" and "module_types"; null: none
   c10::intrusive_ptr<c10d::ProcessGroup> process_group;  // null: rank from the environment
   bool installed_signal_flush = false;
   bool installed_crash_flush = false;

@@ -49,10 +49,12 @@ class ModelSet : public torch::nn::Module {
 std::shared_ptr<torch::nn::Module> model_set(const std::vector<NamedModel>& models,
                                              const std::shared_ptr<torch::nn::Module>& previous);
 
-/// meta.json's "modules" (docs/dump-format.md): [path, "params" | "dropout"] for each module
-/// of `model` that owns parameters directly or is a dropout (its type name contains
-/// "Dropout"), in named_modules() order; the top module's path is "(root)". The analyses
-/// place a dropout op, which reads no parameter, by it.
+/// meta.json's "modules" and "module_types" (docs/dump-format.md), as the object {"modules":
+/// [[path, "params" | "dropout"], ...], "module_types": [[path, type], ...]}: "modules" has each
+/// module of `model` that owns parameters directly or is a dropout (its type name contains
+/// "Dropout"), "module_types" every module with its name() ("torch::nn::SequentialImpl"), both
+/// in named_modules() order; the top module's path is "(root)". The analyses place a dropout
+/// op, and the ops of a Sequential's parameterless children, which read no parameter, by them.
 nlohmann::json module_order(const torch::nn::Module& model);
 
 /// The train/eval mode observe_batch records: the module's own, or for a ModelSet whether

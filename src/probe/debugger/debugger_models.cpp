@@ -19,18 +19,20 @@ void ModelSet::add(const std::string& name, const std::shared_ptr<torch::nn::Mod
 
 nlohmann::json module_order(const torch::nn::Module& model) {
   nlohmann::json order = nlohmann::json::array();
+  nlohmann::json types = nlohmann::json::array();
   auto add = [&](const std::string& path, const torch::nn::Module& m) {
     if (m.name().find("Dropout") != std::string::npos)
       order.push_back({path, "dropout"});
     else if (!m.named_parameters(/*recurse=*/false).is_empty())
       order.push_back({path, "params"});
+    types.push_back({path, m.name()});
   };
   // named_modules() includes the top module only when it is held by a shared_ptr: a module
   // held by value (start(model) takes one) is added here.
   add("(root)", model);
   for (const auto& item : model.named_modules("", /*include_self=*/false))
     add(item.key(), *item.value());
-  return order;
+  return nlohmann::json{{"modules", std::move(order)}, {"module_types", std::move(types)}};
 }
 
 namespace {

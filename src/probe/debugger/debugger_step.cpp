@@ -123,6 +123,10 @@ void PrecisionDebugger::run_step_impl(c10::function_ref<std::vector<at::Tensor>(
   d.step_open = true;  // ended by the next run_step(), step() or stop()
 }
 
+void PrecisionDebugger::mark_optimizer(bool in_step) noexcept {
+  if (enabled_ && impl_->observer) impl_->observer->mark_optimizer(in_step);
+}
+
 void PrecisionDebugger::step() {
   Impl& d = *impl_;
   if (!enabled_) {

@@ -34,6 +34,9 @@ struct MaskingSummary {
   int64_t step = 0, seq = 0;
   int rank = 0;
   int64_t elements = 0;
+  /// The first writer was given the mask (an attention op's attn_mask, an additive mask of 0
+  /// and -inf added), not made it: `elements` counts its input's -inf.
+  bool given = false;
   /// summary only: the module of the first writer, as every command places it (docs/cli.md,
   /// "Modules"); nullopt when no op of its step reads a named parameter.
   std::optional<std::string> module;
@@ -46,7 +49,7 @@ struct MaskingSummary {
   /// steps; not counted as overflow".
   std::string describe() const;
   /// null when !any(); else {"writers", "carriers", "steps", "op", "name", "step", "rank",
-  /// "seq", "module", "elements", "live_watch_hits", "text"}.
+  /// "seq", "module", "elements", "given", "live_watch_hits", "text"}.
   nlohmann::json to_json() const;
 };
 
@@ -88,6 +91,10 @@ class MaskWatch {
   /// The ops that may write a mask: they fill with a value argument (masked_fill, where,
   /// full, fill_, index_fill, constant_pad_nd, ...). A cheap first test on an op's name.
   static bool may_write(std::string_view op) noexcept;
+  /// The ops that may be given an additive mask of 0 and -inf made before recording (a
+  /// causal mask made once, added to the scores): add, add_, baddbmm. Given one with no
+  /// writer before it in its step, such an op is where the mask enters the records: a writer.
+  static bool may_take_mask(std::string_view op) noexcept;
 
  private:
   std::unique_ptr<analysis_detail::MaskTracker> t_;

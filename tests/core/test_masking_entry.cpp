@@ -101,3 +101,73 @@ TEST_CASE("masking: a -inf an attention op is given is its attn_mask", "[masking
   add_step(other, 0, 0, {{"aten::add", 0, {tens({8}), tens({8}, 2)}, {tens({8}, 2)}}});
   CHECK(find_overflow(other).any_nonfinite);
 }
+
+namespace {
+
+// An additive mask of 0 and -inf (nn.Transformer.generate_square_subsequent_mask, a causal
+// mask registered as a buffer): `ninf` -inf, the other elements 0, no gradient.
+Arg additive_mask(std::vector<int64_t> shape, int64_t ninf) {
+  Arg a = tens(std::move(shape), ninf, 0, 0, "", false);
+  TensorStats& t = *a.tensor;
+  t.zero = t.numel - ninf;
+  t.pos = 0;
+  t.min = t.max = t.mean = t.norm = 0;
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("masking: an additive mask made before recording, added to the scores", "[masking]") {
+  // The causal mask made once before the loop (as PyTorch's Transformer tutorial makes it)
+  // is added to the scores each step: no recorded op wrote it, yet its -inf is a mask. From
+  // step 2 a key padding mask made the same way hides every key of one sequence: 8 rows NaN.
+  DumpData d;
+  for (int64_t step = 0; step < 3; ++step) {
+    const bool full = step == 2;
+    add_step(d, step, 0,
+             {{"aten::linear",
+               0,
+               {tens({2, 8, 4}), tens({12, 4}, 0, 0, 0, "attn.in_proj_weight")},
+               {tens({2, 8, 12})}},
+              {"aten::add_",
+               1,
+               {tens({2, 8, 8}), additive_mask({8, 8}, 28), varg("1")},
+               {tens({2, 8, 8}, 56)}},
+              {"aten::add",
+               2,
+               {tens({2, 8, 8}, 56), additive_mask({2, 1, 8}, full ? 8 : 2), varg("1")},
+               {tens({2, 8, 8}, full ? 56 + 36 : 56 + 14)}},
+              {"aten::softmax",
+               3,
+               {tens({2, 8, 8}, full ? 56 + 36 : 56 + 14), varg("-1"), varg("null")},
+               {tens({2, 8, 8}, 0, full ? 64 : 0)}},
+              {"aten::linear",
+               4,
+               {tens({2, 8, 4}, 0, full ? 32 : 0), tens({4, 4}, 0, 0, 0, "attn.out_proj.weight")},
+               {tens({2, 8, 4}, 0, full ? 32 : 0)}}});
+  }
+  const std::vector<MaskRole> roles =
+      analysis_detail::mask_roles(std::vector<OpRecord>(d.ops.begin(), d.ops.begin() + 5));
+  CHECK(roles == std::vector<MaskRole>{MaskRole::kNone, MaskRole::kWriter, MaskRole::kCarrier,
+                                       MaskRole::kCarrier, MaskRole::kNone});
+  const OverflowResult o = find_overflow(d);
+  REQUIRE(o.found);
+  CHECK(o.origin.step == 2);
+  CHECK(o.origin.op == "aten::softmax");
+  REQUIRE(o.reason);
+  CHECK(*o.reason == "every element of 8 of its 16 rows was -inf: fully masked rows");
+  REQUIRE(o.ranks.size() == 1);
+  CHECK_FALSE(o.ranks[0].nonfinite_before_origin);  // steps 0-1 raise nothing
+  CHECK(o.masking.given);
+  CHECK(o.masking.describe() ==
+        "28 elements of -inf given as a mask to aten::add_ in attn (step 0), masks in 3 steps; "
+        "not counted as overflow");
+  DumpData healthy;
+  healthy.ops.assign(d.ops.begin(), d.ops.begin() + 10);
+  CHECK_FALSE(find_overflow(healthy).any_nonfinite);
+  CHECK(summarize_dump(healthy).nonfinite_op_records == 0);
+  // A -inf among other values (data, a log of 0) is no mask: it still alarms.
+  DumpData data;
+  add_step(data, 0, 0, {{"aten::add", 0, {tens({8}), tens({8}, 2), varg("1")}, {tens({8}, 2)}}});
+  CHECK(find_overflow(data).any_nonfinite);
+}

@@ -180,32 +180,13 @@ FAITHFUL = [(pair, []) for pair in PAIRS] + [
     ("gan", ["--zero-grad", "after-step"]),
 ]
 
-# Cases that wait on work still open, expected to fail until it lands (not strict: the outcome
-# depends on the PyTorch version).
-PENDING = {
-    # meta.json lists the modules that own parameters and the dropouts: a LeakyReLU module has
-    # neither, so its op is placed in D, the Sequential that runs it.
-    ("gan", "--leaky-slope 0.01"): "issue 67, open: parameterless modules (D.1, a LeakyReLU) "
-                                   "are not listed to place their ops in",
-}
-if TORCH_MAJOR >= 2:
-    # PyTorch 2.x's clip_grad_norm_ runs with grad mode off (foreach ops): its ops read as the
-    # optimizer's work on the first parameter, not "(after backward)" (docs/cli.md, "Modules").
-    PENDING[("lm", "--clip-norm 5")] = ("issue 66 item 3: PyTorch 2.x's clip_grad_norm_ under "
-                                        "no_grad is placed with the optimizer")
 
-
-def params(cases, key, ids):
-    def marks(c):
-        if key(c) in PENDING:
-            return [pytest.mark.xfail(strict=False, reason=PENDING[key(c)])]
-        return []
-    return [pytest.param(*c, id=i, marks=marks(c)) for c, i in zip(cases, ids)]
+def params(cases, ids):
+    return [pytest.param(*c, id=i) for c, i in zip(cases, ids)]
 
 
 @pytest.mark.parametrize("pair,py_flags", params(
-    FAITHFUL, lambda c: (c[0], " ".join(c[1])),
-    [f"{p}:{' '.join(f)}" if f else p for p, f in FAITHFUL]))
+    FAITHFUL, [f"{p}:{' '.join(f)}" if f else p for p, f in FAITHFUL]))
 def test_faithful_port_compares_clean(pair, py_flags, python_runs, data_root, tmp_path):
     py, state, py_losses = python_runs[pair]
     if py_flags:
@@ -278,7 +259,7 @@ CONSTANTS = {
 
 
 @pytest.mark.parametrize("pair,cpp_flags,py_flags,config,step,op,module,cause,param", params(
-    BUGS, lambda b: (b[0], " ".join(b[1] + b[2])), [f"{b[0]}:{' '.join(b[1] + b[2])}" for b in BUGS]))
+    BUGS, [f"{b[0]}:{' '.join(b[1] + b[2])}" for b in BUGS]))
 def test_planted_port_bug_is_named(pair, cpp_flags, py_flags, config, step, op, module, cause,
                                    param, python_runs, data_root, tmp_path):
     py, state, _ = python_runs[pair]

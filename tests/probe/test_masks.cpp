@@ -177,6 +177,9 @@ TEST_CASE(
   REQUIRE(a.masked_by);
   CHECK(a.masked_by->op == "aten::masked_fill");
   CHECK(a.masked_by->step == kMaskedFrom);
+  // Between qkv and proj, in the model's own forward: its top module.
+  CHECK(a.origin_module == std::optional<std::string>("(root)"));
+  CHECK(a.masked_by->module == a.origin_module);
 
   // overflow_check, with its default of one origin: the masks of steps 0-6 do not use it up.
   auto o = options_in(check_dir);
@@ -186,15 +189,20 @@ TEST_CASE(
   REQUIRE(check.ops.size() == 2);  // the mask that made it, then the NaN's origin
   CHECK(check.ops[0].name() == a.masked_by->name);
   CHECK(check.ops[1].name() == a.origin.name);
-  for (const OpRecord& r : check.ops) CHECK(r.step == kMaskedFrom);
+  for (const OpRecord& r : check.ops) {
+    CHECK(r.step == kMaskedFrom);
+    CHECK(r.module == "(root)");  // placed by the probe while the program ran
+  }
   DumpReader check_reader(check_dir.path().string());
   const OverflowResult b = find_overflow(check_reader);
   REQUIRE(b.found);
   CHECK(b.origin.name == a.origin.name);
   CHECK(b.origin.step == a.origin.step);
+  CHECK(b.origin_module == a.origin_module);
   CHECK(b.reason == a.reason);
   REQUIRE(b.masked_by);
   CHECK(b.masked_by->name == a.masked_by->name);
+  CHECK(b.masked_by->module == a.masked_by->module);
 
   auto r = options_in(replay_dir);
   r.record = RecordMode::kOnAnomaly;
@@ -209,4 +217,9 @@ TEST_CASE(
   const std::string why = e["why"].get<std::string>();
   CHECK_THAT(why, Catch::Matchers::ContainsSubstring(rows_reason(kMaskedFrom)));
   CHECK_THAT(why, Catch::Matchers::ContainsSubstring(a.masked_by->name));
+  DumpReader replay_reader(replay_dir.path().string());
+  const OverflowResult c = find_overflow(replay_reader);
+  REQUIRE(c.found);
+  CHECK(c.origin.name == a.origin.name);
+  CHECK(c.origin_module == a.origin_module);
 }

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import precprobe
-from conftest import read_meta, read_stream
+from conftest import read_meta, read_stream, run_cli
 
 
 def stats64(t):
@@ -351,3 +351,39 @@ def test_binary_and_json_op_records_of_one_seeded_run_are_the_same_records(tmp_p
     verdict = precprobe.compare(text, binary, exact=True)
     assert verdict["found"] is False, verdict
     assert verdict["first_divergent"] is None
+
+
+def test_optimizer_steps_are_marked_and_clipping_is_after_backward(dump_dir):
+    """The ops of opt.step() carry "opt" (PyTorch 2.0 on: the optimizer step hooks; 1.13 has
+    none), and every command places clip_grad_norm_, which runs under no_grad from 2.0 on, "(after
+    backward)": not in the first parameter's module, as the optimizer's state work is."""
+    torch.manual_seed(2)
+    net = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    x = torch.randn(5, 3)
+    dbg = precprobe.PrecisionDebugger(config(dump_dir))
+    dbg.start(net, opt)
+    opt.zero_grad()
+    net(x).pow(2).mean().backward()
+    torch.nn.utils.clip_grad_norm_(net.parameters(), 0.5)
+    opt.step()
+    dbg.step()
+    dbg.stop()
+    ops = read_stream(dump_dir, "ops")
+    marked = [o for o in ops if o.get("opt")]
+    hooks = hasattr(torch.optim.optimizer, "register_optimizer_step_pre_hook")
+    updates = [o for o in ops if o["op"].endswith("_") and o["in"] and "param" in o["in"][0]]
+    assert updates, [o["op"] for o in ops]  # Adam's update of each parameter
+    if hooks:
+        assert all(o.get("opt") for o in updates), [(o["op"], o.get("opt")) for o in updates]
+        # Nothing before the step is marked: the forward, the backward, the clipping.
+        first = min(o["seq"] for o in marked)
+        norms = [o for o in ops if "norm" in o["op"]]
+        assert norms and all(o["seq"] < first and not o.get("opt") for o in norms)
+    else:
+        assert marked == []
+    r = run_cli("summary", dump_dir, "--by", "module", "--json")
+    assert r.returncode == 0, r.stderr
+    modules = {m["module"]: m["ops"] for m in json.loads(r.stdout)["modules"]}
+    assert modules.get("(after backward)", 0) >= 3, modules  # the norms, the coefficient, the mul
+    assert "1" in modules  # the ReLU between the two Linear layers of the Sequential

@@ -89,16 +89,8 @@ def skip_reason(prog):
     return None
 
 
-# Parts of issue 66 still open: the cases that wait on them are expected to fail (strict, but
-# for `mha`: a case that passes fails the run, so the mark goes when the work lands).
-MASKING_MODULE = ("issue 66 item 1, open: summary's masking line names the op and step of the "
-                  "first mask, not yet its module")
-CHECK_MODULE = ("issue 66 item 2, open: an overflow_check dump holds no op reading a parameter, "
-                "so its origin is placed in no module")
-
-
-def cases(progs=None, pending=None):
-    """(prog, dtype) params; `pending`: {prog: reason} of cases expected to fail."""
+def cases(progs=None):
+    """(prog, dtype) params."""
     out = []
     for prog in progs or PROGRAMS:
         if prog not in PROGRAMS:
@@ -106,11 +98,6 @@ def cases(progs=None, pending=None):
         for dtype in ("fp32", "bf16"):
             reason = skip_reason(prog)
             marks = [pytest.mark.skip(reason=reason)] if reason else []
-            if not reason and pending and prog in pending:
-                # Python's nn.MultiheadAttention runs SDPA from PyTorch 2.0 on, whose
-                # _safe_softmax leaves a fully masked row finite (nothing to name): strict
-                # only where the outcome does not depend on the version.
-                marks = [pytest.mark.xfail(strict=prog != "mha", reason=pending[prog])]
             out.append(pytest.param(prog, dtype, id=f"{prog}-{dtype}", marks=marks))
     return out
 
@@ -350,7 +337,7 @@ def test_healthy_masking_is_shown_as_masking(prog, dtype, run):
         assert m["elements"] == masked_elements_step0("gpt")
 
 
-@pytest.mark.parametrize("prog,dtype", cases(["gpt"], pending={"gpt": MASKING_MODULE}))
+@pytest.mark.parametrize("prog,dtype", cases(["gpt"]))
 def test_healthy_masking_line_names_its_module(prog, dtype, run):
     """Issue 66 item 1's example: "... masked with -inf by aten::masked_fill in b0"."""
     s, _ = cli_json("summary", run(prog, dtype, "stats").dump, codes=(0,))
@@ -404,7 +391,7 @@ def test_planted_summary_and_check_name_the_softmax(prog, dtype, run):
     assert f"in module {module} " in ev["evidence"], ev["evidence"]
 
 
-@pytest.mark.parametrize("prog,dtype", cases(pending={p: CHECK_MODULE for p in ("gpt", "encoder", "mha")}))
+@pytest.mark.parametrize("prog,dtype", cases())
 def test_planted_overflow_check_names_the_softmax(prog, dtype, run):
     r = run(prog, dtype, "overflow_check", True)
     o, code = cli_json("overflow", r.dump)
@@ -433,7 +420,7 @@ def test_planted_on_anomaly_replay_names_the_softmax(prog, dtype, run):
     assert o["name"] == a["origin_record"]
 
 
-@pytest.mark.parametrize("prog,dtype", cases(pending={p: CHECK_MODULE for p in ("gpt", "encoder", "mha")}))
+@pytest.mark.parametrize("prog,dtype", cases())
 def test_planted_same_answer_three_ways(prog, dtype, run):
     if not planted_goes_nan(run, prog, dtype):
         pytest.skip("the planted row stays finite here: nothing to name")

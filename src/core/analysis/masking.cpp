@@ -136,6 +136,34 @@ std::optional<double> mask_fill_value(const OpRecord& r) {
   return std::nullopt;
 }
 
+bool may_take_mask(std::string_view op) noexcept {
+  return op == "aten::add" || op == "aten::add_" || op == "aten::baddbmm" || op == "aten::baddbmm_";
+}
+
+bool may_hold_mask(const std::vector<std::pair<std::string, int64_t>>& nonfinite_ops) noexcept {
+  bool all = !nonfinite_ops.empty();
+  for (const auto& [op, n] : nonfinite_ops) {
+    if (may_write_mask(op)) return true;
+    all = all && may_take_mask(op);
+  }
+  return all;
+}
+
+bool given_additive_mask(const OpRecord& r) noexcept {
+  if (!may_take_mask(r.op)) return false;
+  // Every -inf it was given is in tensors of only 0 and -inf: a mask, whatever made it (data
+  // with a -inf holds other values).
+  int64_t in_masks = 0, all = 0;
+  for (const Arg& a : r.inputs) {
+    if (!a.tensor) continue;
+    const TensorStats& t = *a.tensor;
+    if (t.nan + t.pinf > 0) return false;
+    all += t.ninf;
+    if (t.ninf > 0 && t.zero + t.ninf == t.numel) in_masks += t.ninf;
+  }
+  return all > 0 && in_masks == all;
+}
+
 MaskRole MaskTracker::observe(const OpRecord& r, size_t index) {
   writer_ = nullptr;
   Step& s = ranks_[r.rank];
@@ -153,9 +181,10 @@ MaskRole MaskTracker::observe(const OpRecord& r, size_t index) {
     if (w.seq < r.seq && (writer_ == nullptr || w.seq > writer_->seq)) writer_ = &w;
   }
   const bool nan_out = output_counts(r).other_than_ninf();
-  if (writer_ == nullptr && is_attention_op(r.op)) {
+  if (writer_ == nullptr && (is_attention_op(r.op) || given_additive_mask(r))) {
     // A -inf given to an attention op with no writer before it: its attn_mask, made inside
-    // another op or before recording. Where the mask enters the records: a writer, given.
+    // another op or before recording; or an additive mask of 0 and -inf made before recording,
+    // given to an add. Where the mask enters the records: a writer, given.
     if (nan_out) return MaskRole::kBorn;
     s.writers.push_back({r.op, r.seq, in.ninf, index, true});
     return MaskRole::kWriter;
@@ -202,8 +231,8 @@ void MaskingCounter::add(const OpRecord& r, MaskRole role) {
   m_.step = r.step;
   m_.seq = r.seq;
   m_.rank = r.rank;
-  m_.elements =
-      is_attention_op(r.op) && !writes_mask(r) ? input_counts(r).ninf : output_counts(r).ninf;
+  m_.given = !writes_mask(r);
+  m_.elements = m_.given ? input_counts(r).ninf : output_counts(r).ninf;
 }
 
 void MaskingCounter::merge(const MaskingCounter& o) {
@@ -229,13 +258,11 @@ MaskingSummary MaskingCounter::finish() const {
 
 std::string MaskingSummary::describe() const {
   if (!any()) return {};
-  // An attention op is the first writer only when it was given the mask (MaskWrite::given).
   const std::string in = module ? " in " + *module : std::string();
   std::string s =
-      is_attention_op(op)
-          ? fmt::format("{} elements of -inf given as a mask to {}{} (step {})", elements, op, in,
-                        step)
-          : fmt::format("{} elements set to -inf by {}{} (step {})", elements, op, in, step);
+      given ? fmt::format("{} elements of -inf given as a mask to {}{} (step {})", elements, op, in,
+                          step)
+            : fmt::format("{} elements set to -inf by {}{} (step {})", elements, op, in, step);
   if (steps > 1) s += fmt::format(", masks in {} steps", steps);
   return s + "; not counted as overflow";
 }
@@ -252,6 +279,7 @@ nlohmann::json MaskingSummary::to_json() const {
           {"seq", seq},
           {"module", module ? nlohmann::json(*module) : nlohmann::json()},
           {"elements", elements},
+          {"given", given},
           {"live_watch_hits", live_watch_hits},
           {"text", describe()}};
 }
@@ -288,6 +316,10 @@ int64_t MaskWatch::writer_seq() const noexcept {
 
 bool MaskWatch::may_write(std::string_view op) noexcept {
   return analysis_detail::may_write_mask(op);
+}
+
+bool MaskWatch::may_take_mask(std::string_view op) noexcept {
+  return analysis_detail::may_take_mask(op);
 }
 
 nlohmann::json MaskedBy::to_json() const {

@@ -61,6 +61,17 @@ std::optional<double> mask_fill_value(const OpRecord& r);
 
 /// The op-local half of the rule: `r` wrote a mask's -inf (see above).
 bool writes_mask(const OpRecord& r) noexcept;
+/// MaskWatch::may_take_mask: add, add_, baddbmm, baddbmm_.
+bool may_take_mask(std::string_view op) noexcept;
+/// Whether a frame whose digest names these ops with non-finite outputs may hold a mask, which
+/// only its records tell: one of them may write a mask, or all of them may write or be given
+/// one (an add of a mask made before recording; where other ops made NaN/Inf too, the run
+/// has gone non-finite and the adds are counted as the digest counts them).
+bool may_hold_mask(const std::vector<std::pair<std::string, int64_t>>& nonfinite_ops) noexcept;
+/// Whether `r` is one of those and every -inf among its inputs is in tensors holding only 0
+/// and -inf (an additive mask, made before recording or by ops not recorded), and none holds
+/// NaN or +Inf.
+bool given_additive_mask(const OpRecord& r) noexcept;
 
 /// What an op is to masking.
 enum class MaskRole : uint8_t {

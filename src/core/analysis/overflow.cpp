@@ -239,9 +239,7 @@ std::optional<PerRank> analyse_digested(RecordSource& src,
   bool all_digested = true;
   src.ops_passing(
       [&](int rank, const FrameDigest& d) {
-        const bool mask =
-            std::any_of(d.nonfinite_ops.begin(), d.nonfinite_ops.end(),
-                        [](const auto& op) { return analysis_detail::may_write_mask(op.first); });
+        const bool mask = analysis_detail::may_hold_mask(d.nonfinite_ops);
         for (const FrameDigest::Step& st : d.steps) {
           DigestedStep& c = digested[rank][st.step];
           c.nonfinite_outputs += st.nonfinite_outputs;

@@ -177,15 +177,14 @@ void count_ops(RecordSource& src, SummaryResult& s, const std::set<RecordKey>& h
   if (s.by_module) {  // modules are attributed from every op of a step
     src.ops(add);
   } else {
-    // A frame's digest holds all that is counted here, unless it may hold a mask: a non-finite
-    // output of an op that may write one, or a step where one did (decoded, judged record by
-    // record). The others' records are not decoded.
+    // A frame's digest holds all that is counted here, unless it may hold a mask (masking.h,
+    // may_hold_mask: a non-finite output of an op that may write one, or of adds alone), or
+    // a step where one did (decoded, judged record by record). The others' records are not
+    // decoded.
     std::set<std::pair<int, int64_t>> masked_steps;
     src.ops_passing(
         [&](int rank, const FrameDigest& d) {
-          bool mask =
-              std::any_of(d.nonfinite_ops.begin(), d.nonfinite_ops.end(),
-                          [](const auto& op) { return analysis_detail::may_write_mask(op.first); });
+          bool mask = analysis_detail::may_hold_mask(d.nonfinite_ops);
           for (const FrameDigest::Step& st : d.steps)
             mask = mask || masked_steps.count({rank, st.step}) != 0;
           if (mask) {

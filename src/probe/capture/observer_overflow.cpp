@@ -160,8 +160,12 @@ void Observer::overflow_end(const at::RecordFunction& fn, at::ObserverContext* c
         if (t.defined() && !finite_->known(t) && has_non_finite(t)) bad_inputs.push_back(t);
       });
     }
-    const bool may_write_mask = MaskWatch::may_write(info.name) && minus_inf_argument(inputs);
+    bool may_write_mask = MaskWatch::may_write(info.name) && minus_inf_argument(inputs);
     if (!bad_inputs.empty()) {
+      // An additive mask of 0 and -inf given to an add (a causal mask made before recording,
+      // added to the scores): a writer, recorded for keep_overflow to judge.
+      if (!may_write_mask && MaskWatch::may_take_mask(info.name))
+        may_write_mask = std::all_of(bad_inputs.begin(), bad_inputs.end(), only_zero_or_minus_inf);
       // Given -inf: a mask extended (a padding mask filled into a causal one, recorded for
       // keep_overflow to judge), or in a step with a mask, a NaN born of it; else nothing.
       // An attention op takes a -inf as its attn_mask even with no writer recorded before it

@@ -452,6 +452,22 @@ bool has_nan_or_pinf(const at::Tensor& t) noexcept {
   return true;
 }
 
+bool only_zero_or_minus_inf(const at::Tensor& t) noexcept {
+  try {
+    if (!t.defined() || t.is_meta() || t.numel() == 0 || !at::isFloatingType(t.scalar_type()))
+      return false;
+    if (t.layout() != c10::kStrided || t.is_quantized() || t.is_nested()) return false;
+    const at::Tensor v = t.detach();
+    const at::Tensor minus_inf = v.isneginf();
+    return minus_inf.any().item<bool>() && at::logical_or(v == 0, minus_inf).all().item<bool>();
+  } catch (const std::exception& e) {
+    report_error(std::string("precprobe: the additive mask test failed: ") + e.what());
+  } catch (...) {
+    report_error("precprobe: the additive mask test failed");
+  }
+  return false;
+}
+
 bool has_non_finite(const at::Tensor& t) noexcept {
   try {
     if (!t.defined() || t.is_meta() || t.numel() == 0) return false;

@@ -64,6 +64,11 @@ bool has_non_finite(const at::Tensor& t) noexcept;
 /// Never throws (a failure reports an error and answers true).
 bool has_nan_or_pinf(const at::Tensor& t) noexcept;
 
+/// Whether every element of `t` is 0 or -inf (and one is -inf): an additive attention mask,
+/// whatever made it (MaskWatch::may_take_mask). For overflow_check's rare ops whose input
+/// held -inf, not a fast path. Never throws (a failure reports an error and answers false).
+bool only_zero_or_minus_inf(const at::Tensor& t) noexcept;
+
 /// The logical-order hash of precprobe::tensor_hash (see precprobe/hash.h).
 uint64_t logical_order_hash(const at::Tensor& t);
 

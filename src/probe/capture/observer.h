@@ -205,7 +205,8 @@ class Observer {
   std::optional<std::string> module_at_locked(int64_t index);
   /// Sets the module of `op` (placed at `index`) now, or holds it (not ended) until it is
   /// known: true when held.
-  bool place_record_locked(const std::shared_ptr<PendingOp>& op, int64_t index);
+  bool place_record_locked(const std::shared_ptr<PendingOp>& op, int64_t index, uint64_t epoch);
+  uint64_t placement_epoch_locked() const noexcept { return placement_epoch_; }
   void release_known_locked(std::vector<std::shared_ptr<PendingOp>>& release);
   /// The step's end (or drain): every op placed; the held records are ended.
   void end_placement();
@@ -308,6 +309,7 @@ class Observer {
   ModulePlacer placer_;
   bool placing_ = false;  // overflow_check with a model
   int64_t placed_ = 0, taken_ = 0;
+  uint64_t placement_epoch_ = 0;  // + 1 at each end_placement(): an index names its epoch's op
   std::deque<std::pair<int64_t, std::string>> taken_modules_;
   std::vector<std::pair<int64_t, std::shared_ptr<PendingOp>>> held_;
   std::atomic<bool> holding_{false};  // !held_.empty()

@@ -40,6 +40,7 @@ struct OverflowContext final : at::ObserverContext {
   bool background = false;          // a thread outside the step (Observer::outside_step)
   bool written_non_finite = false;  // an argument it writes held NaN/Inf before
   int64_t place_index = -1;         // its index in the step's placement (observer_place.cpp)
+  uint64_t place_epoch = 0;         // of that placement
   // The op's inputs, held from its start: the dispatcher frees the boxed arguments right
   // after the start callbacks, so fn.inputs() must not be read at the end (a TensorList
   // built for the call, as torch::stack({a, b}) builds one, is gone by then). Reading them
@@ -86,12 +87,14 @@ std::unique_ptr<at::ObserverContext> Observer::overflow_start(const at::RecordFu
   const bool background = outside_step(ts);
   auto inputs = fn.inputs();
   int64_t call = 0, place_index = -1;
+  uint64_t place_epoch = 0;
   bool record = false;
   std::vector<std::shared_ptr<PendingOp>> release;  // held records now placed
   {
     std::lock_guard<std::mutex> lk(engine_->order_mutex());
     call = next_call(ts, background, dir, info);
     place_index = place_locked(fn, inputs, info, depth, dir, background, grad_on, ts, release);
+    place_epoch = placement_epoch_locked();
     record = select(info.name, dir, call, background).record;
   }
   for (const auto& op : release) engine_->end_op(*op);
@@ -100,6 +103,7 @@ std::unique_ptr<at::ObserverContext> Observer::overflow_start(const at::RecordFu
   ctx->info = &info;
   ctx->call = call;
   ctx->place_index = place_index;
+  ctx->place_epoch = place_epoch;
   ctx->depth = depth;
   ctx->dir = dir;
   ctx->grad_on = grad_on;
@@ -219,7 +223,7 @@ void Observer::overflow_end(const at::RecordFunction& fn, at::ObserverContext* c
     capture_args(c10::ArrayRef<const c10::IValue>(outs.data(), outs.size()), op->out, *op, nullptr,
                  false, how, nullptr);
     std::lock_guard<std::mutex> lk(engine_->order_mutex());
-    held = place_record_locked(op, c->place_index);
+    held = place_record_locked(op, c->place_index, c->place_epoch);
   } catch (const std::exception& e) {
     errors_.fetch_add(1, std::memory_order_relaxed);
     report_error(std::string("precprobe: checking the outputs of ") + info.name +

@@ -88,8 +88,11 @@ std::optional<std::string> Observer::module_at_locked(int64_t index) {
   return std::string();  // taken too long ago: the analyses place it as they can
 }
 
-bool Observer::place_record_locked(const std::shared_ptr<PendingOp>& op, int64_t index) {
-  if (index < 0) return false;
+bool Observer::place_record_locked(const std::shared_ptr<PendingOp>& op, int64_t index,
+                                   uint64_t epoch) {
+  // An op that started before its step's placement ended (a thread outside the step): the
+  // analyses place it as they can.
+  if (index < 0 || epoch != placement_epoch_) return false;
   if (std::optional<std::string> module = module_at_locked(index)) {
     op->header.module = std::move(*module);
     return false;
@@ -123,6 +126,7 @@ void Observer::end_placement() {
     while (placer_.ready()) placer_.skip();
     placed_ = taken_ = 0;
     taken_modules_.clear();
+    ++placement_epoch_;
   }
   for (const auto& op : release) engine_->end_op(*op);
 }

@@ -7,6 +7,7 @@
 
 #pragma GCC diagnostic ignored "-Wfloat-equal"
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -107,12 +108,18 @@ TEST_CASE("start(models): parameters named <model>.<parameter>, any form of modu
   DumpReader reader(dir.path().string());
   std::set<std::string> modules;
   for (const auto& m : summarize_dump(reader, {}, true).modules) modules.insert(m.module);
-  // (top level): the input's aten::randn before any module, and D's sigmoid and the sum
-  // after its last parameter; G: the relu between G.fc and G.drop, and G's tanh after G.out
-  // (before D's first parameter); D: the LeakyReLU between D.0 and D.2 (docs/cli.md,
-  // "Modules").
-  CHECK(modules ==
-        std::set<std::string>{"(top level)", "G.fc", "G", "G.drop", "G.out", "D.0", "D", "D.2"});
+  // (top level): the input's aten::randn before any module, and the sum after D's last
+  // parameter; G: the relu between G.fc and G.drop, and G's tanh after G.out (before D's first
+  // parameter); D, a Sequential: its LeakyReLU D.1 between D.0 and D.2, its Sigmoid D.3 after
+  // D.2 (meta.json's "module_types"; docs/cli.md, "Modules").
+  CHECK(modules == std::set<std::string>{"(top level)", "G.fc", "G", "G.drop", "G.out", "D.0",
+                                         "D.1", "D.2", "D.3"});
+  const nlohmann::json& types = meta.other.at("module_types");
+  CHECK(types.size() == 1 + 4 + 5 + 1 + 1);  // the set, G and its 3, D and its 4, lin, sp
+  CHECK(std::count(types.begin(), types.end(),
+                   nlohmann::json::parse(R"(["D","torch::nn::SequentialImpl"])")) == 1);
+  CHECK(std::count(types.begin(), types.end(),
+                   nlohmann::json::parse(R"(["D.1","torch::nn::LeakyReLUImpl"])")) == 1);
 }
 
 TEST_CASE("start(models): set-up errors name the bad value", "[multi]") {

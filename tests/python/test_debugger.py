@@ -371,7 +371,8 @@ def test_optimizer_steps_are_marked_and_clipping_is_after_backward(dump_dir):
     dbg.stop()
     ops = read_stream(dump_dir, "ops")
     marked = [o for o in ops if o.get("opt")]
-    hooks = hasattr(torch.optim.optimizer, "register_optimizer_step_pre_hook")
+    import torch.optim.optimizer as optimizer_module
+    hooks = hasattr(optimizer_module, "register_optimizer_step_pre_hook")
     updates = [o for o in ops if o["op"].endswith("_") and o["in"] and "param" in o["in"][0]]
     assert updates, [o["op"] for o in ops]  # Adam's update of each parameter
     if hooks:

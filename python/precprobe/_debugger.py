@@ -63,25 +63,34 @@ def _optimizer_list(optimizer):
     return opts
 
 
-def _mark_optimizer_steps(dbg):
+def _mark_optimizer_steps(debugger):
     """The ops every optimizer's step() runs are marked in the records ("opt"), so that the
     commands tell its work from what ran between backward and it (clip_grad_norm_, which runs
     under no_grad from PyTorch 2.0 on: docs/cli.md, "Modules"). PyTorch 2.0 on has global
     optimizer step hooks; 1.13 has none (its clip_grad_norm_ runs with grad mode on, which
-    tells it apart). The handles, to remove at stop()."""
+    tells it apart). The hooks hold the debugger weakly (a debugger the program drops is
+    collected and stops) and go with it. The handles, to remove at stop()."""
     try:
         from torch.optim.optimizer import (register_optimizer_step_post_hook,
                                            register_optimizer_step_pre_hook)
     except ImportError:
         return []
+    ref = weakref.ref(debugger)
 
-    def pre(optimizer, args, kwargs):
-        dbg.mark_optimizer(True)
+    def mark(in_step):
+        d = ref()
+        if d is not None:
+            d._dbg.mark_optimizer(in_step)
 
-    def post(optimizer, args, kwargs):
-        dbg.mark_optimizer(False)
+    handles = [register_optimizer_step_pre_hook(lambda *_: mark(True)),
+               register_optimizer_step_post_hook(lambda *_: mark(False))]
+    weakref.finalize(debugger, _remove_hooks, list(handles))
+    return handles
 
-    return [register_optimizer_step_pre_hook(pre), register_optimizer_step_post_hook(post)]
+
+def _remove_hooks(handles):
+    for h in handles:
+        h.remove()
 
 
 class PrecisionDebugger:
@@ -163,7 +172,7 @@ class PrecisionDebugger:
             specs, named, modules = [_model_spec("", model)], False, [model]
         params = [[p for g in o.param_groups for p in g["params"]] for o in opts]
         self._dbg.start(specs, named, params)
-        self._optimizer_hooks = _mark_optimizer_steps(self._dbg)
+        self._optimizer_hooks = _mark_optimizer_steps(self)
         self._models = modules
         self._snapshots = [OptimizerSnapshot(o) for o in opts] if self._on_anomaly() else []
         if not self._seeded and self._options.get("seed") is not None:
@@ -229,8 +238,7 @@ class PrecisionDebugger:
         if self._scaler is not None:
             self._scaler.close()
             self._scaler = None
-        for h in getattr(self, "_optimizer_hooks", ()):
-            h.remove()
+        _remove_hooks(getattr(self, "_optimizer_hooks", ()))
         self._optimizer_hooks = []
         self._dbg.stop()
         self._models = []

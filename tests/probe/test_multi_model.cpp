@@ -404,3 +404,66 @@ TEST_CASE("on_anomaly with two models: a NaN in D's gradients is replayed and na
   CHECK_THAT(events[0].trigger_detail,
              Catch::Matchers::ContainsSubstring("(4 parameters with non-finite gradients)"));
 }
+
+namespace {
+
+// Two steps of a Sequential MLP with Adam, clip_grad_norm_ run under NoGradGuard (as PyTorch
+// 2.x runs it), the optimizer's step marked or not: each module's op count (summary --by
+// module) and the records.
+std::pair<std::map<std::string, int64_t>, std::vector<OpRecord>> clipped_steps(bool mark) {
+  TempDir dir(mark ? "mark_optimizer_on" : "mark_optimizer_off");
+  torch::manual_seed(3);
+  torch::nn::Sequential net(torch::nn::Linear(4, 8), torch::nn::ReLU(), torch::nn::Linear(8, 2));
+  torch::optim::Adam opt(net->parameters(), torch::optim::AdamOptions(1e-3));
+  PrecisionDebugger dbg(options_in(dir));
+  dbg.start(net, opt);
+  for (int step = 0; step < 2; ++step) {
+    opt.zero_grad();
+    net->forward(torch::randn({5, 4})).pow(2).mean().backward();
+    {
+      torch::NoGradGuard no_grad;
+      torch::nn::utils::clip_grad_norm_(net->parameters(), 0.5);
+    }
+    if (mark) dbg.mark_optimizer(true);
+    opt.step();
+    if (mark) dbg.mark_optimizer(false);
+    dbg.step();
+  }
+  dbg.stop();
+  std::map<std::string, int64_t> modules;
+  DumpReader reader(dir.path().string());
+  for (const auto& m : summarize_dump(reader, {}, true).modules) modules[m.module] = m.ops;
+  return {modules, precprobe::test::read_ops(dir)};
+}
+
+}  // namespace
+
+TEST_CASE("mark_optimizer: clipping without grad mode before a marked step is after backward",
+          "[multi]") {
+  const auto [marked, records] = clipped_steps(true);
+  // The ops of opt.step() carry the mark, and only they: every in-place update of a
+  // parameter does, no norm (the clipping's) does.
+  int64_t updates = 0, norms = 0;
+  for (const OpRecord& r : records) {
+    const bool update = !r.op.empty() && r.op.back() == '_' && !r.inputs.empty() &&
+                        r.inputs[0].tensor && !r.inputs[0].tensor->param.empty();
+    if (update && r.dir == Direction::kForward) {
+      ++updates;
+      CHECK(r.optimizer);
+    }
+    if (r.op.find("norm") != std::string::npos) {
+      ++norms;
+      CHECK_FALSE(r.optimizer);
+    }
+  }
+  CHECK(updates >= 2 * 4);  // each step, Adam's update of each of the 4 parameters
+  CHECK(norms > 0);
+  CHECK(marked.count("(after backward)") == 1);
+  CHECK(marked.count("1") == 1);  // the Sequential's ReLU
+  // Unmarked, the clipping reads as the optimizer's work on its first parameter (docs/cli.md,
+  // "Modules"): the mark is what tells them apart.
+  const auto [unmarked, unmarked_records] = clipped_steps(false);
+  CHECK(unmarked.count("(after backward)") == 0);
+  for (const OpRecord& r : unmarked_records) CHECK_FALSE(r.optimizer);
+  CHECK(unmarked.at("0") > marked.at("0"));
+}

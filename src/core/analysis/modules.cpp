@@ -349,8 +349,7 @@ void ModuleAttributor::add(const ModuleOp& p) {
   // that is less deep.
   std::vector<std::pair<int32_t, int32_t>>& calls = calls_[p.thread];
   while (!calls.empty() && calls.back().first >= p.depth) calls.pop_back();
-  const std::optional<int32_t> enclosing =
-      calls.empty() ? std::nullopt : std::optional<int32_t>(calls.back().second);
+  const int32_t enclosing = calls.empty() ? -1 : calls.back().second;  // its group, or -1
   int32_t group = -1;
   const bool no_grad = p.dir == Direction::kForward && p.grad == std::optional<bool>(false);
   // Waiting ops an optimizer may have run: its work on a parameter's state (grad mode off)
@@ -358,7 +357,7 @@ void ModuleAttributor::add(const ModuleOp& p) {
   const bool optimizer_may_wait = open_no_grad_ && phase_ != Phase::kPass;
   // An optimizer's first op, as the program told (OpRecord::optimizer): what waits before it
   // (gradient clipping) is not its work.
-  if (p.optimizer && p.dir == Direction::kForward && !enclosing && !open_optimizer_ &&
+  if (p.optimizer && p.dir == Direction::kForward && enclosing < 0 && !open_optimizer_ &&
       !open_.empty())
     resolve(outside());
   if (p.dir == Direction::kBackward) {
@@ -376,12 +375,12 @@ void ModuleAttributor::add(const ModuleOp& p) {
       group = node->second;
     else if (p.consumed)
       group = placed(*p.consumed);
-    else if (enclosing)
-      group = *enclosing;
+    else if (enclosing >= 0)
+      group = enclosing;
     else  // the engine's own (AccumulateGrad, a sum of gradients): with the op before it
       group = last_backward_ >= 0 ? last_backward_ : placed(std::string(kTopLevel));
     last_backward_ = group;
-  } else if (p.consumed && enclosing) {  // inside an op of its own module, or an optimizer's
+  } else if (p.consumed && enclosing >= 0) {  // inside an op of its own module, or an optimizer's
     group = placed(*p.consumed);
   } else if (p.consumed &&
              (p.updates_param || (no_grad && (phase_ != Phase::kPass || p.optimizer)))) {
@@ -390,8 +389,8 @@ void ModuleAttributor::add(const ModuleOp& p) {
     phase_ = Phase::kOptimizerRan;
     pass_anchor_.reset();
     group = placed(*p.consumed);
-  } else if (enclosing) {
-    group = *enclosing;
+  } else if (enclosing >= 0) {
+    group = enclosing;
   } else {
     std::optional<std::string> module = p.consumed;
     if (!module && p.dropout && order_) {
@@ -469,6 +468,15 @@ std::vector<std::string> attribute_modules(const std::vector<ModuleOp>& ops,
   attribute.end_step();
   while (attribute.ready()) out.push_back(attribute.take());
   return out;
+}
+
+std::optional<std::string> module_at(const std::vector<ModuleOp>& ops, size_t at,
+                                     const ModuleOrder* order) {
+  const bool named = std::any_of(ops.begin(), ops.end(), [](const ModuleOp& p) {
+    return p.consumed.has_value() || p.placed.has_value();
+  });
+  if (!named || at >= ops.size()) return std::nullopt;
+  return std::move(attribute_modules(ops, order)[at]);
 }
 
 }  // namespace analysis_detail

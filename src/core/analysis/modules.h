@@ -232,5 +232,9 @@ class ModuleAttributor {
 /// The module of each op of one step of one rank, `ops` in seq order (the rule above).
 std::vector<std::string> attribute_modules(const std::vector<ModuleOp>& ops,
                                            const ModuleOrder* order = nullptr);
+/// The module of ops[at] alone; nullopt when no op of the step reads a named parameter nor
+/// was placed by the probe (no model given to start()).
+std::optional<std::string> module_at(const std::vector<ModuleOp>& ops, size_t at,
+                                     const ModuleOrder* order = nullptr);
 
 }  // namespace precprobe::analysis_detail

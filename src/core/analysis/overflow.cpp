@@ -65,15 +65,11 @@ std::optional<std::string> module_of(const std::vector<OpRecord>& g, size_t c,
   std::vector<analysis_detail::ModuleOp> ops;
   ops.reserve(g.size());
   size_t at = 0;
-  bool named = false;
   for (size_t k = 0; k < order.size(); ++k) {
-    const OpRecord& r = g[order[k]];
     if (order[k] == c) at = k;
-    ops.push_back(analysis_detail::module_op(r));
-    named = named || ops.back().consumed.has_value() || ops.back().placed.has_value();
+    ops.push_back(analysis_detail::module_op(g[order[k]]));
   }
-  if (!named) return std::nullopt;
-  return std::move(analysis_detail::attribute_modules(ops, modules)[at]);
+  return analysis_detail::module_at(ops, at, modules);
 }
 
 StepState analyse_group(const std::vector<OpRecord>& g, const analysis_detail::ModuleOrder* order) {

@@ -121,17 +121,12 @@ class WriterModule {
       std::vector<analysis_detail::ModuleOp> ops;
       ops.reserve(ops_.size());
       size_t at = 0;
-      bool named = false;
       for (auto& [seq, op] : ops_) {
         if (seq == *writer_seq_) at = ops.size();
-        named = named || op.consumed || op.placed;
         ops.push_back(std::move(op));
       }
       best_ = std::make_tuple(step_, *writer_seq_, rank_);
-      module_.reset();
-      if (named)
-        module_ = std::move(
-            analysis_detail::attribute_modules(ops, analysis_detail::order_of(orders_, rank_))[at]);
+      module_ = analysis_detail::module_at(ops, at, analysis_detail::order_of(orders_, rank_));
     }
     ops_.clear();
     writer_seq_.reset();

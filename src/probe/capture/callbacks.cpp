@@ -71,6 +71,7 @@ std::unique_ptr<OpInfo> make_info(const at::RecordFunction& fn) {
   probe.op = info->name;
   info->outputs_uninitialized = probe.outputs_uninitialized();
   info->regrows = regrows(info->name, info->overload);
+  info->dropout = ModuleOp::is_dropout(info->name);
   const auto& args = schema->arguments();
   for (size_t i = 0; i < args.size(); ++i) {
     if (writes(args[i].alias_info()) || written_unannotated(args[i].name()))

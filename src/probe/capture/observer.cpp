@@ -124,12 +124,17 @@ void Observer::set_parameters(const std::vector<std::pair<std::string, at::Tenso
   placing_ = finite_ != nullptr && !params_.empty();  // overflow_check places its records
 }
 
-const std::string* Observer::parameter_name(const at::Tensor& t) const {
+const Observer::ParamName* Observer::param_of(const at::Tensor& t) const {
   if (params_.empty()) return nullptr;
   auto it = params_.find(storage_of(t));
   // A view of the whole parameter (weight.t()) keeps the name; a slice does not.
   if (it == params_.end() || it->second.numel != t.numel()) return nullptr;
-  return &it->second.name;
+  return &it->second;
+}
+
+const std::string* Observer::parameter_name(const at::Tensor& t) const {
+  const ParamName* p = param_of(t);
+  return p != nullptr ? &p->name : nullptr;
 }
 
 void Observer::take_control() noexcept {

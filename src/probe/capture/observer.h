@@ -256,6 +256,8 @@ class Observer {
     std::string module;  // "b0.qkv" of "b0.qkv.weight"; "(root)" for the top module's
   };
   std::unordered_map<const void*, ParamName> params_;
+  /// The parameter `t` is (or a view of the whole of), or nullptr.
+  const ParamName* param_of(const at::Tensor& t) const;
   std::vector<at::Tensor> param_tensors_;  // the same parameters, for their gradients
 
   std::mutex flagged_mu_;  // scaled-gradient reads already recorded: (step, op)

@@ -53,6 +53,8 @@ struct OpInfo {
   /// slice, view, t, expand, as_strided...): its values are the argument's, so it can hold
   /// NaN/Inf only if the argument did — never an origin for overflow_check.
   bool returns_view = false;
+  /// One of ATen's dropouts (ModuleOp::is_dropout): overflow_check's placement.
+  bool dropout = false;
 };
 
 /// overflow_check's memory of tensors known to hold no NaN/Inf (an output it tested, or

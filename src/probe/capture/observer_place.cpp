@@ -46,7 +46,7 @@ int64_t Observer::place_locked(const at::RecordFunction& fn,
   p.depth = depth;
   p.thread = thread_index();
   p.background = background;
-  p.dropout = ModuleOp::is_dropout(info.name);
+  p.dropout = info.dropout;
   bool first_tensor = true, first_is_param = false, requires_grad = false;
   for (const c10::IValue& v : inputs) {
     for_each_tensor(v, [&](const at::Tensor& t) {
@@ -55,9 +55,9 @@ int64_t Observer::place_locked(const at::RecordFunction& fn,
       const bool first = first_tensor;
       first_tensor = false;
       if (p.consumed) return;
-      auto it = params_.find(storage_of(t));
-      if (it == params_.end() || it->second.numel != t.numel()) return;
-      p.consumed = it->second.module;
+      const ParamName* param = param_of(t);
+      if (param == nullptr) return;
+      p.consumed = param->module;
       first_is_param = first;
     });
   }

@@ -5,7 +5,8 @@
 # architecture, then runs, each stage time-boxed and logged, going on past a failing stage:
 #   env        nvidia-smi, driver, torch, nvcc, compiler, glibc, how torch loads libcudart
 #   build      cmake -DPRECPROBE_WITH_CUDA=ON, every target (-j cores)
-#   (no GPU: stops here with a message, exit status 3: the dry run of scripts/gpu-check-trixie.sh)
+#   (no GPU: stops here with a message, exit status 3 when the build succeeded, 1 when it failed:
+#    the dry run of scripts/gpu-check-trixie.sh)
 #   ctest      the whole suite of that build (minus the tests that need npm or a network)
 #   cuda       the CUDA tests (tests/probe/test_stats_cuda, tests/cuda/test_cuda_*) one by one
 #   memcheck   compute-sanitizer --tool memcheck   on test_cuda_stats and test_stats_cuda
@@ -41,7 +42,7 @@ set -euo pipefail
 self="$(realpath "$0")"
 repo="$(cd "$(dirname "$self")/.." && pwd)"
 
-usage() { sed -n '2,38p' "$self" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,39p' "$self" | sed 's/^# \{0,1\}//'; }
 
 # ---------------------------------------------------------------------------- stage bodies
 # Run as `bash gpu-check.sh __stage NAME` under timeout, with the state exported below.
@@ -396,6 +397,9 @@ if [[ -z "$gpu_name" ]] || ! grep -q 'is_available() = true' <<<"$probe_msg"; th
   say "build: ${status[build]:-not run}. The remaining stages need a GPU: stopping."
   rows+=("| (gpu) | no GPU (nvidia-smi: ${gpu_name:-not found or no device}; ${probe_msg//$'\n'/; }): the stages below need one; stopped | 0 |")
   results
+  # 3 says "built, stopped for want of a GPU" (the dry run's success); a failed build is a
+  # failure with or without a GPU.
+  [[ "${status[build]:-ok}" == ok ]] || exit 1
   exit 3
 fi
 say "GPU: $gpu_name; ${probe_msg//$'\n'/; }"

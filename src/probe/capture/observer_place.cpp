@@ -17,6 +17,7 @@
 #include "capture/observer_internal.h"
 #include "precprobe/debugger.h"
 #include "precprobe/dump_format.h"
+#include "precprobe/error.h"
 
 namespace precprobe {
 namespace detail {

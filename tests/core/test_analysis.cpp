@@ -428,6 +428,9 @@ TEST_CASE("export writes one row per argument, CSV quoted", "[analysis][export]"
   OpSpec s{"aten::add", 0, {targ({1, 2}), varg("\"a,b\"")}, {targ({kNaN, 1})}};
   add_step(d, 0, 0, {s});
   d.ops[0].scope = "model/fc";
+  d.ops[0].seqnr = 7;
+  d.ops[0].optimizer = true;
+  d.ops[0].module = "b0.attn";
   std::ostringstream csv;
   CHECK(export_table(d, StreamKind::kOps, ExportFormat::kCsv, csv) == 3);
   std::istringstream lines(csv.str());
@@ -438,6 +441,10 @@ TEST_CASE("export writes one row per argument, CSV quoted", "[analysis][export]"
   std::getline(lines, row3);
   CHECK(header.rfind("step,rank,seq,name,op,overload,call,dir,depth,thread,scope,node,io,index",
                      0) == 0);
+  CHECK(header.size() > 25);
+  CHECK(header.substr(header.size() - 25) == ",value,grad,sn,bg,opt,mod");
+  CHECK(row1.size() > 22);
+  CHECK(row1.substr(row1.size() - 22) == ",,7,false,true,b0.attn");  // value, grad: empty
   CHECK(row1.find("\"[2]\"") == std::string::npos);  // a one-element shape needs no quotes
   CHECK(row1.find(",[2],") != std::string::npos);
   CHECK(row2.find("\"\"\"a,b\"\"\"") != std::string::npos);  // "a,b" as JSON, then quoted
@@ -452,6 +459,11 @@ TEST_CASE("export writes one row per argument, CSV quoted", "[analysis][export]"
   CHECK(j["io"] == "input");
   CHECK(j["scope"] == "model/fc");
   CHECK(j["max"] == 2.0);
+  CHECK(j["sn"] == 7);
+  CHECK(j["bg"] == false);
+  CHECK(j["opt"] == true);
+  CHECK(j["mod"] == "b0.attn");
+  CHECK(j["grad"].is_null());
 }
 
 // ------------------------------------------------------------------ randomized invariants

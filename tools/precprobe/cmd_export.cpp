@@ -33,7 +33,8 @@ void add_export_command(CLI::App& app, int& exit_code) {
   cmd->footer(
       "Columns of --stream ops: step, rank, seq, name, op, overload, call, dir, depth, thread,\n"
       "scope, node, io, index, li, dtype, shape, numel, nan, pinf, ninf, zero, neg, pos, min,\n"
-      "max, mean, norm, hash, param, rg, value. NaN/Inf statistics are empty (CSV) or null.\n\n"
+      "max, mean, norm, hash, param, rg, value, grad, sn, bg, opt, mod. NaN/Inf statistics are\n"
+      "empty (CSV) or null.\n\n"
       "Examples:\n  precprobe export ./precprobe_dump --format csv -o ops.csv\n"
       "  precprobe export ./precprobe_dump --format jsonl --stream scaler");
   cmd->callback([args, &exit_code] {

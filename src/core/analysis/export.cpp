@@ -198,6 +198,10 @@ Row op_row(const OpRecord& r, const std::string& name, const char* io, int index
   row.emplace_back("rg", cell(t ? t->requires_grad : false));
   row.emplace_back("value", cell(arg && !t ? arg->value : std::string()));
   row.emplace_back("grad", r.grad ? cell(*r.grad) : Cell{});  // the op's grad mode; empty: unknown
+  row.emplace_back("sn", r.seqnr >= 0 ? cell(r.seqnr) : Cell{});  // links a forward op and its node
+  row.emplace_back("bg", cell(r.background));
+  row.emplace_back("opt", cell(r.optimizer));
+  row.emplace_back("mod", cell(r.module));  // placed by the probe (overflow_check records)
   return row;
 }
 

@@ -20,7 +20,11 @@
 //                                                          with a SIGSEGV handler of the
 //                                                          program: marker DIR.marker, exit 9),
 //                                                          stuck (segv while the writer thread
-//                                                          is held: the flush cannot finish)
+//                                                          is held: the flush cannot finish),
+//                                                          nan (task overflow_check; the loss
+//                                                          goes NaN through a log at step K
+//                                                          and the program aborts on it
+//                                                          before backward)
 //   precprobe_reliability_child slow    DIR                trains 30 ms a step until killed
 //
 // "step K" is printed after step K's records are on disk (dbg.step() + writer flush).
@@ -271,6 +275,7 @@ int crash(const std::string& dir, const std::string& how, int64_t at, bool async
   }
   precprobe::DebuggerOptions o = options(dir);
   o.async_stats = async;
+  if (how == "nan") o.task = precprobe::Task::kOverflowCheck;
   if (how == "stuck") {
     o.crash_flush_timeout_ms = 300;
     precprobe::detail::set_writer_batch_hook([] {
@@ -302,6 +307,12 @@ int crash(const std::string& dir, const std::string& how, int64_t at, bool async
     auto h = model->forward(x_all.slice(0, i, i + 64));
     if (k == at && how == "op") h = crash_op.call(h);
     auto loss = torch::nn::functional::cross_entropy(h, y_all.slice(0, i, i + 64));
+    if (how == "nan") {
+      // The overflow's origin follows the model's last parameter read: its module, "(top
+      // level)", is known only at the next read (backward's), which never comes.
+      if (k == at) loss = loss + torch::log(-loss);
+      if (loss.isnan().item<bool>()) std::abort();
+    }
     opt.zero_grad();
     loss.backward();
     opt.step();

@@ -249,3 +249,28 @@ TEST_CASE("a run still running reads as not stopped", "[reliability][crash]") {
   CHECK(last >= 8);
   CHECK(*s.complete_through() <= last + 1);
 }
+
+TEST_CASE("overflow_check: an origin whose module waits on a later op survives an abort",
+          "[reliability][crash]") {
+  // The loss goes NaN through a log after the model's last parameter read; the program aborts
+  // on it before backward. The record's module ("(top level)") is decided by the next
+  // parameter read, which never comes: the crash flush places it with what is known.
+  for (const char* mode : {"", "sync"}) {
+    INFO("mode " << (*mode ? mode : "async"));
+    TempDir dir("rel_nan_abort");
+    const Crashed r = run_crash(dir, "nan", mode);
+    REQUIRE(WIFSIGNALED(r.status));
+    CHECK(WTERMSIG(r.status) == SIGABRT);
+    CHECK(r.dump.meta.value("state", "") == "crashed");
+    std::vector<const precprobe::OpRecord*> logs;
+    for (const auto& op : r.dump.ops)
+      if (op.op == "aten::log") logs.push_back(&op);
+    REQUIRE(logs.size() == 1);
+    CHECK(logs[0]->step == kCrashStep);
+    CHECK(logs[0]->module == "(top level)");
+    REQUIRE(logs[0]->outputs.size() == 1);
+    REQUIRE(logs[0]->outputs[0].tensor);
+    CHECK(logs[0]->outputs[0].tensor->nan == 1);
+    for (const auto& op : r.dump.ops) CHECK(op.step == kCrashStep);  // steps 0-2: finite
+  }
+}

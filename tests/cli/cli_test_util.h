@@ -189,9 +189,9 @@ inline Forward forward_step0() {
 inline json summary(const std::string& name) { return run_json("summary " + dump(name), 0); }
 
 inline const std::vector<std::string> kOpsColumns = {
-    "step",   "rank",  "seq",   "name", "op",    "overload", "call",  "dir",   "depth",
-    "thread", "scope", "node",  "io",   "index", "li",       "dtype", "shape", "numel",
-    "nan",    "pinf",  "ninf",  "zero", "neg",   "pos",      "min",   "max",   "mean",
-    "norm",   "hash",  "param", "rg",   "value", "grad"};
+    "step",  "rank",  "seq",  "name",  "op",  "overload", "call",  "dir",   "depth", "thread",
+    "scope", "node",  "io",   "index", "li",  "dtype",    "shape", "numel", "nan",   "pinf",
+    "ninf",  "zero",  "neg",  "pos",   "min", "max",      "mean",  "norm",  "hash",  "param",
+    "rg",    "value", "grad", "sn",    "bg",  "opt",      "mod"};
 
 }  // namespace precprobe::cli_test

@@ -180,6 +180,24 @@ TEST_CASE("export: the four streams as CSV and JSON Lines", "[cli][export]") {
   }
   CHECK(saw);
 
+  // sn links each forward addmm to the backward ops of its AddmmBackward0 node (fc1's is
+  // created first); bg, opt and mod are off and empty in this single-threaded statistics run.
+  std::map<std::string, std::set<std::string>> node_sns;
+  std::string fc1_sn, fc2_sn;
+  for (const auto& r : rows) {
+    if (r.at("step") != "0") continue;
+    CHECK(r.at("bg") == "false");
+    CHECK(r.at("opt") == "false");
+    CHECK(r.at("mod").empty());
+    if (r.at("name") == "aten::addmm.0.forward") fc1_sn = r.at("sn");
+    if (r.at("name") == "aten::addmm.1.forward") fc2_sn = r.at("sn");
+    if (!r.at("node").empty()) node_sns[r.at("node")].insert(r.at("sn"));
+  }
+  REQUIRE(std::regex_match(fc1_sn, std::regex("[0-9]+")));
+  REQUIRE(std::regex_match(fc2_sn, std::regex("[0-9]+")));
+  CHECK(std::stoll(fc1_sn) < std::stoll(fc2_sn));
+  CHECK(node_sns["AddmmBackward0"] == std::set<std::string>{fc1_sn, fc2_sn});
+
   // NaN statistics are empty cells in CSV, null in JSON Lines: the overflow run's loss.
   Run ocsv = run("export " + dump("overflow") + " --format csv");
   Run ojl = run("export " + dump("overflow") + " --format jsonl");

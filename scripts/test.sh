@@ -11,8 +11,10 @@
 #   5. LibTorch 2.14 in a Debian sid root (scripts/test-libtorch2.sh; GCC 16, C++20, fmt 11,
 #      pybind11 3, Python 3.14, torchvision 0.27), Release: the whole suite as in stage 1 but
 #      the browser and flat-reading tests (no browser in the root), with a cross-version
-#      compare of the example trained under 1.13 and 2.14. The root is made (mmdebstrap;
-#      downloads) in the background while stages 1-4 compile.
+#      compare of the example trained under 1.13 and 2.14; then the CUDA-only sources
+#      compiled against 2.14's headers and CUDA 13's (scripts/cuda-compile-check.sh; skipped
+#      without /usr/local/cuda). The root is made (mmdebstrap; downloads) in the background
+#      while stages 1-4 compile.
 # Stages 2-5 build only what they run, the core, the probe and the CLI in unity batches
 # (PRECPROBE_UNITY_BUILD); every stage compiles from nothing on a fresh clone.
 #   PRECPROBE_QUICK=1            only stage 1
@@ -120,6 +122,8 @@ fi
 for s in "${suites[@]}"; do
   stage "LibTorch of Debian $s (a root), Release: the whole suite, 1.13 vs $s"
   XVERSION_DUMP="$PWD/build/xversion/libtorch-1.13" SUITE="$s" scripts/test-libtorch2.sh
+  # The CUDA-only sources against 2.14's headers and CUDA 13's (no GPU, no CUDA LibTorch).
+  [[ "$s" != sid ]] || scripts/cuda-compile-check.sh
   [[ -c /dev/null ]] || { echo "test.sh: /dev/null is no longer a character device" >&2; exit 1; }
 done
 echo "== all stages passed"

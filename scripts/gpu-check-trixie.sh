@@ -43,9 +43,11 @@ ROOT="$root" ROOT_ONLY=1 scripts/build-cuda-trixie.sh
 trap 'scripts/debian-root.sh --umount "$root"' EXIT
 scripts/debian-root.sh --mount "$root" "$repo"
 
+commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+git diff --quiet HEAD 2>/dev/null || commit+=" (with local changes)"
 rc=0
 chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
-  bash -euo pipefail -c "
+  PRECPROBE_COMMIT="$commit" bash -euo pipefail -c "
     cd /src/precprobe
     stub=$build_dir/cudnn-stub
     mkdir -p \$stub

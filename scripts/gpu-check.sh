@@ -20,7 +20,7 @@
 # and writes OUTDIR/results.md (the summary) and OUTDIR/logs.tar.gz (every log), both
 # refreshed after each stage, so a run cut short still leaves what it did.
 #
-#   bash scripts/gpu-check.sh OUTDIR          (on the device: bash scripts/gpu-check.sh $OUT)
+#   bash scripts/gpu-check.sh OUTDIR          (on the device: PRECPROBE_COMMIT=id bash scripts/gpu-check.sh $OUT)
 #   bash scripts/gpu-check.sh --help
 #
 # Environment:
@@ -37,12 +37,13 @@
 #   GPU_CHECK_BUILD_TIMEOUT=s  the build stage's own limit (default 330)
 #   GPU_CHECK_CMAKE_ARGS extra cmake arguments (word-split)
 #   PYTHON=python3       the interpreter that has torch
+#   PRECPROBE_COMMIT=id  the commit results.md names where the checkout has no .git
 set -euo pipefail
 
 self="$(realpath "$0")"
 repo="$(cd "$(dirname "$self")/.." && pwd)"
 
-usage() { sed -n '2,39p' "$self" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,40p' "$self" | sed 's/^# \{0,1\}//'; }
 
 # ---------------------------------------------------------------------------- stage bodies
 # Run as `bash gpu-check.sh __stage NAME` under timeout, with the state exported below.
@@ -286,7 +287,8 @@ results() {  # results.md and logs.tar.gz, from what is there now
     if commit="$(git -C "$repo" rev-parse --short HEAD 2>/dev/null)"; then
       git -C "$repo" diff --quiet HEAD 2>/dev/null || commit+=" (with local changes)"
     else
-      commit="unknown (no git repository here)"
+      # The device copies the working tree without .git: the command line may name it.
+      commit="${PRECPROBE_COMMIT:-unknown (no git repository here; PRECPROBE_COMMIT not set)}"
     fi
     echo "- commit: $commit"
     echo "- GPU: ${gpu_name:-none found} (architecture built: sm_$PP_ARCH)"

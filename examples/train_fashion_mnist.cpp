@@ -10,6 +10,7 @@
 //                       [--no-observe-batch] [--record-on-anomaly] [--no-mkldnn]
 //                       [--load-state FILE] [--save-state FILE]
 //                       [--act-scale X] [--bn-eps X] [--dropout P] [--no-fc-bias]
+//                       [--device cpu|cuda]
 //
 // --load-state starts from the weights of a state file (precprobe::load_state; e.g. written by
 // the Python twin, examples/python/train_fashion_mnist.py, with precprobe.save_state);
@@ -34,6 +35,8 @@
 // runs only with "keep_dropout": true), fc without its bias. `precprobe compare` against the
 // Python twin names each (docs/python.md, tests/python/test_example_twin.py).
 //
+// --device cuda trains on the GPU: each batch is drawn on the CPU as before and copied there
+// (the Python twin takes the same flag; scripts/gpu-check.sh compares the two on CUDA).
 // --no-mkldnn runs the convolutions through ATen's own im2col + GEMM instead of oneDNN: the
 // same arithmetic summed in another order, a port in miniature (`precprobe compare` calls
 // the difference rounding noise).
@@ -46,6 +49,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 #include "fashion_mnist.h"
@@ -79,6 +83,7 @@ struct Flags {
   double bn_eps = 1e-5;
   double dropout = 0.25;
   bool fc_bias = true;
+  std::string device = "cpu";  // "cuda", "cuda:1": the model and each batch there
 };
 
 [[noreturn]] void usage(const char* argv0, int code) {
@@ -91,6 +96,7 @@ struct Flags {
                "          [--no-observe-batch] [--record-on-anomaly] [--no-mkldnn]\n"
                "          [--load-state FILE] [--save-state FILE]\n"
                "          [--act-scale X] [--bn-eps X] [--dropout P] [--no-fc-bias]\n"
+               "          [--device cpu|cuda]\n"
                "  --perturb-step S: multiply conv1's output by a constant every step (1, and\n"
                "  1 + R at step S): two runs with different R differ in that one op\n"
                "  --record-on-anomaly: record nothing while steps are healthy; replay a step\n"
@@ -166,6 +172,8 @@ Flags parse_flags(int argc, char** argv) {
       f.dropout = std::stod(value());
     else if (a == "--no-fc-bias")
       f.fc_bias = false;
+    else if (a == "--device")
+      f.device = value();
     else if (a == "--help" || a == "-h")
       usage(argv[0], 0);
     else {
@@ -222,14 +230,14 @@ void set_cpu_autocast_bf16(bool on) {
 #endif
 }
 
-double evaluate(Net& net, const fashion_mnist::Split& test) {
+double evaluate(Net& net, const fashion_mnist::Split& test, const torch::Device& device) {
   torch::NoGradGuard no_grad;
   net->eval();
   int64_t correct = 0;
   const int64_t n = test.images.size(0);
   for (int64_t i = 0; i < n; i += 1000) {
-    auto x = test.images.slice(0, i, std::min(n, i + 1000));
-    auto y = test.labels.slice(0, i, std::min(n, i + 1000));
+    auto x = test.images.slice(0, i, std::min(n, i + 1000)).to(device);
+    auto y = test.labels.slice(0, i, std::min(n, i + 1000)).to(device);
     correct += net->forward(x).argmax(1).eq(y).sum().item<int64_t>();
   }
   net->train();
@@ -238,12 +246,17 @@ double evaluate(Net& net, const fashion_mnist::Split& test) {
 
 // A short evaluation while the debugger records, its batches registered for the checklist.
 void checked_evaluation(Net& net, const fashion_mnist::Split& test,
-                        precprobe::PrecisionDebugger& dbg, bool eval_mode, bool observe) {
+                        precprobe::PrecisionDebugger& dbg, bool eval_mode, bool observe,
+                        const torch::Device& device) {
   torch::NoGradGuard no_grad;
   if (eval_mode) net->eval();
   for (int64_t i = 0; i < 1000; i += 500) {
     auto x = test.images.slice(0, i, i + 500);
     auto y = test.labels.slice(0, i, i + 500);
+    if (!device.is_cpu()) {  // on the CPU no copy, and no aten::to in the records
+      x = x.to(device);
+      y = y.to(device);
+    }
     if (observe) dbg.observe_batch(x, y);
     net->forward(x);
   }
@@ -274,6 +287,17 @@ int main(int argc, char** argv) try {
   net->act_scale = flags.act_scale;
   if (!flags.load_state.empty()) precprobe::load_state(*net, flags.load_state);
   if (!flags.save_state.empty()) precprobe::save_state(*net, flags.save_state);
+  torch::Device device(torch::kCPU);
+  try {
+    device = torch::Device(flags.device);
+  } catch (const c10::Error& e) {
+    throw std::runtime_error("--device " + flags.device + ": " + e.what_without_backtrace());
+  }
+  if (device.is_cuda() && !torch::cuda::is_available())
+    throw std::runtime_error("--device " + flags.device + ": LibTorch sees no CUDA device");
+  if (flags.bf16 && !device.is_cpu())
+    throw std::runtime_error("--bf16 is CPU autocast: give it with --device cpu");
+  net->to(device);
   // The batches' order and dropout's masks draw from the generator seeded again here, after the
   // model's initialisation: a port whose model draws otherwise (a layer without its bias)
   // still sees the same batches as the original it is compared with.
@@ -311,6 +335,10 @@ int main(int argc, char** argv) try {
       auto idx = order.slice(0, i, i + flags.batch_size);
       auto x = train.images.index_select(0, idx);
       auto y = train.labels.index_select(0, idx);
+      if (!device.is_cpu()) {  // the same batch, drawn on the CPU, then on the device
+        x = x.to(device);
+        y = y.to(device);
+      }
       if (dbg && flags.observe_batch) dbg->observe_batch(x, y, epoch);
 
       if (flags.perturb_step >= 0)
@@ -348,11 +376,11 @@ int main(int argc, char** argv) try {
   if (flags.bf16) set_cpu_autocast_bf16(false);
   net->act_scale = flags.act_scale;  // the perturbation ends; a constant of the model stays
   if (dbg) {
-    checked_evaluation(net, test, *dbg, !flags.eval_in_train_mode, flags.observe_batch);
+    checked_evaluation(net, test, *dbg, !flags.eval_in_train_mode, flags.observe_batch, device);
     dbg->stop();
   }
 
-  const double acc = evaluate(net, test);
+  const double acc = evaluate(net, test, device);
   std::printf("trained %lld steps in %.1f s; test accuracy %.2f%%\n", static_cast<long long>(step),
               secs, 100.0 * acc);
   if (dbg) {

@@ -15,6 +15,9 @@ Same batches: both read Debian's dataset-fashion-mnist idx files the same way
 epoch's order with randperm from LibTorch's CPU generator after seed_all(seed, True) and
 the model's construction (the same draws on both sides: the modules are built in the same
 order with the same shapes, and Python and C++ share one libtorch_cpu).
+
+--device cuda (both programs) trains on the GPU: the batches are drawn on the CPU as above
+and copied to the device (scripts/gpu-check.sh's twin stage compares the two on CUDA).
 """
 
 import argparse
@@ -87,22 +90,25 @@ class Net(nn.Module):
         return self.fc(self.drop(x.flatten(1)))
 
 
-def evaluate(net, images, labels):
+def evaluate(net, images, labels, device):
     with torch.no_grad():
         net.eval()
         correct = 0
         for i in range(0, images.shape[0], 1000):
-            correct += int((net(images[i:i + 1000]).argmax(1) == labels[i:i + 1000]).sum())
+            x, y = images[i:i + 1000].to(device), labels[i:i + 1000].to(device)
+            correct += int((net(x).argmax(1) == y).sum())
         net.train()
     return correct / images.shape[0]
 
 
-def checked_evaluation(net, images, labels, dbg, observe):
+def checked_evaluation(net, images, labels, dbg, observe, device):
     """The C++ example's short evaluation while recording: two batches of 500 in eval mode."""
     with torch.no_grad():
         net.eval()
         for i in range(0, 1000, 500):
             x, y = images[i:i + 500], labels[i:i + 500]
+            if device.type != "cpu":  # on the CPU no copy, and no aten::to in the records
+                x, y = x.to(device), y.to(device)
             if observe:
                 dbg.observe_batch(x, y)
             net(x)
@@ -131,6 +137,7 @@ def parse(argv):
     p.add_argument("--bn-eps", type=float, default=1e-5)
     p.add_argument("--dropout", type=float, default=0.25)
     p.add_argument("--no-fc-bias", action="store_true")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (the C++ example's)")
     return p.parse_args(argv)
 
 
@@ -150,6 +157,10 @@ def main(argv=None):
         precprobe.load_state(net, a.load_state)
     if a.save_state:
         precprobe.save_state(net, a.save_state)
+    device = torch.device(a.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {a.device}: PyTorch sees no CUDA device")
+    net.to(device)
     # As the C++ example: batches and dropout draw from the generator seeded after the model.
     torch.manual_seed(a.seed)
     opt = torch.optim.Adam(net.parameters(), lr=a.lr)
@@ -178,6 +189,8 @@ def main(argv=None):
             idx = order[i:i + a.batch_size]
             x = train_x.index_select(0, idx)
             y = train_y.index_select(0, idx)
+            if device.type != "cpu":  # the same batch, drawn on the CPU, then on the device
+                x, y = x.to(device), y.to(device)
             if dbg and not a.no_observe_batch:
                 dbg.observe_batch(x, y, epoch)
             logits = net(x)
@@ -197,9 +210,9 @@ def main(argv=None):
             step += 1
     secs = time.monotonic() - t0
     if dbg:
-        checked_evaluation(net, test_x, test_y, dbg, not a.no_observe_batch)
+        checked_evaluation(net, test_x, test_y, dbg, not a.no_observe_batch, device)
         dbg.stop()
-    acc = evaluate(net, test_x, test_y)
+    acc = evaluate(net, test_x, test_y, device)
     print(f"trained {step} steps in {secs:.1f} s; test accuracy {100 * acc:.2f}%")
     if dbg:
         c = dbg.counters()

@@ -15,6 +15,7 @@
 #   bin/pkg-config     a wrapper around the bundled pkgconf (pkgconf/: binary and library)
 #   env.sh             `source DIR/env.sh`: CMAKE_PREFIX_PATH, PKG_CONFIG_PATH, PKG_CONFIG,
 #                      PATH (bin/ first), FASHION_MNIST_DIR
+#   pybind11/usr/...   Debian sid's pybind11-dev (pybind11 3), for gpu-check.sh's twin stage
 #   MANIFEST.txt       packages and versions, sizes, the glibc/libstdc++ symbol versions the
 #                      shipped shared objects need, the checks this script made
 #
@@ -28,7 +29,7 @@
 # takes 64 MiB per call, the checkout included); the script fails when it does not.
 set -euo pipefail
 
-usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; }
 case "${1:-}" in
   -h | --help) usage; exit 0 ;;
   -*) echo "gpu-bundle: unknown option $1 (see --help)" >&2; exit 2 ;;
@@ -44,7 +45,7 @@ pkgs=(libfmt-dev libfmt9 nlohmann-json3-dev libzstd-dev libxxhash-dev libcli11-d
       libbenchmark-dev libbenchmark1debian zlib1g-dev pkgconf-bin libpkgconf3
       dataset-fashion-mnist)
 
-for tool in apt-get dpkg dpkg-deb objdump sha256sum; do
+for tool in apt-get dpkg dpkg-deb objdump sha256sum curl xzcat; do
   command -v "$tool" >/dev/null || { echo "gpu-bundle: $tool is missing" >&2; exit 1; }
 done
 
@@ -125,6 +126,25 @@ d="$(cd "$(dirname "$0")/.." && pwd)"
 LD_LIBRARY_PATH="$d/pkgconf${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$d/pkgconf/pkgconf" "$@"
 EOF
 chmod +x "$stage/bin/pkg-config"
+
+# pybind11 3 (Debian sid's pybind11-dev: headers and CMake package, no binary), apart from
+# the prefix: only gpu-check.sh's twin stage points at it (pybind11_DIR), when the device's
+# Python has no pybind11 of its own. PyTorch 2.9 on is built with pybind11 3; bookworm has 2.10.
+# Fetched from the mirror's pool, checked against sid's Packages index (SHA256).
+mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+curl -fsS -m 300 -o "$work/sid-main.xz" "$mirror/dists/sid/main/binary-amd64/Packages.xz" ||
+  { echo "gpu-bundle: cannot fetch sid's Packages index from $mirror" >&2; exit 1; }
+read -r pyb_file pyb_sha < <(xzcat "$work/sid-main.xz" | awk '
+  /^Package: / {p = ($2 == "pybind11-dev")} p && /^Filename: / {f = $2}
+  p && /^SHA256: / {print f, $2; exit}')
+[[ -n "${pyb_file:-}" ]] || { echo "gpu-bundle: no pybind11-dev in sid's index" >&2; exit 1; }
+curl -fsS -m 300 -o "$work/pybind11-dev.deb" "$mirror/$pyb_file"
+echo "$pyb_sha  $work/pybind11-dev.deb" | sha256sum -c --quiet - ||
+  { echo "gpu-bundle: $pyb_file does not match sid's index" >&2; exit 1; }
+dpkg -x "$work/pybind11-dev.deb" "$stage/pybind11"
+rm -rf "$stage/pybind11/usr/share/doc"
+[[ -f "$stage/pybind11/usr/lib/cmake/pybind11/pybind11Config.cmake" ]] ||
+  { echo "gpu-bundle: pybind11-dev has no pybind11Config.cmake" >&2; exit 1; }
 
 cat >"$stage/env.sh" <<'EOF'
 # Sourced (bash): points CMake, pkg-config and the examples at this bundle.
@@ -270,6 +290,9 @@ bytes="$(du -sb "$stage" | cut -f1)"
     printf '%s %s  %s bytes  sha256 %s\n' "$(dpkg-deb -f "$deb" Package)" \
       "$(dpkg-deb -f "$deb" Version)" "$(stat -c %s "$deb")" "$(sha256sum "$deb" | cut -c1-16)"
   done
+  printf 'pybind11-dev %s (sid, into pybind11/, for the twin stage)  %s bytes  sha256 %s\n' \
+    "$(dpkg-deb -f "$work/pybind11-dev.deb" Version)" "$(stat -c %s "$work/pybind11-dev.deb")" \
+    "${pyb_sha:0:16}"
   echo
   echo "## Size: $bytes bytes ($(du -sh "$stage" | cut -f1)); largest parts"
   (cd "$stage" && du -sb prefix/usr/share/datasets prefix/usr/include prefix/usr/lib pkgconf bin env.sh |

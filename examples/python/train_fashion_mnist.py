@@ -27,7 +27,6 @@ import struct
 import sys
 import time
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -47,7 +46,7 @@ def read_images(path):
     magic, n, rows, cols = struct.unpack(">IIII", b[:16])
     if magic != 2051 or len(b) != 16 + n * rows * cols:
         raise ValueError(f"{path}: not an idx3 file of its declared size")
-    t = torch.from_numpy(np.frombuffer(b, dtype=np.uint8, offset=16).copy())
+    t = torch.frombuffer(bytearray(b), dtype=torch.uint8, offset=16)
     return t.reshape(n, 1, rows, cols).to(torch.float32).div_(255.0)
 
 
@@ -57,7 +56,7 @@ def read_labels(path):
     magic, n = struct.unpack(">II", b[:8])
     if magic != 2049 or len(b) != 8 + n:
         raise ValueError(f"{path}: not an idx1 file of its declared size")
-    return torch.from_numpy(np.frombuffer(b, dtype=np.uint8, offset=8).copy()).to(torch.int64)
+    return torch.frombuffer(bytearray(b), dtype=torch.uint8, offset=8).to(torch.int64)
 
 
 def load(split):

@@ -15,9 +15,9 @@
 # The root has no cuDNN (build-cuda-trixie.sh installs a placeholder package), and
 # libtorch_cuda.so needs libcudnn.so.9 to link an executable and to load (CMake runs every
 # test executable after linking it to list its test cases). A stub libcudnn.so.9 is made in
-# the build directory from the cudnn* symbols libtorch_cuda.so imports, each a function that
-# traps, with the version node libtorch_cuda.so asks for; nothing calls cuDNN here. It lies
-# in LD_LIBRARY_PATH for this run only, never on the GPU machine.
+# the build directory from the cudnn* symbols libtorch_cuda.so and libtorch_python.so import,
+# each a function that traps, with the version node they ask for; nothing calls cuDNN here.
+# It lies in LD_LIBRARY_PATH for this run only, never on the GPU machine.
 # nvcc 12.4's host compiler in the root is GCC 13, the C++ compiler GCC 14 (Debian's LibTorch
 # and fmt are built with it). Every executable that links CUDA objects gets nvcc's implicit
 # link directories, GCC 13's among them, which holds a libstdc++.so of its own (Debian's
@@ -54,21 +54,21 @@ rc=0
 chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
   PRECPROBE_COMMIT="$commit" bash -euo pipefail -c "
     cd /src/precprobe
+    if ! dpkg -s python3-torch-cuda python3-dev python3-pybind11 >/dev/null 2>&1; then
+      apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        python3-torch-cuda python3-dev python3-pybind11 >/dev/null
+    fi
     stub=$build_dir/cudnn-stub
     mkdir -p \$stub
-    lib=/usr/lib/x86_64-linux-gnu/libtorch_cuda.so
-    nm -D --undefined-only \$lib | awk '\$2 ~ /@libcudnn[.]so[.]9\$/ {sub(/@.*/, \"\", \$2); print \$2}' |
+    libs='/usr/lib/x86_64-linux-gnu/libtorch_cuda.so /usr/lib/x86_64-linux-gnu/libtorch_python.so'
+    nm -D --undefined-only \$libs | awk '\$2 ~ /@libcudnn[.]so[.]9\$/ {sub(/@.*/, \"\", \$2); print \$2}' |
       sort -u >\$stub/symbols
     { echo 'libcudnn.so.9 { global:'; sed 's/\$/;/' \$stub/symbols; echo 'local: *; };'; } >\$stub/version.map
     sed 's/.*/void &(void) { __builtin_trap(); }/' \$stub/symbols >\$stub/stub.c
     gcc -shared -fPIC -o \$stub/libcudnn.so.9 -Wl,-soname,libcudnn.so.9 \
       -Wl,--version-script=\$stub/version.map \$stub/stub.c
     echo \"gpu-check-trixie: stub libcudnn.so.9 with \$(wc -l <\$stub/symbols) functions\"
-    if ! dpkg -s python3-torch-cuda python3-dev python3-pybind11 >/dev/null 2>&1; then
-      apt-get update -qq
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        python3-torch-cuda python3-dev python3-pybind11 >/dev/null
-    fi
     echo \"gpu-check-trixie: libtorch-cuda-dev \$(dpkg-query -W -f='\${Version}' libtorch-cuda-dev), \$(nvcc --version | tail -1)\"
     export LD_LIBRARY_PATH=/src/precprobe/\$stub
     gcc14=/usr/lib/gcc/x86_64-linux-gnu/14

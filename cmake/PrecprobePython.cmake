@@ -56,10 +56,21 @@ if(NOT PRECPROBE_PYTHON_WHY)
   if(NOT CMAKE_VERSION VERSION_LESS 3.27)
     set(PYBIND11_FINDPYTHON ON)
     set(Python_EXECUTABLE "${_pp_exe}")
+    # A CUDA LibTorch's config (Caffe2's cuda.cmake, hashing libnvrtc) runs
+    # find_package(Python COMPONENTS Interpreter) in this scope: pybind11 then skips its own
+    # find, and pybind11_add_module fails on an unknown python_add_library. Find the part
+    # a module needs here.
+    find_package(Python COMPONENTS Interpreter Development.Module QUIET)
+    if(NOT Python_Development.Module_FOUND)
+      set(PRECPROBE_PYTHON_WHY
+          "no Python headers for ${_pp_exe} (Debian: apt-get install python3-dev)")
+    endif()
   endif()
-  find_package(pybind11 CONFIG QUIET)
-  if(NOT pybind11_FOUND)
-    set(PRECPROBE_PYTHON_WHY "no pybind11 (Debian: apt-get install pybind11-dev python3-dev)")
+  if(NOT PRECPROBE_PYTHON_WHY)
+    find_package(pybind11 CONFIG QUIET)
+    if(NOT pybind11_FOUND)
+      set(PRECPROBE_PYTHON_WHY "no pybind11 (Debian: apt-get install pybind11-dev python3-dev)")
+    endif()
   endif()
 endif()
 if(NOT PRECPROBE_PYTHON_WHY)

@@ -223,6 +223,10 @@ stage_twin() {
   fi
   grep -E 'precprobe: (Python|no Python)' "$PP_LOGS/twin-cmake.log" || true
   cmake --build "$PP_BUILD" -j "$PP_JOBS" --target precprobe_python
+  if [[ "${GPU_CHECK_TWIN_BUILD_ONLY:-}" == 1 ]]; then  # scripts/gpu-check-trixie.sh
+    echo "RESULT twin: the Python module configured and built (GPU_CHECK_TWIN_BUILD_ONLY)"
+    return 0
+  fi
   rm -rf "$d" && mkdir -p "$d"
   # GPU_CHECK_TWIN_DEVICE=cpu: the stage's own dry run, in a CPU build (docs/cuda.md).
   local device="${GPU_CHECK_TWIN_DEVICE:-cuda}"

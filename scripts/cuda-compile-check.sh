@@ -7,7 +7,9 @@
 # with this machine's nvcc for sm_80 and sm_90. Debian has no CUDA LibTorch newer than 2.6
 # (scripts/gpu-check-trixie.sh builds and links against that one); the GPU machine's PyTorch
 # (2.11, nvcc 13) compiles as C++20 like 2.14 (docs/cuda.md, "What was compiled where").
-# Syntax and templates only (-fsyntax-only): nothing is linked or run. Needs root.
+# Syntax and templates only (-fsyntax-only): nothing is linked or run. Warnings are printed,
+# not failed on (a newer sid GCC may add some; the CUDA dry run builds with the project's
+# warnings too). Needs root.
 #
 #   scripts/cuda-compile-check.sh
 #   ROOT=dir       the sid root (default /var/cache/precprobe/sid-root; made when missing)
@@ -17,7 +19,7 @@
 #                  and exits 0 (the test command calls it where a toolkit may be missing)
 set -euo pipefail
 case "${1:-}" in
-  -h | --help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h | --help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   ?*) echo "cuda-compile-check: no arguments (see --help)" >&2; exit 2 ;;
 esac
 cd "$(dirname "$0")/.."
@@ -66,13 +68,14 @@ chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LAN
     fi
     echo "cuda-compile-check: $(g++ --version | head -1), libtorch-dev $(dpkg-query -W -f="\${Version}" libtorch-dev)"
     check() {
-      g++ -std=c++20 -fsyntax-only -Wall -Wextra -Wshadow -Wno-unused-parameter -Werror \
+      g++ -std=c++20 -fsyntax-only -Wall -Wextra -Wshadow -Wno-unused-parameter \
         -DPRECPROBE_WITH_CUDA=1 -DPRECPROBE_BINARY_DIR=\"/x\" -DPRECPROBE_SOURCE_DIR=\"/x\" \
         -DPRECPROBE_TEST_DATA_DIR=\"/x\" -DUSE_C10D_GLOO -DUSE_DISTRIBUTED \
         -Itests -Ibench -Isrc/core -Isrc/probe -Iinclude -I"$build_dir/generated" \
         -isystem /usr/include/torch/csrc/api/include -isystem /opt/precprobe-cuda/include \
         -isystem /opt/precprobe-cuda/gen "$1" 2>"/tmp/cuda-check.$$.$2" &&
-        echo "ok   $1" || { echo "FAIL $1"; head -30 "/tmp/cuda-check.$$.$2"; return 1; }
+        { echo "ok   $1"; grep -A3 "warning:" "/tmp/cuda-check.$$.$2" | head -12 || true; } ||
+        { echo "FAIL $1"; head -30 "/tmp/cuda-check.$$.$2"; return 1; }
     }
     fails=0 i=0 pids=()
     for f in "$@"; do  # two at a time

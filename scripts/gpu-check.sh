@@ -236,10 +236,10 @@ stage_twin() {
     "${common[@]}" --save-state "$d/init.safetensors" --dump "$d/py"
   echo "== C++ example, $device, the same initial weights"
   "$PP_BUILD/bin/train_fashion_mnist" "${common[@]}" --load-state "$d/init.safetensors" --dump "$d/cpp"
-  echo "== precprobe compare cpp py --first (exit 0: no divergent op)"
-  "$PP_BUILD/bin/precprobe" compare "$d/cpp" "$d/py" --first --json >"$d/compare.json" && rc=0 || rc=$?
-  "$PP_PYTHON" -c 'import json, sys; r = json.load(open(sys.argv[1])); print("RESULT twin: %s; matched %s ops, divergent %s, first %s" % ("no divergent op" if not r.get("found") else "DIVERGENT", r.get("matched"), r.get("divergent_ops"), r.get("op")))' "$d/compare.json" || true
-  "$PP_BUILD/bin/precprobe" compare "$d/cpp" "$d/py" | tail -15 || true
+  echo "== precprobe compare cpp py --first (exit 0: no divergent op, 1: divergent)"
+  "$PP_BUILD/bin/precprobe" compare "$d/cpp" "$d/py" --first >"$d/compare.txt" 2>&1 && rc=0 || rc=$?
+  tail -n 20 "$d/compare.txt"
+  echo "RESULT twin: compare exit status $rc; $(grep -E 'ops matched|divergent' "$d/compare.txt" | tr '\n' ' ')"
   return "$rc"
 }
 
